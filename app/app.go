@@ -1,0 +1,217 @@
+// Package app is the example service's hand-written code: the handlers of
+// the routes in schema/app.cue and the workers of its job kinds. It is the
+// only Go a user of the template writes; everything it builds on is either
+// generated (gen/) or the cellgate core (internal/).
+//
+// Concurrency: an App is built once at boot and its handlers run
+// concurrently; it holds no mutable state of its own.
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/gen/api"
+	"github.com/cellgate/cellgate/gen/db"
+	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/runtime/shards"
+	"github.com/cellgate/cellgate/internal/tenant"
+)
+
+// TxEnqueuer enqueues a job inside a caller's shard transaction, so the job
+// exists exactly when the transaction commits.
+type TxEnqueuer interface {
+	EnqueueTx(ctx context.Context, shard *shards.Shard, tx pgx.Tx, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error)
+}
+
+// Deps are what the handlers need from the runtime.
+type Deps struct {
+	// Shards are the cell's databases.
+	Shards *shards.Set
+	// Jobs enqueues jobs in shard transactions.
+	Jobs TxEnqueuer
+	// Log is the structured logger.
+	Log *slog.Logger
+}
+
+// App implements api.Handler.
+type App struct {
+	d Deps
+}
+
+var _ api.Handler = (*App)(nil)
+
+// New returns the example app.
+func New(d Deps) *App {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	return &App{d: d}
+}
+
+// RegisterWorkers registers the app's job handlers.
+func (a *App) RegisterWorkers(w *jobs.Workers) {
+	jobs.Register(w, func(ctx context.Context, job *jobs.Job[jobkinds.SendWelcomeArgs]) error {
+		// A real app would call its mail provider here; the example logs.
+		t, _ := tenant.From(ctx)
+		a.d.Log.InfoContext(ctx, "welcome sent", "tenant", t, "account_id", job.Args.AccountID)
+		return nil
+	})
+}
+
+// Index describes the service (public).
+func (a *App) Index(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]any{
+		"service": "cellgate example",
+		"routes":  api.Routes,
+	})
+}
+
+// signUpRequest is the body of POST /signup.
+type signUpRequest struct {
+	Email string `json:"email"`
+	Name  string `json:"name"`
+}
+
+// SignUp writes the account on the tenant's shard and enqueues
+// send_welcome in the same transaction.
+func (a *App) SignUp(c echo.Context) error {
+	var req signUpRequest
+	if err := c.Bind(&req); err != nil || req.Email == "" {
+		return echo.NewHTTPError(http.StatusBadRequest, "body must be JSON with a non-empty email")
+	}
+	ctx := c.Request().Context()
+	t, shard, slot, err := a.shard(ctx)
+	if err != nil {
+		return err
+	}
+	var acct db.Account
+	err = shard.Tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		acct, err = db.New(tx).CreateAccount(ctx, db.CreateAccountParams{
+			TenantID: t, Slot: int32(slot), Email: req.Email, Name: req.Name,
+		})
+		if err != nil {
+			return err
+		}
+		_, err = a.d.Jobs.EnqueueTx(ctx, shard, tx, jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: acct.Email})
+		return err
+	})
+	if err != nil {
+		return dbError(err)
+	}
+	return c.JSON(http.StatusCreated, acct)
+}
+
+// GetAccount returns one account of the tenant (?id=).
+func (a *App) GetAccount(c echo.Context) error {
+	id, err := strconv.ParseInt(c.QueryParam("id"), 10, 64)
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, "query parameter id must be an integer")
+	}
+	ctx := c.Request().Context()
+	t, shard, _, err := a.shard(ctx)
+	if err != nil {
+		return err
+	}
+	acct, err := db.New(shard.Pool).GetAccount(ctx, db.GetAccountParams{TenantID: t, ID: id})
+	if err != nil {
+		return dbError(err)
+	}
+	return c.JSON(http.StatusOK, acct)
+}
+
+// createOrderRequest is the body of POST /orders.
+type createOrderRequest struct {
+	AccountID   int64  `json:"account_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Note        string `json:"note"`
+}
+
+// CreateOrder adds an order to one of the tenant's accounts.
+func (a *App) CreateOrder(c echo.Context) error {
+	var req createOrderRequest
+	if err := c.Bind(&req); err != nil || req.AccountID <= 0 || req.AmountCents < 0 {
+		return echo.NewHTTPError(http.StatusBadRequest, "body must be JSON with account_id > 0 and amount_cents >= 0")
+	}
+	ctx := c.Request().Context()
+	t, shard, slot, err := a.shard(ctx)
+	if err != nil {
+		return err
+	}
+	o, err := db.New(shard.Pool).CreateOrder(ctx, db.CreateOrderParams{
+		TenantID: t, Slot: int32(slot), AccountID: req.AccountID, AmountCents: req.AmountCents, Note: req.Note,
+	})
+	if err != nil {
+		return dbError(err)
+	}
+	return c.JSON(http.StatusCreated, o)
+}
+
+// ListOrders pages through an account's orders (?account_id=&before=&limit=).
+func (a *App) ListOrders(c echo.Context) error {
+	acct, err := strconv.ParseInt(c.QueryParam("account_id"), 10, 64)
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, "query parameter account_id must be an integer")
+	}
+	before := int64(1<<63 - 1)
+	if s := c.QueryParam("before"); s != "" {
+		if before, err = strconv.ParseInt(s, 10, 64); err != nil {
+			return echo.NewHTTPError(http.StatusBadRequest, "query parameter before must be an integer")
+		}
+	}
+	limit := int32(50)
+	if s := c.QueryParam("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > 500 {
+			return echo.NewHTTPError(http.StatusBadRequest, "query parameter limit must be 1..500")
+		}
+		limit = int32(n)
+	}
+	ctx := c.Request().Context()
+	t, shard, _, err := a.shard(ctx)
+	if err != nil {
+		return err
+	}
+	orders, err := db.New(shard.Pool).ListOrders(ctx, db.ListOrdersParams{
+		TenantID: t, AccountID: acct, BeforeID: before, MaxRows: limit,
+	})
+	if err != nil {
+		return dbError(err)
+	}
+	if orders == nil {
+		orders = []db.Order{}
+	}
+	return c.JSON(http.StatusOK, orders)
+}
+
+// shard finds the request's tenant and its shard.
+func (a *App) shard(ctx context.Context) (string, *shards.Shard, int, error) {
+	t, ok := tenant.From(ctx)
+	if !ok {
+		return "", nil, 0, echo.NewHTTPError(http.StatusUnauthorized, "no tenant")
+	}
+	sh, slot, err := a.d.Shards.ForTenant(t)
+	if err != nil {
+		return "", nil, 0, echo.NewHTTPError(http.StatusUnauthorized, "no tenant")
+	}
+	return t, sh, slot, nil
+}
+
+// dbError maps database outcomes onto HTTP answers.
+func dbError(err error) error {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return echo.NewHTTPError(http.StatusNotFound, "not found")
+	case isUniqueViolation(err):
+		return echo.NewHTTPError(http.StatusConflict, "already exists")
+	}
+	return err
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellgate/cellgate/app"
+	"github.com/cellgate/cellgate/gen/api"
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/runtime/shards"
+)
+
+// serve runs the cell until ctx is cancelled (SIGTERM), then drains.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	set, err := shards.Open(ctx, cfg.Database, os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer set.Close()
+
+	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv})
+	if err != nil {
+		return err
+	}
+
+	jobsRT, err := startJobs(ctx, cfg, set, srv, log)
+	if err != nil {
+		return err
+	}
+	a := app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log})
+	api.Register(srv, a)
+
+	// The cell listens at once so /healthz answers while migrations run;
+	// /readyz turns ready when the databases answer and are migrated.
+	var migrated atomic.Bool
+	srv.AddReadiness("migrations", func(context.Context) error {
+		if !migrated.Load() {
+			return errors.New("migrations are still running")
+		}
+		return nil
+	})
+	srv.AddReadiness("databases", set.Ping)
+	go func() {
+		if err := migrateWithRetry(ctx, set, log); err != nil {
+			return
+		}
+		migrated.Store(true)
+		if err := jobsRT.Start(ctx, a.RegisterWorkers); err != nil {
+			log.Error("jobs did not start", "error", err.Error())
+		}
+	}()
+
+	runErr := srv.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Jobs.ShutdownTimeout.D())
+	defer cancel()
+	jobsRT.Stop(sctx)
+	return runErr
+}
+
+// migrateWithRetry applies migrations to control, then every shard,
+// retrying with backoff while a database is down, until ctx ends.
+func migrateWithRetry(ctx context.Context, set *shards.Set, log *slog.Logger) error {
+	delay := 200 * time.Millisecond
+	for {
+		err := migrateSet(ctx, set)
+		if err == nil {
+			log.Info("migrations applied", "shards", len(set.Shards()))
+			return nil
+		}
+		log.Warn("migrations failed; retrying", "error", err.Error(), "in", delay.String())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func migrateSet(ctx context.Context, set *shards.Set) error {
+	if err := shards.Migrate(ctx, set.ControlDSN()); err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	for _, sh := range set.Shards() {
+		if err := shards.Migrate(ctx, sh.DSN); err != nil {
+			return fmt.Errorf("%s: %w", sh.Name, err)
+		}
+	}
+	return nil
+}
+
+// migrateAll is the `migrate` subcommand.
+func migrateAll(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	set, err := shards.Open(ctx, cfg.Database, os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer set.Close()
+	if err := migrateSet(ctx, set); err != nil {
+		return err
+	}
+	log.Info("migrations applied", "shards", len(set.Shards()))
+	return nil
+}

@@ -1,0 +1,284 @@
+// Package config holds the typed form of a cellgate spec: the Go mirror of
+// schema/cellgate.cue, field for field, with the same JSON names so the same
+// Rego policy reads the generator's export and the server's final config.
+//
+// The generator renders the spec's values as a Go literal of Config (gen/);
+// the server starts from that literal, overlays an optional per-cell JSON
+// file and then the environment (see Load). Values are plain data: a Config
+// is safe to read from many goroutines once loaded and must not be mutated
+// after the server starts.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Config is a whole service spec. Field docs live in schema/cellgate.cue,
+// the single place where defaults and ranges are declared.
+type Config struct {
+	Service   Service   `json:"service"`
+	Server    Server    `json:"server"`
+	Tenancy   Tenancy   `json:"tenancy"`
+	Admission Admission `json:"admission"`
+	Jobs      Jobs      `json:"jobs"`
+	Database  Database  `json:"database"`
+	Cells     []Cell    `json:"cells"`
+	Routes    []Route   `json:"routes"`
+}
+
+// Service names the generated service.
+type Service struct {
+	// Name appears in logs.
+	Name string `json:"name"`
+}
+
+// Server holds the HTTP server's settings of one cell.
+type Server struct {
+	// Address is the listen address, for example ":8080".
+	Address string `json:"address"`
+	// MaxConcurrentRequests caps in-flight requests server-wide (0 = none).
+	MaxConcurrentRequests int `json:"max_concurrent_requests"`
+	// ReadHeaderTimeout bounds reading request headers (slow-loris guard).
+	ReadHeaderTimeout Duration `json:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request.
+	ReadTimeout Duration `json:"read_timeout"`
+	// WriteTimeout bounds writing a response (0 = none, for streams).
+	WriteTimeout Duration `json:"write_timeout"`
+	// IdleTimeout bounds idle keep-alive connections.
+	IdleTimeout Duration `json:"idle_timeout"`
+	// RequestTimeout cancels a handler's context after this long (0 = none).
+	RequestTimeout Duration `json:"request_timeout"`
+	// ShutdownTimeout is the drain deadline after SIGTERM.
+	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// BodyLimitBytes caps a request body.
+	BodyLimitBytes int64 `json:"body_limit_bytes"`
+	// AdminTokenEnv names the env var holding the /admin bearer token.
+	AdminTokenEnv string `json:"admin_token_env"`
+}
+
+// Tenancy says where a request's tenant comes from and what it may use.
+type Tenancy struct {
+	// Enabled turns tenant extraction on for tenant routes.
+	Enabled bool `json:"enabled"`
+	// Source is "header", "subdomain", "session" or "jwt".
+	Source string `json:"source"`
+	// Header configures the header source.
+	Header HeaderSource `json:"header"`
+	// Subdomain configures the subdomain source.
+	Subdomain SubdomainSource `json:"subdomain"`
+	// Session configures the signed-cookie source.
+	Session SessionSource `json:"session"`
+	// JWT configures the bearer-token source.
+	JWT JWTSource `json:"jwt"`
+	// MaxIDBytes caps a tenant id's length.
+	MaxIDBytes int `json:"max_id_bytes"`
+	// MaxConcurrentRequests per tenant (0 = none).
+	MaxConcurrentRequests int `json:"max_concurrent_requests"`
+	// MaxDBConnections per tenant (0 = none).
+	MaxDBConnections int `json:"max_db_connections"`
+	// RatePerSecond per tenant (0 = none).
+	RatePerSecond float64 `json:"rate_per_second"`
+	// Burst of the per-tenant rate limit.
+	Burst int `json:"burst"`
+	// PublicPaths skip tenancy and are never counted.
+	PublicPaths []string `json:"public_paths"`
+}
+
+// HeaderSource reads the tenant from a request header.
+type HeaderSource struct {
+	// Name of the header.
+	Name string `json:"name"`
+}
+
+// SubdomainSource reads the tenant from the first label of the host.
+type SubdomainSource struct {
+	// BaseDomain: "acme.<BaseDomain>" is tenant "acme".
+	BaseDomain string `json:"base_domain"`
+}
+
+// SessionSource reads the tenant from an HMAC-signed cookie.
+type SessionSource struct {
+	// Cookie is the cookie's name.
+	Cookie string `json:"cookie"`
+	// KeyEnv names the env var holding the HMAC key.
+	KeyEnv string `json:"key_env"`
+}
+
+// JWTSource reads the tenant from a verified bearer token's claim.
+type JWTSource struct {
+	// Algorithms the server accepts.
+	Algorithms []string `json:"algorithms"`
+	// KeyEnv names the env var holding the key.
+	KeyEnv string `json:"key_env"`
+	// KeyFile, when set, is read instead of KeyEnv.
+	KeyFile string `json:"key_file"`
+	// Claim holds the tenant id.
+	Claim string `json:"claim"`
+	// Leeway tolerated on exp and nbf.
+	Leeway Duration `json:"leeway"`
+}
+
+// Admission configures the per-tenant admission engine.
+type Admission struct {
+	// Shards of per-account state: 1 or a power of two.
+	Shards int `json:"shards"`
+	// LeaseSize is the chunk a shard takes from a funding line at once.
+	LeaseSize int64 `json:"lease_size"`
+	// OverageAllowance is how many units may pass an empty line.
+	OverageAllowance int64 `json:"overage_allowance"`
+	// Funding is each account's initial line (0 = unlimited).
+	Funding int64 `json:"funding"`
+	// MaxAccounts bounds the account map.
+	MaxAccounts int `json:"max_accounts"`
+	// IdleAfter is how long an idle account is kept.
+	IdleAfter Duration `json:"idle_after"`
+}
+
+// Jobs configures the job runtime.
+type Jobs struct {
+	// Backend is "local" or "postgres".
+	Backend string `json:"backend"`
+	// Workers is the number of workers (per database with shard_local).
+	Workers int `json:"workers"`
+	// Tenants holds the tenant isolation settings of the local backend.
+	Tenants JobTenants `json:"tenants"`
+	// Postgres holds the PostgreSQL backend's settings.
+	Postgres JobsPostgres `json:"postgres"`
+	// ShutdownTimeout drains in-flight jobs on shutdown.
+	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// Kinds are the job kinds of the service.
+	Kinds []JobKind `json:"kinds"`
+}
+
+// JobTenants holds per-tenant job isolation.
+type JobTenants struct {
+	// MaxConcurrent jobs of one tenant at once (0 = none).
+	MaxConcurrent int `json:"max_concurrent"`
+	// Lanes for shuffle sharding (0 = off).
+	Lanes int `json:"lanes"`
+	// LanesPerTenant that serve each tenant.
+	LanesPerTenant int `json:"lanes_per_tenant"`
+}
+
+// JobsPostgres holds the PostgreSQL job backend's settings.
+type JobsPostgres struct {
+	// ShardLocal makes a jobs table on every shard.
+	ShardLocal bool `json:"shard_local"`
+	// Claim order: "fair" or "fifo".
+	Claim string `json:"claim"`
+	// RescueAfter: a running job older than this is rescued.
+	RescueAfter Duration `json:"rescue_after"`
+	// Retention of finished jobs.
+	Retention Duration `json:"retention"`
+	// BreakerFailures opens the control-enqueue circuit breaker.
+	BreakerFailures int `json:"breaker_failures"`
+	// BreakerCooldown before a half-open probe.
+	BreakerCooldown Duration `json:"breaker_cooldown"`
+}
+
+// JobKind is one kind of job and its typed arguments.
+type JobKind struct {
+	// Name of the kind, for example "send_welcome".
+	Name string `json:"name"`
+	// Queue the kind runs on.
+	Queue string `json:"queue"`
+	// Args are the kind's typed argument fields, in order.
+	Args []JobArg `json:"args"`
+	// MaxAttempts before a job is discarded.
+	MaxAttempts int `json:"max_attempts"`
+	// Timeout of one attempt.
+	Timeout Duration `json:"timeout"`
+	// Concurrency caps running jobs of this kind (0 = none).
+	Concurrency int `json:"concurrency"`
+	// UniqueBy names args that dedupe active jobs.
+	UniqueBy []string `json:"unique_by"`
+}
+
+// JobArg is one typed argument field of a job kind.
+type JobArg struct {
+	// Name of the field (snake_case, the JSON name).
+	Name string `json:"name"`
+	// Type: "string", "int64", "bool", "float64" or "time".
+	Type string `json:"type"`
+}
+
+// Database names the control database and the shards.
+type Database struct {
+	// Control is the cell's control database (jobs, cell-wide state).
+	Control ControlDB `json:"control"`
+	// Shards hold tenant data, split by slot.
+	Shards []Shard `json:"shards"`
+}
+
+// ControlDB is the control database of a cell.
+type ControlDB struct {
+	// Name of the database in logs and metrics.
+	Name string `json:"name"`
+	// DSNEnv names the env var holding its DSN.
+	DSNEnv string `json:"dsn_env"`
+	// MaxConns of its pool.
+	MaxConns int `json:"max_conns"`
+}
+
+// Shard is one PostgreSQL shard of tenant data.
+type Shard struct {
+	// Name of the shard.
+	Name string `json:"name"`
+	// DSNEnv names the env var holding its DSN.
+	DSNEnv string `json:"dsn_env"`
+	// Slots it owns ("0-8191", "42"); empty on every shard splits evenly.
+	Slots []string `json:"slots"`
+	// MaxConns of its pool.
+	MaxConns int `json:"max_conns"`
+}
+
+// Cell is one deployment of the service and the slots it serves.
+type Cell struct {
+	// Name of the cell.
+	Name string `json:"name"`
+	// URL the router forwards to.
+	URL string `json:"url"`
+	// Slots it owns; empty on every cell splits evenly.
+	Slots []string `json:"slots"`
+}
+
+// Route is one HTTP route of the service.
+type Route struct {
+	// Method is the HTTP method.
+	Method string `json:"method"`
+	// Path is Echo's path pattern.
+	Path string `json:"path"`
+	// Handler is the Go method name on the generated Handler interface.
+	Handler string `json:"handler"`
+	// Public routes skip tenancy and are never counted.
+	Public bool `json:"public"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("5s") in
+// JSON, the form the CUE schema uses.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats d as a Go duration string.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string such as "250ms".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"5s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}

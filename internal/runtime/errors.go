@@ -1,0 +1,80 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// errorBody is the JSON shape of every error the runtime writes.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
+}
+
+// jsonErrorHandler writes every error as JSON. Internal errors are logged
+// with the request id and answered without detail.
+func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		status := http.StatusInternalServerError
+		msg := http.StatusText(status)
+		var he *echo.HTTPError
+		switch {
+		case errors.As(err, &he):
+			status = he.Code
+			msg = fmt.Sprint(he.Message)
+		case errors.Is(err, context.DeadlineExceeded):
+			status = http.StatusServiceUnavailable
+			msg = "request timed out"
+		default:
+			log.Error("handler error", "error", err, "path", c.Path(),
+				"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+		}
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(status)
+			return
+		}
+		_ = c.JSON(status, errorBody{Error: msg})
+	}
+}
+
+// recoverJSON turns a handler panic into a logged 500. Deferred releases in
+// the middleware after it still run, so no permit leaks.
+func recoverJSON(log *slog.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					if r == http.ErrAbortHandler {
+						panic(r)
+					}
+					log.Error("handler panic", "panic", fmt.Sprint(r), "path", c.Path(),
+						"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+					err = echo.NewHTTPError(http.StatusInternalServerError, "internal error")
+				}
+			}()
+			return next(c)
+		}
+	}
+}
+
+// requestDeadline bounds each handler's context; handlers and database
+// calls that honour ctx give up when it passes.
+func requestDeadline(d time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}

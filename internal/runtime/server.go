@@ -1,0 +1,195 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/runtime/tenancy"
+)
+
+// Probe paths are served by every cell, skip tenancy and are never counted.
+const (
+	HealthPath  = "/healthz"
+	ReadyPath   = "/readyz"
+	MetricsPath = "/metrics"
+)
+
+// ReadinessCheck reports whether a dependency can serve; nil means ready.
+type ReadinessCheck func(ctx context.Context) error
+
+// Options are the parts of a Server that are not in the spec.
+type Options struct {
+	// Logger receives JSON logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives every metric; nil means a new registry.
+	Registry *prometheus.Registry
+	// Getenv reads secrets (session and JWT keys, the admin token); nil
+	// means os.Getenv.
+	Getenv func(string) string
+}
+
+// Server is one cell's HTTP server.
+type Server struct {
+	cfg      config.Config
+	echo     *echo.Echo
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	tenantMW []echo.MiddlewareFunc
+
+	mu     sync.Mutex
+	checks []namedCheck
+	ready  atomic.Bool // set once every check has passed once
+}
+
+type namedCheck struct {
+	name  string
+	check ReadinessCheck
+}
+
+// New builds a Server from the final config. Routes are added with Public
+// and Tenant before Run.
+func New(cfg config.Config, opts Options) (*Server, error) {
+	if cfg.Server.BodyLimitBytes <= 0 {
+		return nil, fmt.Errorf("server.body_limit_bytes: must be > 0, got %d", cfg.Server.BodyLimitBytes)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	s := &Server{cfg: cfg, log: opts.Logger, reg: opts.Registry}
+	if cfg.Tenancy.Enabled {
+		tc, err := TenancyConfig(cfg.Tenancy, opts.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		mw, err := tenancy.WithConfig(tc)
+		if err != nil {
+			return nil, fmt.Errorf("tenancy: %w", err)
+		}
+		s.tenantMW = append(s.tenantMW, mw)
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = jsonErrorHandler(opts.Logger)
+	e.Use(middleware.RequestID())
+	e.Use(recoverJSON(opts.Logger))
+	e.Use(middleware.BodyLimit(strconv.FormatInt(cfg.Server.BodyLimitBytes, 10) + "B"))
+	if d := cfg.Server.RequestTimeout.D(); d > 0 {
+		e.Use(requestDeadline(d))
+	}
+	e.GET(HealthPath, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET(ReadyPath, s.readyz)
+	e.GET(MetricsPath, echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry})))
+	s.echo = e
+	return s, nil
+}
+
+// Echo exposes the underlying Echo instance for app-level additions.
+func (s *Server) Echo() *echo.Echo { return s.echo }
+
+// Registry is the metrics registry every component registers into.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Logger is the server's structured logger.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
+// Public adds a route that skips tenancy and is never counted.
+func (s *Server) Public(method, path string, h echo.HandlerFunc) {
+	s.echo.Add(method, path, h)
+}
+
+// Tenant adds a route behind the tenant middleware chain.
+func (s *Server) Tenant(method, path string, h echo.HandlerFunc) {
+	s.echo.Add(method, path, h, s.tenantMW...)
+}
+
+// AddReadiness registers a check /readyz runs; the cell is ready when all
+// pass.
+func (s *Server) AddReadiness(name string, check ReadinessCheck) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.checks = append(s.checks, namedCheck{name, check})
+}
+
+// readyz runs every check with a short deadline so a hung database makes the
+// probe fail rather than hang.
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	checks := append([]namedCheck(nil), s.checks...)
+	s.mu.Unlock()
+	failed := map[string]string{}
+	for _, nc := range checks {
+		if err := nc.check(ctx); err != nil {
+			failed[nc.name] = err.Error()
+		}
+	}
+	if len(failed) > 0 {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed": failed})
+	}
+	s.ready.Store(true)
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// Run serves on the configured address until ctx is done, then drains
+// in-flight requests within server.shutdown_timeout.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Server.Address)
+	if err != nil {
+		return fmt.Errorf("server.address %q: %w", s.cfg.Server.Address, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve is Run on an existing listener (tests listen on port 0).
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: s.cfg.Server.ReadHeaderTimeout.D(),
+		ReadTimeout:       s.cfg.Server.ReadTimeout.D(),
+		WriteTimeout:      s.cfg.Server.WriteTimeout.D(),
+		IdleTimeout:       s.cfg.Server.IdleTimeout.D(),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	s.log.Info("listening", "address", ln.Addr().String(), "service", s.cfg.Service.Name)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down", "deadline", s.cfg.Server.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.Server.ShutdownTimeout.D())
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

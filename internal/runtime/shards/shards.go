@@ -1,0 +1,144 @@
+// Package shards owns a cell's PostgreSQL pools: the control database and
+// one pgxpool per shard, with the slot map that sends each tenant to its
+// shard (the same slot function the cell router uses), and the embedded
+// migrations applied to each.
+//
+// Concurrency: a Set is built once at boot and is then read-only; its pools
+// are safe for concurrent use. Close once, after the server has drained.
+package shards
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/slots"
+)
+
+// Shard is one shard database.
+type Shard struct {
+	// Name is the spec's shard name.
+	Name string
+	// Index is the shard's position in the spec.
+	Index int
+	// Pool is the shard's connection pool.
+	Pool *pgxpool.Pool
+	// DSN is the shard's connection string (from the environment).
+	DSN string
+}
+
+// Set is a cell's databases: control plus shards.
+type Set struct {
+	control    *pgxpool.Pool
+	controlDSN string
+	shards     []*Shard
+	slots      *slots.Map
+}
+
+// Getenv reads an environment variable; tests pass a map's lookup.
+type Getenv func(string) string
+
+// Open builds the slot map and one pool per database. Pools connect
+// lazily, so Open succeeds while a database is down; Ping says whether
+// they answer. An unset DSN variable is an error naming the variable.
+func Open(ctx context.Context, db config.Database, getenv Getenv) (*Set, error) {
+	owners := make([]slots.Owner, len(db.Shards))
+	for i, s := range db.Shards {
+		owners[i] = slots.Owner{Name: s.Name, Slots: s.Slots}
+	}
+	m, err := slots.Build(owners)
+	if err != nil {
+		return nil, fmt.Errorf("database.shards: %w", err)
+	}
+	set := &Set{slots: m}
+	set.controlDSN, set.control, err = open(ctx, "database.control", db.Control.DSNEnv, db.Control.MaxConns, getenv)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range db.Shards {
+		dsn, pool, err := open(ctx, fmt.Sprintf("database.shards[%d] (%s)", i, s.Name), s.DSNEnv, s.MaxConns, getenv)
+		if err != nil {
+			set.Close()
+			return nil, err
+		}
+		set.shards = append(set.shards, &Shard{Name: s.Name, Index: i, Pool: pool, DSN: dsn})
+	}
+	return set, nil
+}
+
+func open(ctx context.Context, what, env string, maxConns int, getenv Getenv) (string, *pgxpool.Pool, error) {
+	dsn := strings.TrimSpace(getenv(env))
+	if dsn == "" {
+		return "", nil, fmt.Errorf("%s: environment variable %s is not set; set it to a PostgreSQL URL (postgres://user@host:5432/db)", what, env)
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %s does not hold a valid PostgreSQL DSN: %w", what, env, err)
+	}
+	if maxConns > 0 {
+		pc.MaxConns = int32(maxConns)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return dsn, pool, nil
+}
+
+// Control is the control database's pool.
+func (s *Set) Control() *pgxpool.Pool { return s.control }
+
+// ControlDSN is the control database's connection string.
+func (s *Set) ControlDSN() string { return s.controlDSN }
+
+// Shards lists the shards in spec order.
+func (s *Set) Shards() []*Shard { return s.shards }
+
+// Slots is the shard slot map.
+func (s *Set) Slots() *slots.Map { return s.slots }
+
+// ErrNoTenant is returned when a shard is asked for without a tenant.
+var ErrNoTenant = errors.New("shards: no tenant in the request; shard access needs a tenant route")
+
+// ForTenant returns the tenant's shard and slot.
+func (s *Set) ForTenant(tenant string) (*Shard, int, error) {
+	slot, err := slots.Slot(tenant)
+	if err != nil {
+		return nil, 0, ErrNoTenant
+	}
+	return s.shards[s.slots.Owner(slot)], slot, nil
+}
+
+// Ping checks every database answers; the error names the ones that don't.
+func (s *Set) Ping(ctx context.Context) error {
+	var errs []error
+	if err := s.control.Ping(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("control: %w", err))
+	}
+	for _, sh := range s.shards {
+		if err := sh.Pool.Ping(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", sh.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes every pool.
+func (s *Set) Close() {
+	if s.control != nil {
+		s.control.Close()
+	}
+	for _, sh := range s.shards {
+		sh.Pool.Close()
+	}
+}
+
+// Tx runs fn in a transaction on the shard, committing when fn returns nil.
+func (sh *Shard) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, sh.Pool, fn)
+}

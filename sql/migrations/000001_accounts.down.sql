@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS orders;
+DROP TABLE IF EXISTS accounts;
