@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellgate/cellgate/internal/config"
@@ -36,7 +37,8 @@ type ReadinessCheck func(ctx context.Context) error
 type Options struct {
 	// Logger receives JSON logs; nil means slog.Default().
 	Logger *slog.Logger
-	// Registry receives every metric; nil means a new registry.
+	// Registry receives every metric; nil means a new registry holding the
+	// Go runtime and process collectors.
 	Registry *prometheus.Registry
 	// Getenv reads secrets (session and JWT keys, the admin token); nil
 	// means os.Getenv.
@@ -72,6 +74,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv

@@ -1,0 +1,212 @@
+package tenancy
+
+import (
+	"bytes"
+	"crypto/elliptic"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// maxToken bounds the work done on a bearer token before its signature is
+// checked. Real tenant tokens are well under 2 KiB.
+const maxToken = 8 << 10
+
+// minRSABits follows NIST SP 800-131A: RSA below 2048 bits is disallowed.
+const minRSABits = 2048
+
+type keyFamily uint8
+
+const (
+	familyHMAC keyFamily = iota + 1
+	familyRSA
+	familyECDSA
+)
+
+// jwtAlgs lists the allowed algorithm names, their family, and for HMAC the
+// minimum key size (RFC 7518 §3.2: at least the hash output) and for ECDSA
+// the curve the key must be on.
+var jwtAlgs = map[string]struct {
+	family  keyFamily
+	hmacKey int
+	curve   elliptic.Curve
+}{
+	"HS256": {family: familyHMAC, hmacKey: 32},
+	"HS384": {family: familyHMAC, hmacKey: 48},
+	"HS512": {family: familyHMAC, hmacKey: 64},
+	"RS256": {family: familyRSA},
+	"RS384": {family: familyRSA},
+	"RS512": {family: familyRSA},
+	"PS256": {family: familyRSA},
+	"PS384": {family: familyRSA},
+	"PS512": {family: familyRSA},
+	"ES256": {family: familyECDSA, curve: elliptic.P256()},
+	"ES384": {family: familyECDSA, curve: elliptic.P384()},
+	"ES512": {family: familyECDSA, curve: elliptic.P521()},
+}
+
+// initJWT parses the key once and builds one parser shared by all requests
+// (a jwt.Parser is read-only after construction).
+func (x *extractor) initJWT(c JWTConfig, now func() time.Time) error {
+	if len(c.Algorithms) == 0 {
+		return configErr("JWT.Algorithms", "required: list the allowed signing algorithms explicitly")
+	}
+	var family keyFamily
+	for _, alg := range c.Algorithms {
+		a, ok := jwtAlgs[alg]
+		if !ok {
+			return configErr("JWT.Algorithms", "%q is not supported (want HS256/384/512, RS256/384/512, PS256/384/512 or ES256/384/512)", alg)
+		}
+		if family != 0 && a.family != family {
+			// One key cannot serve two families; allowing both is also the
+			// precondition of the RS->HS key-confusion attack.
+			return configErr("JWT.Algorithms", "mixes HMAC, RSA and ECDSA algorithms; one key serves one family")
+		}
+		family = a.family
+	}
+	if len(c.Key) == 0 {
+		return configErr("JWT.Key", "required for source %q", SourceJWT)
+	}
+	var key any
+	switch family {
+	case familyHMAC:
+		if bytes.Contains(c.Key, []byte("-----BEGIN")) {
+			return configErr("JWT.Key", "looks like a PEM key; HMAC algorithms take a raw secret")
+		}
+		for _, alg := range c.Algorithms {
+			if n := jwtAlgs[alg].hmacKey; len(c.Key) < n {
+				return configErr("JWT.Key", "%s needs a key of at least %d bytes, got %d", alg, n, len(c.Key))
+			}
+		}
+		key = append([]byte(nil), c.Key...)
+	case familyRSA:
+		k, err := jwt.ParseRSAPublicKeyFromPEM(c.Key)
+		if err != nil {
+			return configErr("JWT.Key", "not a PEM RSA public key: %v", err)
+		}
+		if k.N.BitLen() < minRSABits {
+			return configErr("JWT.Key", "RSA key has %d bits, want at least %d", k.N.BitLen(), minRSABits)
+		}
+		key = k
+	case familyECDSA:
+		k, err := jwt.ParseECPublicKeyFromPEM(c.Key)
+		if err != nil {
+			return configErr("JWT.Key", "not a PEM ECDSA public key: %v", err)
+		}
+		for _, alg := range c.Algorithms {
+			if want := jwtAlgs[alg].curve; k.Curve != want {
+				return configErr("JWT.Key", "%s needs curve %s, key is on %s", alg, want.Params().Name, k.Curve.Params().Name)
+			}
+		}
+		key = k
+	}
+	if c.Leeway < 0 {
+		return configErr("JWT.Leeway", "must not be negative, got %s", c.Leeway)
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(append([]string(nil), c.Algorithms...)),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(c.Leeway),
+		jwt.WithTimeFunc(now),
+	}
+	if c.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(c.Issuer))
+	}
+	if c.Audience != "" {
+		opts = append(opts, jwt.WithAudience(c.Audience))
+	}
+	x.parser = jwt.NewParser(opts...)
+	x.claim = c.Claim
+	// WithValidMethods already refuses other algorithms; checking the method
+	// type again here means the key can never be handed to a verifier of
+	// another family, whatever the parser does.
+	x.keyFunc = func(t *jwt.Token) (any, error) {
+		var ok bool
+		switch family {
+		case familyHMAC:
+			_, ok = t.Method.(*jwt.SigningMethodHMAC)
+		case familyRSA:
+			switch t.Method.(type) {
+			case *jwt.SigningMethodRSA, *jwt.SigningMethodRSAPSS:
+				ok = true
+			}
+		case familyECDSA:
+			_, ok = t.Method.(*jwt.SigningMethodECDSA)
+		}
+		if !ok {
+			return nil, errWrongFamily
+		}
+		return key, nil
+	}
+	return nil
+}
+
+var errWrongFamily = errors.New("signing method does not match the configured key")
+
+func (x *extractor) fromJWT(r *http.Request) (string, *Error) {
+	vs := r.Header["Authorization"]
+	switch {
+	case len(vs) == 0:
+		return "", errAuthMissing
+	case len(vs) > 1:
+		return "", errAuthRepeated
+	}
+	token, ok := bearer(vs[0])
+	if !ok {
+		return "", errAuthNotBearer
+	}
+	if len(token) > maxToken {
+		return "", errTokenTooLong
+	}
+	claims := jwt.MapClaims{}
+	if _, err := x.parser.ParseWithClaims(token, claims, x.keyFunc); err != nil {
+		return "", &Error{Kind: KindUnauthenticated, Reason: jwtReason(err), Err: err, challenge: challengeInvalid}
+	}
+	id, ok := claims[x.claim].(string)
+	if !ok {
+		return "", errClaimNotString
+	}
+	if id == "" {
+		return "", errClaimEmpty
+	}
+	if e := validateID(id, x.maxLen); e != nil {
+		return "", e
+	}
+	return id, nil
+}
+
+// bearer returns the token of an "Authorization: Bearer <token>" value. The
+// scheme is case-insensitive (RFC 9110 §11.1).
+func bearer(v string) (string, bool) {
+	const scheme = "Bearer "
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return "", false
+	}
+	t := strings.TrimLeft(v[len(scheme):], " ")
+	if t == "" || strings.ContainsAny(t, " \t") {
+		return "", false
+	}
+	return t, true
+}
+
+// jwtReason maps a jwt error onto a short client-safe sentence; the full
+// error stays in Error.Err for logs.
+func jwtReason(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "token expired"
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return "token not valid yet"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "token lacks a required claim"
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer), errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return "token issuer or audience not accepted"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "token signature invalid or algorithm not allowed"
+	default:
+		return "token malformed or invalid"
+	}
+}
