@@ -1,0 +1,96 @@
+package shards
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/slots"
+	"github.com/cellgate/cellgate/internal/testpg"
+)
+
+func twoShards() config.Database {
+	return config.Database{
+		Control: config.ControlDB{Name: "control", DSNEnv: "CONTROL_DSN", MaxConns: 2},
+		Shards: []config.Shard{
+			{Name: "shard-0", DSNEnv: "S0_DSN", Slots: []string{"0-8191"}, MaxConns: 2},
+			{Name: "shard-1", DSNEnv: "S1_DSN", Slots: []string{"8192-16383"}, MaxConns: 2},
+		},
+	}
+}
+
+func TestOpenNamesUnsetVariable(t *testing.T) {
+	env := map[string]string{"CONTROL_DSN": "postgres://x@127.0.0.1:1/db"}
+	_, err := Open(context.Background(), twoShards(), func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "S0_DSN") || !strings.Contains(err.Error(), "shard-0") {
+		t.Fatalf("err = %v, want one naming S0_DSN and shard-0", err)
+	}
+}
+
+func TestOpenRejectsBadSlotMap(t *testing.T) {
+	db := twoShards()
+	db.Shards[1].Slots = []string{"8000-16383"}
+	_, err := Open(context.Background(), db, func(string) string { return "postgres://x@127.0.0.1:1/db" })
+	if err == nil || !strings.Contains(err.Error(), "database.shards") {
+		t.Fatalf("err = %v, want an overlap error naming database.shards", err)
+	}
+}
+
+func TestForTenantUsesTheSharedSlotFunction(t *testing.T) {
+	set, err := Open(context.Background(), twoShards(), func(string) string { return "postgres://x@127.0.0.1:1/db" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	// 123456789 → slot 12739 (shard-1); {user1}.following → 8106 (shard-0).
+	for key, want := range map[string]string{"123456789": "shard-1", "{user1}.following": "shard-0"} {
+		sh, slot, err := set.ForTenant(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := slots.Slot(key); s != slot || sh.Name != want {
+			t.Errorf("ForTenant(%q) = %s slot %d; want %s slot %d", key, sh.Name, slot, want, s)
+		}
+	}
+	if _, _, err := set.ForTenant(""); err != ErrNoTenant {
+		t.Fatalf("empty tenant: %v", err)
+	}
+}
+
+func TestMigrateAndPing(t *testing.T) {
+	ctx := context.Background()
+	env := map[string]string{
+		"CONTROL_DSN": testpg.CreateDB(t, "control"),
+		"S0_DSN":      testpg.CreateDB(t, "s0"),
+		"S1_DSN":      testpg.CreateDB(t, "s1"),
+	}
+	set, err := Open(ctx, twoShards(), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	if err := set.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // the second run must be a no-op
+		for _, sh := range set.Shards() {
+			if err := Migrate(ctx, sh.DSN); err != nil {
+				t.Fatalf("run %d: %v", i, err)
+			}
+		}
+	}
+	var n int
+	if err := set.Shards()[0].Pool.QueryRow(ctx, "SELECT count(*) FROM accounts").Scan(&n); err != nil {
+		t.Fatalf("accounts table missing after migrate: %v", err)
+	}
+	if err := Migrate(ctx, "host=localhost dbname=x"); err == nil {
+		t.Fatal("a key=value DSN must be refused with a clear error")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	if got := redact("postgres://u:secret@h/db"); strings.Contains(got, "secret") {
+		t.Fatalf("redact leaked the password: %s", got)
+	}
+}
