@@ -45,8 +45,16 @@ test:
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:
-	$(GO) test -run '^$$' -bench . -cpu=1,2 -benchmem -count=5 ./internal/admission | tee /tmp/cellgate-admission.bench | $(GO) run ./cmd/benchtable admission
-	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./internal/jobs/... ./internal/slots/ ./policy/
+	@mkdir -p bin
+	set -o pipefail; $(GO) test -run '^$$' -bench . -cpu=1,2 -benchmem -count=5 ./internal/admission | tee bin/admission.bench | $(GO) run ./cmd/benchtable admission
+	$(GO) test -run '^$$' -bench 'LocalThroughput' -benchtime 1000000x -benchmem -count=5 ./internal/jobs/local/
+	$(GO) test -run '^$$' -bench 'QuietTenantWait' -benchtime 20x ./internal/jobs/local/
+	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./internal/jobs/pgjobs/ ./internal/slots/ ./internal/cells/ ./policy/
+	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./tests/
+
+## cells: a router and two cells on loopback, each cell with its own databases
+cells:
+	scripts/cells.sh
 
 clean:
 	rm -rf bin

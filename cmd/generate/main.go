@@ -2,7 +2,8 @@
 //
 // Pipeline: load and validate schema/*.cue with CUE → evaluate policy/*.rego
 // over the exported config (deny stops, warn is printed) → render tmpl/ →
-// compile sql/queries with sqlc. With -check it changes nothing and exits 1
+// compile sql/queries with sqlc → per-cell deploy files and the router's
+// slot map (gen/deploy). With -check it changes nothing and exits 1
 // when gen/ differs from what it would write (the CI drift check).
 //
 // Usage:
@@ -24,6 +25,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/policy"
 	"github.com/cellgate/cellgate/schema"
@@ -101,6 +103,13 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	files, err := Render(Input{Config: cfg, JSON: string(raw)})
 	if err != nil {
 		return nil, res.Warn, err
+	}
+	deploy, err := cells.DeployFiles(cfg)
+	if err != nil {
+		return nil, res.Warn, fmt.Errorf("deploy output: %w", err)
+	}
+	for name, b := range deploy {
+		files[name] = b
 	}
 	if o.sqlc {
 		db, err := runSQLC(ctx, o.root)

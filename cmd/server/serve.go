@@ -18,7 +18,7 @@ import (
 
 // serve runs the cell until ctx is cancelled (SIGTERM), then drains.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	set, err := shards.Open(ctx, cfg.Database, os.Getenv)
+	set, err := shards.OpenCell(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func migrateSet(ctx context.Context, set *shards.Set) error {
 
 // migrateAll is the `migrate` subcommand.
 func migrateAll(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	set, err := shards.Open(ctx, cfg.Database, os.Getenv)
+	set, err := shards.OpenCell(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv)
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,8 @@ type Server struct {
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
 	// BodyLimitBytes caps a request body.
 	BodyLimitBytes int64 `json:"body_limit_bytes"`
+	// Cell names the cell this process serves; "" means the only cell.
+	Cell string `json:"cell"`
 	// AdminTokenEnv names the env var holding the /admin bearer token.
 	AdminTokenEnv string `json:"admin_token_env"`
 }

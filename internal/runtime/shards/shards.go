@@ -32,12 +32,14 @@ type Shard struct {
 	DSN string
 }
 
-// Set is a cell's databases: control plus shards.
+// Set is a cell's databases: control plus the shards the cell owns.
 type Set struct {
 	control    *pgxpool.Pool
 	controlDSN string
-	shards     []*Shard
+	shards     []*Shard // the cell's shards, in spec order
+	byIndex    []*Shard // spec index → shard; nil for another cell's shard
 	slots      *slots.Map
+	cell       string
 }
 
 // Getenv reads an environment variable; tests pass a map's lookup.
@@ -47,6 +49,15 @@ type Getenv func(string) string
 // lazily, so Open succeeds while a database is down; Ping says whether
 // they answer. An unset DSN variable is an error naming the variable.
 func Open(ctx context.Context, db config.Database, getenv Getenv) (*Set, error) {
+	return OpenCell(ctx, db, nil, "", getenv)
+}
+
+// OpenCell is Open for one cell of a multi-cell deployment: it opens only
+// the shards whose slots lie inside the named cell's slots (a cell owns
+// whole shards), so the other cells' DSN variables need not be set.
+// ForTenant then answers ErrOtherCell for a tenant of another cell. An
+// empty cell name opens every shard.
+func OpenCell(ctx context.Context, db config.Database, cells []config.Cell, cell string, getenv Getenv) (*Set, error) {
 	owners := make([]slots.Owner, len(db.Shards))
 	for i, s := range db.Shards {
 		owners[i] = slots.Owner{Name: s.Name, Slots: s.Slots}
@@ -55,18 +66,27 @@ func Open(ctx context.Context, db config.Database, getenv Getenv) (*Set, error) 
 	if err != nil {
 		return nil, fmt.Errorf("database.shards: %w", err)
 	}
-	set := &Set{slots: m}
+	inCell, err := cellShards(m, cells, cell)
+	if err != nil {
+		return nil, err
+	}
+	set := &Set{slots: m, cell: cell, byIndex: make([]*Shard, len(db.Shards))}
 	set.controlDSN, set.control, err = open(ctx, "database.control", db.Control.DSNEnv, db.Control.MaxConns, getenv)
 	if err != nil {
 		return nil, err
 	}
 	for i, s := range db.Shards {
+		if !inCell[i] {
+			continue
+		}
 		dsn, pool, err := open(ctx, fmt.Sprintf("database.shards[%d] (%s)", i, s.Name), s.DSNEnv, s.MaxConns, getenv)
 		if err != nil {
 			set.Close()
 			return nil, err
 		}
-		set.shards = append(set.shards, &Shard{Name: s.Name, Index: i, Pool: pool, DSN: dsn})
+		sh := &Shard{Name: s.Name, Index: i, Pool: pool, DSN: dsn}
+		set.shards = append(set.shards, sh)
+		set.byIndex[i] = sh
 	}
 	return set, nil
 }
@@ -105,13 +125,77 @@ func (s *Set) Slots() *slots.Map { return s.slots }
 // ErrNoTenant is returned when a shard is asked for without a tenant.
 var ErrNoTenant = errors.New("shards: no tenant in the request; shard access needs a tenant route")
 
+// ErrOtherCell is returned for a tenant whose slot another cell owns: the
+// router sent it to the wrong cell (or the slot map is being changed).
+var ErrOtherCell = errors.New("shards: the tenant's slot belongs to another cell")
+
 // ForTenant returns the tenant's shard and slot.
 func (s *Set) ForTenant(tenant string) (*Shard, int, error) {
 	slot, err := slots.Slot(tenant)
 	if err != nil {
 		return nil, 0, ErrNoTenant
 	}
-	return s.shards[s.slots.Owner(slot)], slot, nil
+	sh := s.byIndex[s.slots.Owner(slot)]
+	if sh == nil {
+		return nil, slot, ErrOtherCell
+	}
+	return sh, slot, nil
+}
+
+// Cell is the cell this set serves ("" for the only cell).
+func (s *Set) Cell() string { return s.cell }
+
+// cellShards marks the shards inside the named cell. A shard that straddles
+// the cell's boundary is an error: a cell owns whole shards.
+func cellShards(m *slots.Map, cells []config.Cell, cell string) ([]bool, error) {
+	in := make([]bool, m.Len())
+	if cell == "" {
+		for i := range in {
+			in[i] = true
+		}
+		return in, nil
+	}
+	owners := make([]slots.Owner, len(cells))
+	for i, c := range cells {
+		owners[i] = slots.Owner{Name: c.Name, Slots: c.Slots}
+	}
+	cm, err := slots.Build(owners)
+	if err != nil {
+		return nil, fmt.Errorf("cells: %w", err)
+	}
+	ci := -1
+	for i := 0; i < cm.Len(); i++ {
+		if cm.Name(i) == cell {
+			ci = i
+		}
+	}
+	if ci < 0 {
+		return nil, fmt.Errorf("server.cell: %q is not one of the spec's cells", cell)
+	}
+	for i := 0; i < m.Len(); i++ {
+		inside, outside := false, false
+		for _, r := range m.Ranges(i) {
+			for _, slot := range []int{r.Lo, r.Hi} {
+				if cm.Owner(slot) == ci {
+					inside = true
+				} else {
+					outside = true
+				}
+			}
+			// A range is inside the cell only if every slot is; checking the
+			// cell's boundaries inside the range catches a split in the middle.
+			for _, cr := range cm.Ranges(ci) {
+				if (cr.Lo > r.Lo && cr.Lo <= r.Hi) || (cr.Hi >= r.Lo && cr.Hi < r.Hi) {
+					outside = true
+				}
+			}
+		}
+		if inside && outside {
+			return nil, fmt.Errorf("database.shards[%d] (%s): its slots straddle cell %q's boundary; a cell must own whole shards", i, m.Name(i), cell)
+		}
+		in[i] = inside
+	}
+	return in, nil
 }
 
 // Ping checks every database answers; the error names the ones that don't.

@@ -94,3 +94,29 @@ func TestRedact(t *testing.T) {
 		t.Fatalf("redact leaked the password: %s", got)
 	}
 }
+
+func TestOpenCellOpensOnlyItsShards(t *testing.T) {
+	cells := []config.Cell{{Name: "cell-1", Slots: []string{"0-8191"}}, {Name: "cell-2", Slots: []string{"8192-16383"}}}
+	env := map[string]string{"CONTROL_DSN": "postgres://x@127.0.0.1:1/db", "S1_DSN": "postgres://x@127.0.0.1:1/db"}
+	set, err := OpenCell(context.Background(), twoShards(), cells, "cell-2", func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err) // S0_DSN is unset, so opening shard-0 would have failed
+	}
+	defer set.Close()
+	if len(set.Shards()) != 1 || set.Shards()[0].Name != "shard-1" {
+		t.Fatalf("cell-2 opened %d shards", len(set.Shards()))
+	}
+	if _, _, err := set.ForTenant("123456789"); err != nil { // slot 12739
+		t.Fatalf("own tenant: %v", err)
+	}
+	if _, _, err := set.ForTenant("{user1}.following"); err != ErrOtherCell { // slot 8106
+		t.Fatalf("other cell's tenant: %v", err)
+	}
+	bad := []config.Cell{{Name: "cell-1", Slots: []string{"0-4000"}}, {Name: "cell-2", Slots: []string{"4001-16383"}}}
+	if _, err := OpenCell(context.Background(), twoShards(), bad, "cell-1", func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "straddle") {
+		t.Fatalf("straddling shard: %v", err)
+	}
+	if _, err := OpenCell(context.Background(), twoShards(), cells, "cell-9", func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "server.cell") {
+		t.Fatalf("unknown cell: %v", err)
+	}
+}

@@ -1,0 +1,89 @@
+// Command router runs the cell router: a stateless reverse proxy that sends
+// each tenant's requests to its cell (see internal/cells and docs/cells.md).
+//
+//	router [-config cell.json] [-addr :8090] [-slotmap deploy/slotmap.json] [flags]
+//
+// The router loads the same config as the cells (the spec's generated
+// defaults + the optional JSON file from -config or $CELLGATE_CONFIG + the
+// environment for tenancy keys), so it extracts tenants exactly as they
+// do. Without -slotmap it routes with the spec's cells and never reloads.
+// Run as many copies as you like behind a load balancer.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/runtime"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := run(ctx, os.Args[1:], log); err != nil {
+		log.Error("exit", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, log *slog.Logger) error {
+	d := cells.DefaultProxyConfig
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "JSON config file applied over the spec's defaults (the cells' file works)")
+	addr := fs.String("addr", envOr("CELLGATE_ROUTER_ADDRESS", ":8090"), "listen address ($CELLGATE_ROUTER_ADDRESS)")
+	slotMap := fs.String("slotmap", os.Getenv("CELLGATE_SLOTMAP"), "slot map file, reloaded on change ($CELLGATE_SLOTMAP); empty: the spec's cells")
+	reload := fs.Duration("reload", time.Second, "how often the slot map file is checked for changes")
+	hInterval := fs.Duration("health-interval", d.HealthInterval, "time between health checks of a cell")
+	hTimeout := fs.Duration("health-timeout", d.HealthTimeout, "timeout of one health check")
+	failAfter := fs.Int("fail-after", d.FailAfter, "consecutive failed checks or transport errors that mark a cell down")
+	maxInFlight := fs.Int("max-in-flight", d.MaxInFlightPerCell, "requests in flight per cell before 503 (-1: no cap)")
+	headerTimeout := fs.Duration("response-header-timeout", d.ResponseHeaderTimeout, "longest wait for a cell's response head")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	cfg, err := config.Overlay(spec.Config(), *path)
+	if err != nil {
+		return err
+	}
+	warns, err := runtime.CheckConfig(ctx, cfg)
+	for _, w := range warns {
+		log.Warn("config", "policy", w)
+	}
+	if err != nil {
+		return errors.New(err.Error())
+	}
+	return cells.RunRouter(ctx, cfg, cells.RouterOptions{
+		Address:        *addr,
+		SlotMapFile:    *slotMap,
+		ReloadInterval: *reload,
+		Logger:         log,
+		Proxy: cells.ProxyConfig{
+			HealthInterval:        *hInterval,
+			HealthTimeout:         *hTimeout,
+			FailAfter:             *failAfter,
+			MaxInFlightPerCell:    *maxInFlight,
+			ResponseHeaderTimeout: *headerTimeout,
+		},
+	})
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

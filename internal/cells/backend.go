@@ -1,0 +1,303 @@
+package cells
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// backend is one cell as the proxy sees it: its reverse proxy, its health
+// and its counters. The request path touches only atomics.
+type backend struct {
+	p         *Proxy
+	name      string
+	url       string
+	target    *url.URL
+	nameValue []string // the cell header's value, shared read-only
+	transport *http.Transport
+	proxy     *httputil.ReverseProxy
+	health    *http.Client
+	log       *slog.Logger
+
+	bodyDown, bodyBusy, bodyFrozen []byte
+
+	up       atomic.Bool
+	inflight atomic.Int64
+	// passiveFails counts consecutive transport errors; any response
+	// resets it.
+	passiveFails atomic.Int32
+
+	codes                                [5]atomic.Uint64 // 1xx..5xx
+	rejectDown, rejectBusy, rejectFrozen atomic.Uint64
+	errDial, errTimeout, errOther        atomic.Uint64
+	ejectActive, ejectPassive            atomic.Uint64
+
+	mu          sync.Mutex // guards activeFails and the up/down transition
+	activeFails int
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+func newBackend(p *Proxy, c CellSpec, target *url.URL) *backend {
+	cfg := p.cfg
+	b := &backend{
+		p:         p,
+		name:      c.Name,
+		url:       c.URL,
+		target:    target,
+		nameValue: []string{c.Name}[:1:1],
+		log:       cfg.Logger.With("cell", c.Name),
+	}
+	b.up.Store(true) // optimistic until the first check says otherwise
+	b.bodyDown = []byte(`{"error":"cell ` + c.Name + ` is unavailable","code":"cell_unavailable"}` + "\n")
+	b.bodyBusy = []byte(`{"error":"cell ` + c.Name + ` is at its concurrency limit","code":"cell_busy"}` + "\n")
+	b.bodyFrozen = []byte(`{"error":"tenant is moving to another cell","code":"cell_moving"}` + "\n")
+	b.transport = &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerCell,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		TLSHandshakeTimeout:   cfg.DialTimeout,
+		ExpectContinueTimeout: time.Second,
+		// Bodies pass through as the cell sent them; HTTP/1.1 keeps
+		// upgrades (WebSocket) working end to end.
+		DisableCompression: true,
+	}
+	b.proxy = &httputil.ReverseProxy{
+		Rewrite:        b.rewrite,
+		Transport:      b.transport,
+		FlushInterval:  -1, // flush every write: SSE and streams are never held back
+		ModifyResponse: b.onResponse,
+		ErrorHandler:   b.onError,
+		ErrorLog:       slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
+		BufferPool:     copyBuffers,
+	}
+	b.health = &http.Client{Transport: b.transport, Timeout: cfg.HealthTimeout}
+	return b
+}
+
+// copyBuffers recycles ReverseProxy's body copy buffers, which it would
+// otherwise allocate (32 KiB) for every response.
+var copyBuffers = &bufferPool{sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+
+type bufferPool struct{ p sync.Pool }
+
+func (bp *bufferPool) Get() []byte  { return *bp.p.Get().(*[]byte) }
+func (bp *bufferPool) Put(b []byte) { bp.p.Put(&b) }
+
+func (b *backend) key() string { return b.name + "\x00" + b.url }
+
+// rewrite points the outgoing request at the cell. The Host header is kept:
+// with tenancy.source = "subdomain" the cell reads the tenant from it.
+// X-Forwarded-For keeps an incoming chain and appends the client.
+func (b *backend) rewrite(pr *httputil.ProxyRequest) {
+	prior := pr.In.Header["X-Forwarded-For"]
+	pr.SetURL(b.target)
+	pr.Out.Host = pr.In.Host
+	pr.SetXForwarded()
+	if len(prior) > 0 {
+		if ip := pr.Out.Header["X-Forwarded-For"]; len(ip) == 1 {
+			pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip[0]}
+		}
+	}
+}
+
+// onResponse counts the cell's answer. Any answer, even a 5xx, proves the
+// cell is reachable: a cell's 500 or a tenant bulkhead's 503 is about one
+// request or one tenant, not the cell, so it never ejects.
+func (b *backend) onResponse(resp *http.Response) error {
+	b.count(resp.StatusCode)
+	if b.passiveFails.Load() != 0 {
+		b.passiveFails.Store(0)
+	}
+	return nil
+}
+
+// onError handles a transport error. A failed connection attempt means the
+// request never reached the cell: the cell is marked down at once and the
+// client gets the same 503 + Retry-After as every later request until the
+// cell is back. Other errors (reset, timeout) answer 502/504 and eject the
+// cell after FailAfter in a row.
+func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		// The client went away; nothing to say about the cell. 499 is the
+		// de facto "client closed request" code, for the counters.
+		b.count(499)
+		w.WriteHeader(499)
+		return
+	}
+	var op *net.OpError
+	var ne net.Error
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		b.errDial.Add(1)
+		b.eject(false, err)
+		b.count(http.StatusServiceUnavailable)
+		setRequestID(w, r)
+		b.writeRefusal(w, r, b.p.retryAfter, b.bodyDown)
+		return
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		b.errTimeout.Add(1)
+		b.count(http.StatusGatewayTimeout)
+		b.failedRequest(err)
+		setRequestID(w, r)
+		b.writeError(w, http.StatusGatewayTimeout, `{"error":"cell `+b.name+` did not answer in time","code":"cell_timeout"}`)
+	default:
+		b.errOther.Add(1)
+		b.count(http.StatusBadGateway)
+		b.failedRequest(err)
+		setRequestID(w, r)
+		b.writeError(w, http.StatusBadGateway, `{"error":"cell `+b.name+` failed to answer","code":"cell_error"}`)
+	}
+}
+
+func (b *backend) writeError(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, body+"\n")
+}
+
+// failedRequest counts a transport error that is not a refused connection.
+func (b *backend) failedRequest(err error) {
+	if n := b.passiveFails.Add(1); int(n) >= b.p.cfg.FailAfter {
+		b.eject(false, err)
+	} else {
+		b.log.Warn("request to cell failed", "error", err.Error())
+	}
+}
+
+// refuse answers a request the router does not forward, with 503.
+func (b *backend) refuse(w http.ResponseWriter, r *http.Request, retryAfter []string, body []byte) {
+	b.count(http.StatusServiceUnavailable)
+	setRequestID(w, r)
+	w.Header()[b.p.cellHeader] = b.nameValue
+	b.writeRefusal(w, r, retryAfter, body)
+}
+
+func (b *backend) writeRefusal(w http.ResponseWriter, _ *http.Request, retryAfter []string, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Retry-After"] = retryAfter
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(body)
+}
+
+func (b *backend) count(code int) {
+	i := code/100 - 1
+	if i < 0 || i > 4 {
+		i = 4
+	}
+	b.codes[i].Add(1)
+}
+
+// eject marks the cell down (active: by a health check).
+func (b *backend) eject(active bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.up.Load() {
+		return
+	}
+	b.up.Store(false)
+	b.passiveFails.Store(0)
+	// Pooled connections to a dead cell are dead too; dropping them now
+	// keeps the first requests after its return from failing on them.
+	b.transport.CloseIdleConnections()
+	cause := "passive"
+	if active {
+		b.ejectActive.Add(1)
+		cause = "active"
+	} else {
+		b.ejectPassive.Add(1)
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	b.log.Warn("cell down; its tenants get 503 until a health check passes", "cause", cause, "error", msg)
+}
+
+// check runs one active health check and applies its result.
+func (b *backend) check(ctx context.Context) {
+	err := b.probe(ctx)
+	if ctx.Err() != nil {
+		return // shutting down or removed: say nothing about the cell
+	}
+	b.mu.Lock()
+	if err == nil {
+		b.activeFails = 0
+		if !b.up.Load() {
+			b.passiveFails.Store(0)
+			b.up.Store(true)
+			b.log.Info("cell up")
+		}
+		b.mu.Unlock()
+		return
+	}
+	b.activeFails++
+	var op *net.OpError
+	down := b.activeFails >= b.p.cfg.FailAfter || (errors.As(err, &op) && op.Op == "dial")
+	b.mu.Unlock()
+	if down {
+		b.eject(true, err)
+	}
+}
+
+func (b *backend) probe(ctx context.Context) error {
+	u := *b.target
+	u.Path = strings.TrimSuffix(u.Path, "/") + b.p.cfg.HealthPath
+	u.RawPath = ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.health.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return errors.New(b.p.cfg.HealthPath + " answered " + strconv.Itoa(resp.StatusCode))
+	}
+	return nil
+}
+
+// start runs the health loop: a check now, then one per interval.
+func (b *backend) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	b.cancel, b.done = cancel, make(chan struct{})
+	go func() {
+		defer close(b.done)
+		t := time.NewTicker(b.p.cfg.HealthInterval)
+		defer t.Stop()
+		for {
+			b.check(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// stop ends the health loop and drops idle connections; requests in
+// flight finish on their own connections.
+func (b *backend) stop() {
+	if b.cancel != nil {
+		b.cancel()
+		<-b.done
+	}
+	b.transport.CloseIdleConnections()
+}

@@ -1,0 +1,408 @@
+package cells
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellgate/cellgate/internal/runtime/tenancy"
+)
+
+// ProxyConfig configures a Proxy. Zero fields take their value from
+// DefaultProxyConfig, the one place defaults live.
+type ProxyConfig struct {
+	// HealthPath is the path of each cell's readiness probe; a 2xx answer
+	// means the cell can serve. Default: /readyz.
+	HealthPath string
+	// HealthInterval is the time between two active checks of a cell, and
+	// so the longest a dead cell's tenants wait for 503s when no request
+	// notices first. Default: 1s.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one check. Default: 1s.
+	HealthTimeout time.Duration
+	// FailAfter is how many consecutive failed checks, or consecutive
+	// transport errors on requests, mark a cell down. A refused or timed
+	// out connection attempt marks it down at once: nothing can be served
+	// there. A down cell comes back with its next passing check. Default: 2.
+	FailAfter int
+	// DialTimeout bounds connecting to a cell. Default: 2s.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a cell's response head
+	// (not the body, so streams are unaffected); past it the client gets
+	// 504. Keep it above the cells' request timeout. Default: 60s.
+	ResponseHeaderTimeout time.Duration
+	// MaxInFlightPerCell caps the requests the router has in flight to one
+	// cell; a request over it gets 503 with Retry-After: 1, so a slow cell
+	// cannot take every connection and goroutine of the router. A stream
+	// or WebSocket counts for its whole life. -1 means no cap.
+	// Default: 1024.
+	MaxInFlightPerCell int
+	// MaxIdleConnsPerCell is the keep-alive pool size per cell. Default:
+	// 256.
+	MaxIdleConnsPerCell int
+	// CellHeader is the response header naming the cell that served (or
+	// refused) the request. Default: X-Cellgate-Cell.
+	CellHeader string
+	// Logger receives state changes (a cell going down or up) and upstream
+	// errors. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultProxyConfig holds every default of ProxyConfig.
+var DefaultProxyConfig = ProxyConfig{
+	HealthPath:            "/readyz",
+	HealthInterval:        time.Second,
+	HealthTimeout:         time.Second,
+	FailAfter:             2,
+	DialTimeout:           2 * time.Second,
+	ResponseHeaderTimeout: 60 * time.Second,
+	MaxInFlightPerCell:    1024,
+	MaxIdleConnsPerCell:   256,
+	CellHeader:            "X-Cellgate-Cell",
+}
+
+func (c ProxyConfig) withDefaults() ProxyConfig {
+	d := DefaultProxyConfig
+	if c.HealthPath == "" {
+		c.HealthPath = d.HealthPath
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = d.HealthInterval
+	}
+	if c.HealthTimeout == 0 {
+		c.HealthTimeout = d.HealthTimeout
+	}
+	if c.FailAfter == 0 {
+		c.FailAfter = d.FailAfter
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = d.DialTimeout
+	}
+	if c.ResponseHeaderTimeout == 0 {
+		c.ResponseHeaderTimeout = d.ResponseHeaderTimeout
+	}
+	if c.MaxInFlightPerCell == 0 {
+		c.MaxInFlightPerCell = d.MaxInFlightPerCell
+	}
+	if c.MaxIdleConnsPerCell == 0 {
+		c.MaxIdleConnsPerCell = d.MaxIdleConnsPerCell
+	}
+	if c.CellHeader == "" {
+		c.CellHeader = d.CellHeader
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c ProxyConfig) validate() error {
+	switch {
+	case c.HealthPath[0] != '/':
+		return fmt.Errorf("cells: ProxyConfig.HealthPath %q must start with /", c.HealthPath)
+	case c.HealthInterval < 0:
+		return fmt.Errorf("cells: ProxyConfig.HealthInterval must be > 0, got %s", c.HealthInterval)
+	case c.HealthTimeout < 0:
+		return fmt.Errorf("cells: ProxyConfig.HealthTimeout must be > 0, got %s", c.HealthTimeout)
+	case c.FailAfter < 1:
+		return fmt.Errorf("cells: ProxyConfig.FailAfter must be >= 1, got %d", c.FailAfter)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("cells: ProxyConfig.DialTimeout must be > 0, got %s", c.DialTimeout)
+	case c.ResponseHeaderTimeout < 0:
+		return fmt.Errorf("cells: ProxyConfig.ResponseHeaderTimeout must be > 0, got %s", c.ResponseHeaderTimeout)
+	case c.MaxInFlightPerCell < -1:
+		return fmt.Errorf("cells: ProxyConfig.MaxInFlightPerCell must be -1 (no cap) or > 0, got %d", c.MaxInFlightPerCell)
+	case c.MaxIdleConnsPerCell < 0:
+		return fmt.Errorf("cells: ProxyConfig.MaxIdleConnsPerCell must be > 0, got %d", c.MaxIdleConnsPerCell)
+	}
+	if _, err := textprotoKey(c.CellHeader); err != nil {
+		return fmt.Errorf("cells: ProxyConfig.CellHeader: %w", err)
+	}
+	return nil
+}
+
+// Proxy is the cell router's request path: an http.Handler that sends
+// each request to its tenant's cell. See the package doc for what it
+// guarantees.
+//
+// A request whose tenant can be extracted goes to the tenant's cell. A
+// request without one (a public route, or a missing or bad tenant) goes to
+// any cell that is up, round-robin: the cells are identical, so that cell
+// answers exactly as the tenant's own would (serving the public route, or
+// refusing with the cells' own 400/401), and the router needs no copy of
+// the route table.
+type Proxy struct {
+	cfg        ProxyConfig
+	x          tenancy.Extractor // nil: tenancy disabled, one cell only
+	cellHeader string            // canonical form of cfg.CellHeader
+	retryAfter []string          // Retry-After for a down cell
+	m          *proxyMetrics
+
+	table atomic.Pointer[table]
+
+	mu      sync.Mutex // guards the fields below; never taken per request
+	ctx     context.Context
+	started bool
+	closed  bool
+}
+
+// table is one slot map with its backends, swapped as a whole.
+type table struct {
+	r        *CellRouter
+	backends []*backend // index = cell index in r
+	rr       atomic.Uint32
+}
+
+// NewProxy builds a Proxy for router's cells. x extracts tenants exactly
+// as the cells do (build it with tenancy.NewExtractor from
+// runtime.TenancyConfig); nil means tenancy is off, which is only allowed
+// with one cell. Metrics are registered in reg. Call Start to begin health
+// checks and Close when done.
+func NewProxy(cfg ProxyConfig, x tenancy.Extractor, router *CellRouter, reg prometheus.Registerer) (*Proxy, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		return nil, errors.New("cells: NewProxy needs a prometheus registry")
+	}
+	hdr, _ := textprotoKey(cfg.CellHeader)
+	secs := int(math.Ceil(cfg.HealthInterval.Seconds()))
+	p := &Proxy{
+		cfg:        cfg,
+		x:          x,
+		cellHeader: hdr,
+		retryAfter: []string{strconv.Itoa(max(1, secs))},
+		ctx:        context.Background(),
+	}
+	p.m = newProxyMetrics(p)
+	if err := reg.Register(p.m); err != nil {
+		return nil, fmt.Errorf("cells: register metrics: %w", err)
+	}
+	if err := p.SetRouter(router); err != nil {
+		reg.Unregister(p.m)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Router returns the slot map in use.
+func (p *Proxy) Router() *CellRouter { return p.table.Load().r }
+
+// SetRouter swaps in a new slot map. Cells whose name and URL are
+// unchanged keep their backend (health, connections, counters); others get
+// a new one, and removed cells are stopped. Requests in flight finish on
+// the map they started with.
+func (p *Proxy) SetRouter(r *CellRouter) error {
+	if r == nil {
+		return errors.New("cells: SetRouter(nil)")
+	}
+	if p.x == nil && r.Len() > 1 {
+		return fmt.Errorf("cells: tenancy is disabled, so the router cannot place tenants on %d cells; enable tenancy or run one cell", r.Len())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("cells: proxy is closed")
+	}
+	old := p.table.Load()
+	keep := map[string]*backend{}
+	if old != nil {
+		for _, b := range old.backends {
+			keep[b.key()] = b
+		}
+	}
+	t := &table{r: r, backends: make([]*backend, r.Len())}
+	for i, c := range r.cells {
+		k := c.Name + "\x00" + c.URL
+		if b, ok := keep[k]; ok {
+			t.backends[i] = b
+			delete(keep, k)
+			continue
+		}
+		b := newBackend(p, c, r.urls[i])
+		t.backends[i] = b
+		if p.started {
+			b.start(p.ctx)
+		}
+	}
+	p.table.Store(t)
+	for _, b := range keep {
+		b.stop()
+	}
+	return nil
+}
+
+// Start runs one health check of every cell now, then keeps checking each
+// cell every HealthInterval until ctx ends or Close is called.
+func (p *Proxy) Start(ctx context.Context) {
+	p.mu.Lock()
+	if p.started || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.started, p.ctx = true, ctx
+	bs := p.table.Load().backends
+	for _, b := range bs {
+		b.start(ctx)
+	}
+	p.mu.Unlock()
+}
+
+// CheckNow runs one health check of every cell concurrently and waits for
+// them: for startup and for tests that drive time themselves.
+func (p *Proxy) CheckNow(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, b := range p.table.Load().backends {
+		wg.Go(func() { b.check(ctx) })
+	}
+	wg.Wait()
+}
+
+// Close stops the health checks and closes idle upstream connections.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	for _, b := range p.table.Load().backends {
+		b.stop()
+	}
+}
+
+// CellUp reports whether the named cell is currently considered up.
+func (p *Proxy) CellUp(name string) bool {
+	t := p.table.Load()
+	if i := t.r.Index(name); i >= 0 {
+		return t.backends[i].up.Load()
+	}
+	return false
+}
+
+// Shared header values: set by reference, never modified.
+var (
+	jsonContentType = []string{"application/json"}
+	retryOne        = []string{"1"}
+)
+
+const requestIDHeader = "X-Request-Id" // canonical form of X-Request-ID
+
+// ServeHTTP routes one request. The request path takes no lock: one
+// atomic load of the map, a slot lookup, and atomic counters.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := p.table.Load()
+	var b *backend
+	if p.x != nil {
+		if tenant, err := p.x.Extract(r); err == nil {
+			slot := mustSlot(tenant)
+			b = t.backends[t.r.m.Owner(slot)]
+			if t.r.frozen != nil && t.r.frozen.has(slot) {
+				b.rejectFrozen.Add(1)
+				b.refuse(w, r, retryOne, b.bodyFrozen)
+				return
+			}
+		}
+	}
+	if b == nil {
+		if b = t.pickUp(); b == nil {
+			p.m.noCell.Add(1)
+			setRequestID(w, r)
+			h := w.Header()
+			h["Content-Type"] = jsonContentType
+			h["Retry-After"] = p.retryAfter
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write(bodyNoCell)
+			return
+		}
+	}
+	if !b.up.Load() {
+		b.rejectDown.Add(1)
+		b.refuse(w, r, p.retryAfter, b.bodyDown)
+		return
+	}
+	n := b.inflight.Add(1)
+	defer b.inflight.Add(-1) // also runs when the proxy aborts a stream with a panic
+	if limit := p.cfg.MaxInFlightPerCell; limit > 0 && n > int64(limit) {
+		b.rejectBusy.Add(1)
+		b.refuse(w, r, retryOne, b.bodyBusy)
+		return
+	}
+	if len(r.Header[requestIDHeader]) == 0 || r.Header[requestIDHeader][0] == "" {
+		r.Header[requestIDHeader] = []string{newRequestID()}
+	}
+	w.Header()[p.cellHeader] = b.nameValue
+	b.proxy.ServeHTTP(w, r)
+}
+
+// pickUp returns the next cell that is up, round-robin, or nil.
+func (t *table) pickUp() *backend {
+	n := uint32(len(t.backends))
+	start := t.rr.Add(1)
+	for i := range n {
+		if b := t.backends[(start+i)%n]; b.up.Load() {
+			return b
+		}
+	}
+	return nil
+}
+
+var bodyNoCell = []byte(`{"error":"no cell is available","code":"no_cell"}` + "\n")
+
+// setRequestID makes sure a response the router writes itself carries the
+// request id the cell would have echoed.
+func setRequestID(w http.ResponseWriter, r *http.Request) {
+	id := r.Header[requestIDHeader]
+	if len(id) == 0 || id[0] == "" {
+		id = []string{newRequestID()}
+	}
+	w.Header()[requestIDHeader] = id
+}
+
+// Request ids are a random per-process prefix and a counter: unique across
+// router copies without a random read per request.
+var (
+	ridPrefix = func() string {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+	ridSeq atomic.Uint64
+)
+
+func newRequestID() string {
+	var buf [32]byte
+	n := copy(buf[:], ridPrefix)
+	buf[n] = '-'
+	return string(strconv.AppendUint(buf[:n+1], ridSeq.Add(1), 36))
+}
+
+// textprotoKey canonicalizes a header name after checking it is a token.
+func textprotoKey(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("empty header name")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c <= ' ' || c >= 0x7f || c == ':' || c == '"' || c == '(' || c == ')' || c == ',' ||
+			c == '/' || c == ';' || c == '<' || c == '=' || c == '>' || c == '?' || c == '@' ||
+			c == '[' || c == '\\' || c == ']' || c == '{' || c == '}' {
+			return "", fmt.Errorf("%q is not a valid header name", name)
+		}
+	}
+	return http.CanonicalHeaderKey(name), nil
+}
+
+var _ http.Handler = (*Proxy)(nil)

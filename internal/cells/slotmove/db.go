@@ -1,0 +1,475 @@
+package slotmove
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cellgate/cellgate/internal/slots"
+)
+
+// mover holds the open connections of one move.
+type mover struct {
+	cfg    Config
+	log    *slog.Logger
+	source []*shardConn // by source shard index
+	target []*shardConn
+	srcMap *slots.Map
+	dstMap *slots.Map
+	segs   []segment
+	tables []tableInfo
+}
+
+type shardConn struct {
+	name string
+	conn *pgx.Conn
+}
+
+// segment is a run of slots with one source shard and one target shard,
+// at most ChunkSlots long: the unit of copy, verify and delete.
+type segment struct {
+	rg       slots.Range
+	src, dst int
+}
+
+// tableInfo is what the SQL needs of a table.
+type tableInfo struct {
+	name     string
+	ident    string   // quoted name
+	cols     []string // quoted column names, in order; generated columns left out
+	identity []string // identity column names (unquoted)
+	list     string   // cols joined
+}
+
+// sessionParams make row text (the checksum input) identical on both
+// sides whatever the servers' defaults.
+var sessionParams = map[string]string{
+	"timezone":           "UTC",
+	"datestyle":          "ISO, MDY",
+	"intervalstyle":      "postgres",
+	"extra_float_digits": "3",
+	"bytea_output":       "hex",
+	"application_name":   "cellgate-slotmove",
+}
+
+func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
+	mv := &mover{cfg: cfg, log: log}
+	var err error
+	if mv.srcMap, err = shardMap(cfg.Source); err != nil {
+		return nil, fmt.Errorf("slotmove: source cell %s: %w", cfg.From, err)
+	}
+	if mv.dstMap, err = shardMap(cfg.Target); err != nil {
+		return nil, fmt.Errorf("slotmove: target cell %s: %w", cfg.To, err)
+	}
+	for _, s := range cfg.Source {
+		for _, d := range cfg.Target {
+			if s.DSN == d.DSN {
+				return nil, fmt.Errorf("slotmove: source shard %s and target shard %s are the same database", s.Name, d.Name)
+			}
+		}
+	}
+	for s := cfg.Range.Lo; s <= cfg.Range.Hi; {
+		seg := segment{rg: slots.Range{Lo: s, Hi: s}, src: mv.srcMap.Owner(s), dst: mv.dstMap.Owner(s)}
+		for seg.rg.Hi < cfg.Range.Hi && seg.rg.Len() < cfg.ChunkSlots &&
+			mv.srcMap.Owner(seg.rg.Hi+1) == seg.src && mv.dstMap.Owner(seg.rg.Hi+1) == seg.dst {
+			seg.rg.Hi++
+		}
+		mv.segs = append(mv.segs, seg)
+		s = seg.rg.Hi + 1
+	}
+	connect := func(shards []Shard) ([]*shardConn, error) {
+		out := make([]*shardConn, len(shards))
+		for i, s := range shards {
+			pc, err := pgx.ParseConfig(s.DSN)
+			if err != nil {
+				return out, fmt.Errorf("slotmove: shard %s: %w", s.Name, err)
+			}
+			for k, v := range sessionParams {
+				pc.RuntimeParams[k] = v
+			}
+			c, err := pgx.ConnectConfig(ctx, pc)
+			if err != nil {
+				return out, fmt.Errorf("slotmove: shard %s: %w", s.Name, err)
+			}
+			out[i] = &shardConn{name: s.Name, conn: c}
+		}
+		return out, nil
+	}
+	if mv.source, err = connect(cfg.Source); err != nil {
+		mv.close()
+		return nil, err
+	}
+	if mv.target, err = connect(cfg.Target); err != nil {
+		mv.close()
+		return nil, err
+	}
+	for _, t := range cfg.Tables {
+		ti, err := describe(ctx, mv.source[0].conn, t)
+		if err != nil {
+			mv.close()
+			return nil, err
+		}
+		for _, sc := range append(append([]*shardConn(nil), mv.source...), mv.target...) {
+			other, err := describe(ctx, sc.conn, t)
+			if err == nil && other.list != ti.list {
+				err = fmt.Errorf("slotmove: table %s has columns (%s) on shard %s but (%s) on shard %s; migrate both cells first",
+					t, other.list, sc.name, ti.list, mv.source[0].name)
+			}
+			if err != nil {
+				mv.close()
+				return nil, err
+			}
+		}
+		mv.tables = append(mv.tables, ti)
+	}
+	return mv, nil
+}
+
+func shardMap(shards []Shard) (*slots.Map, error) {
+	owners := make([]slots.Owner, len(shards))
+	for i, s := range shards {
+		owners[i] = slots.Owner{Name: s.Name, Slots: s.Slots}
+	}
+	return slots.Build(owners)
+}
+
+func (mv *mover) close() {
+	for _, group := range [][]*shardConn{mv.source, mv.target} {
+		for _, sc := range group {
+			if sc != nil {
+				_ = sc.conn.Close(context.Background())
+			}
+		}
+	}
+}
+
+// describe reads a table's columns from the catalog.
+func describe(ctx context.Context, c *pgx.Conn, table string) (tableInfo, error) {
+	rows, err := c.Query(ctx, `
+		SELECT column_name, is_identity = 'YES'
+		FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = $1 AND is_generated = 'NEVER'
+		ORDER BY ordinal_position`, table)
+	if err != nil {
+		return tableInfo{}, fmt.Errorf("slotmove: describe %s: %w", table, err)
+	}
+	ti := tableInfo{name: table, ident: pgx.Identifier{table}.Sanitize()}
+	hasSlot := false
+	for rows.Next() {
+		var name string
+		var identity bool
+		if err := rows.Scan(&name, &identity); err != nil {
+			return tableInfo{}, err
+		}
+		ti.cols = append(ti.cols, pgx.Identifier{name}.Sanitize())
+		if identity {
+			ti.identity = append(ti.identity, name)
+		}
+		hasSlot = hasSlot || name == "slot"
+	}
+	if err := rows.Err(); err != nil {
+		return tableInfo{}, fmt.Errorf("slotmove: describe %s: %w", table, err)
+	}
+	if len(ti.cols) == 0 {
+		return tableInfo{}, fmt.Errorf("slotmove: table %s does not exist", table)
+	}
+	if !hasSlot {
+		return tableInfo{}, fmt.Errorf("slotmove: table %s has no slot column; only slot-keyed tables can move", table)
+	}
+	ti.list = strings.Join(ti.cols, ", ")
+	return ti, nil
+}
+
+// copyAll copies every segment of every table, parents first.
+func (mv *mover) copyAll(ctx context.Context, rep *Report) error {
+	start := time.Now()
+	for _, t := range mv.tables {
+		var total int64
+		for _, seg := range mv.segs {
+			n, err := mv.copySegment(ctx, t, seg)
+			if err != nil {
+				return err
+			}
+			total += n
+		}
+		rep.Copied[t.name] += total
+		if err := mv.bumpIdentity(ctx, t); err != nil {
+			return err
+		}
+		mv.log.Info("copied", "table", t.name, "new_rows", total)
+	}
+	mv.log.Info("copy pass done", "took", time.Since(start).Round(time.Millisecond).String())
+	return nil
+}
+
+// copySegment streams the segment's rows from the source with COPY into a
+// temporary table on the target and inserts the ones not yet there, in
+// one target transaction. Rows are never held in memory here.
+func (mv *mover) copySegment(ctx context.Context, t tableInfo, seg segment) (int64, error) {
+	src, dst := mv.source[seg.src], mv.target[seg.dst]
+	tx, err := dst.conn.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("slotmove: target %s: %w", dst.name, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	tmp := pgx.Identifier{"cellgate_move_" + t.name}.Sanitize()
+	if _, err := tx.Exec(ctx, fmt.Sprintf("CREATE TEMP TABLE %s (LIKE %s) ON COMMIT DROP", tmp, t.ident)); err != nil {
+		return 0, fmt.Errorf("slotmove: target %s: %w", dst.name, err)
+	}
+	pr, pw := io.Pipe()
+	srcErr := make(chan error, 1)
+	go func() {
+		_, err := src.conn.PgConn().CopyTo(ctx, pw, fmt.Sprintf(
+			"COPY (SELECT %s FROM %s WHERE slot BETWEEN %d AND %d) TO STDOUT", t.list, t.ident, seg.rg.Lo, seg.rg.Hi))
+		pw.CloseWithError(err)
+		srcErr <- err
+	}()
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, pr, fmt.Sprintf("COPY %s (%s) FROM STDIN", tmp, t.list))
+	pr.CloseWithError(errors.New("target copy ended"))
+	if serr := <-srcErr; serr != nil {
+		return 0, fmt.Errorf("slotmove: read %s slots %s from source %s: %w", t.name, seg.rg, src.name, serr)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("slotmove: write %s slots %s to target %s: %w", t.name, seg.rg, dst.name, err)
+	}
+	tag, err := tx.Exec(ctx, fmt.Sprintf(
+		"INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT %s FROM %s ON CONFLICT DO NOTHING", t.ident, t.list, t.list, tmp))
+	if err != nil {
+		return 0, fmt.Errorf("slotmove: insert %s slots %s on target %s: %w", t.name, seg.rg, dst.name, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("slotmove: target %s: %w", dst.name, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// bumpIdentity moves each identity sequence on the target shards past the
+// largest id now in the table, so the moved tenants' new rows never reuse
+// a copied id. Inserts wait for the brief lock, so no id is handed out
+// between reading the maximum and setting the sequence.
+func (mv *mover) bumpIdentity(ctx context.Context, t tableInfo) error {
+	for _, col := range t.identity {
+		for _, dst := range mv.target {
+			err := retryLocks(ctx, func() error {
+				return pgx.BeginFunc(ctx, dst.conn, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
+						return err
+					}
+					if _, err := tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE", t.ident)); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, fmt.Sprintf(`
+						SELECT setval(s, GREATEST(coalesce(pg_sequence_last_value(s), 0), (SELECT coalesce(max(%s), 0) FROM %s), 1))
+						FROM (SELECT pg_get_serial_sequence($1, $2)::regclass AS s) q`,
+						pgx.Identifier{col}.Sanitize(), t.ident), t.ident, col)
+					return err
+				})
+			})
+			if err != nil {
+				return fmt.Errorf("slotmove: identity %s.%s on target %s: %w", t.name, col, dst.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// verify compares row counts and checksums of every table, segment by
+// segment. The checksum is the sum of a 64-bit hash of each row's text,
+// so row order does not matter and any changed value shows.
+func (mv *mover) verify(ctx context.Context, rep *Report) error {
+	for _, t := range mv.tables {
+		q := fmt.Sprintf(`SELECT count(*), coalesce(sum(hashtextextended(ROW(%s)::text, 0)), 0)::text FROM %s WHERE slot BETWEEN $1 AND $2`,
+			t.list, t.ident)
+		var total int64
+		for _, seg := range mv.segs {
+			var sn, tn int64
+			var ssum, tsum string
+			if err := mv.source[seg.src].conn.QueryRow(ctx, q, seg.rg.Lo, seg.rg.Hi).Scan(&sn, &ssum); err != nil {
+				return fmt.Errorf("slotmove: verify %s on source %s: %w", t.name, mv.source[seg.src].name, err)
+			}
+			if err := mv.target[seg.dst].conn.QueryRow(ctx, q, seg.rg.Lo, seg.rg.Hi).Scan(&tn, &tsum); err != nil {
+				return fmt.Errorf("slotmove: verify %s on target %s: %w", t.name, mv.target[seg.dst].name, err)
+			}
+			if sn != tn || ssum != tsum {
+				return &VerifyError{Table: t.name, Range: seg.rg, SourceRows: sn, TargetRows: tn, SourceSum: ssum, TargetSum: tsum}
+			}
+			total += sn
+		}
+		rep.Verified[t.name] = total
+		mv.log.Info("verified", "table", t.name, "rows", total)
+	}
+	return nil
+}
+
+// sourceRows counts the range's rows left at the source.
+func (mv *mover) sourceRows(ctx context.Context) (int64, error) {
+	var total int64
+	for _, t := range mv.tables {
+		for _, seg := range mv.segs {
+			var n int64
+			q := fmt.Sprintf("SELECT count(*) FROM %s WHERE slot BETWEEN $1 AND $2", t.ident)
+			if err := mv.source[seg.src].conn.QueryRow(ctx, q, seg.rg.Lo, seg.rg.Hi).Scan(&n); err != nil {
+				return 0, fmt.Errorf("slotmove: count %s on source %s: %w", t.name, mv.source[seg.src].name, err)
+			}
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// deleteRange deletes the range's rows on one side, children first, one
+// segment per transaction. The session marks itself as the mover so the
+// fence lets it through.
+func (mv *mover) deleteRange(ctx context.Context, side []*shardConn, which string) (map[string]int64, error) {
+	out := map[string]int64{}
+	for i := len(mv.tables) - 1; i >= 0; i-- {
+		t := mv.tables[i]
+		for _, seg := range mv.segs {
+			i := seg.src
+			if which == "target" {
+				i = seg.dst
+			}
+			sc := side[i]
+			var n int64
+			err := pgx.BeginFunc(ctx, sc.conn, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL cellgate.slot_move = 'on'"); err != nil {
+					return err
+				}
+				tag, err := tx.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE slot BETWEEN $1 AND $2", t.ident), seg.rg.Lo, seg.rg.Hi)
+				n = tag.RowsAffected()
+				return err
+			})
+			if err != nil {
+				return out, fmt.Errorf("slotmove: delete %s slots %s on %s %s: %w", t.name, seg.rg, which, sc.name, err)
+			}
+			out[t.name] += n
+		}
+	}
+	return out, nil
+}
+
+const fenceFunc = `CREATE OR REPLACE FUNCTION cellgate_slot_fence() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'cellgate: slots % are moving to another cell; retry shortly', TG_ARGV[0] USING ERRCODE = '55000';
+END $$`
+
+func (mv *mover) triggerNames() (newName, oldName string) {
+	base := fmt.Sprintf("cellgate_fence_%d_%d", mv.cfg.Range.Lo, mv.cfg.Range.Hi)
+	return pgx.Identifier{base + "_new"}.Sanitize(), pgx.Identifier{base + "_old"}.Sanitize()
+}
+
+// fence installs, on every source shard, triggers that refuse writes to
+// the range from anyone but the mover. Creating a trigger waits for the
+// write transactions in flight on its table, so once fence returns no
+// write to the range can still land. All tables of a shard are fenced in
+// one transaction.
+func (mv *mover) fence(ctx context.Context) error {
+	lo, hi := mv.cfg.Range.Lo, mv.cfg.Range.Hi
+	for _, sc := range mv.source {
+		err := retryLocks(ctx, func() error {
+			return pgx.BeginFunc(ctx, sc.conn, func(tx pgx.Tx) error {
+				if err := mv.lockForDDL(ctx, tx, "SHARE ROW EXCLUSIVE"); err != nil {
+					return err
+				}
+				if _, err := tx.Exec(ctx, fenceFunc); err != nil {
+					return err
+				}
+				for _, t := range mv.tables {
+					nn, on := mv.triggerNames()
+					when := "current_setting('cellgate.slot_move', true) IS DISTINCT FROM 'on'"
+					arg := fmt.Sprintf("'%d-%d'", lo, hi)
+					for _, stmt := range []string{
+						fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.slot BETWEEN %d AND %d AND %s) EXECUTE FUNCTION cellgate_slot_fence(%s)", nn, t.ident, lo, hi, when, arg),
+						fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW WHEN (OLD.slot BETWEEN %d AND %d AND %s) EXECUTE FUNCTION cellgate_slot_fence(%s)", on, t.ident, lo, hi, when, arg),
+					} {
+						if _, err := tx.Exec(ctx, stmt); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("slotmove: fence on source %s: %w", sc.name, err)
+		}
+	}
+	return nil
+}
+
+// unfence drops the triggers fence created.
+func (mv *mover) unfence(ctx context.Context) error {
+	for _, sc := range mv.source {
+		err := retryLocks(ctx, func() error {
+			return pgx.BeginFunc(ctx, sc.conn, func(tx pgx.Tx) error {
+				if err := mv.lockForDDL(ctx, tx, "ACCESS EXCLUSIVE"); err != nil {
+					return err
+				}
+				for _, t := range mv.tables {
+					nn, on := mv.triggerNames()
+					for _, name := range []string{nn, on} {
+						if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", name, t.ident)); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("slotmove: drop fence on source %s: %w", sc.name, err)
+		}
+	}
+	return nil
+}
+
+// lockTimeout is below PostgreSQL's default deadlock_timeout (1s): when a
+// lock wait of the mover is part of a deadlock with the app's
+// transactions, the mover gives up first and retries, instead of the
+// deadlock detector aborting an app request.
+const lockTimeout = "400ms"
+
+// lockForDDL takes the tables' locks up front, children first. An app
+// transaction that writes a child row then locks its parent (a foreign key
+// check) can finish while the mover waits for the child table, so the two
+// never wait on each other in a cycle.
+func (mv *mover) lockForDDL(ctx context.Context, tx pgx.Tx, mode string) error {
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
+		return err
+	}
+	for i := len(mv.tables) - 1; i >= 0; i-- {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN %s MODE", mv.tables[i].ident, mode)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retryLocks runs fn again when it lost a lock wait or a deadlock: DDL
+// and LOCK TABLE queue behind busy writers, and giving up briefly beats
+// blocking them.
+func retryLocks(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := range 50 {
+		if err = fn(); err == nil {
+			return nil
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || (pe.Code != "55P03" && pe.Code != "40P01") { // lock_not_available, deadlock_detected
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 50 * time.Millisecond):
+		}
+	}
+	return err
+}

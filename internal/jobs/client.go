@@ -1,0 +1,413 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/tenant"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options are the Client's collaborators; every field may be left zero.
+type Options struct {
+	// Logger receives warnings (clamped lanes, failed jobs, shutdown
+	// report). nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives the job metrics. nil means the metrics are kept but
+	// not registered anywhere (never the global registry).
+	Registry *prometheus.Registry
+	// Clock is the time source for the backend's scheduling. nil means
+	// SystemClock.
+	Clock Clock
+}
+
+// StopReport says what Stop left behind.
+type StopReport struct {
+	// Abandoned are the jobs still running at the deadline: their contexts
+	// were cancelled and Stop did not wait for them. With the local backend
+	// they are lost with the process; a PostgreSQL backend's maintenance
+	// rescues them.
+	Abandoned []JobID
+	// Waiting is the number of jobs that were waiting in the backend when it
+	// closed (local backend: lost with the process).
+	Waiting int
+}
+
+// PanicError is the failure recorded when a handler panics; the attempt is
+// retried like any other failure.
+type PanicError struct {
+	// Value is what the handler panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Client enqueues jobs and, once started, runs them on Config.Workers
+// goroutines. See the package doc for its concurrency contract.
+type Client struct {
+	cfg     Config // effective
+	backend Backend
+	kinds   map[string]*registered
+	unknown kindMetrics
+	logger  *slog.Logger
+	m       *metrics
+	lanes   int // ≥ 1: lane labels of the busy-workers gauge
+	ws      []workerState
+
+	// closing rejects Enqueue once Stop begins. hardStop is set just
+	// before in-flight jobs are abandoned (see loop).
+	closing  atomic.Bool
+	hardStop atomic.Bool
+
+	mu        sync.Mutex // guards the lifecycle fields below
+	started   bool
+	stopped   bool
+	report    StopReport
+	stopErr   error
+	claimCtx  context.Context
+	cancelClm context.CancelFunc
+	workCtx   context.Context
+	cancelWrk context.CancelFunc
+	// reportCtx carries outcomes to the backend; it is never cancelled, so
+	// a PostgreSQL backend still records jobs that end during a hard stop.
+	reportCtx context.Context
+	done      chan struct{}
+}
+
+// workerState is one worker's shared state, padded so workers updating their
+// own slot do not share a cache line.
+type workerState struct {
+	current atomic.Int64 // id of the running job, 0 when idle
+	busy    prometheus.Gauge
+	_       [128 - 8 - 16]byte
+}
+
+// NewClient validates cfg, opens b with the effective settings and returns a
+// Client that can Enqueue at once and runs jobs after Start. w may be nil for
+// a client that only enqueues. The Client owns b from now on and closes it in
+// Stop.
+func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options) (*Client, error) {
+	if b == nil {
+		return nil, errors.New("jobs: NewClient: nil backend")
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	clock := o.Clock
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	eff, warnings, err := cfg.Effective()
+	if err != nil {
+		return nil, err
+	}
+	for _, msg := range warnings {
+		logger.Warn(msg)
+	}
+	if eff.Tenants.Isolated() && !b.Capabilities().TenantIsolation {
+		logger.Warn("jobs.tenants: this job backend has no tenant isolation; fair order, slots and lanes are off")
+	}
+	if w == nil {
+		w = NewWorkers()
+	}
+	w.used = true
+
+	c := &Client{
+		cfg:     eff,
+		backend: b,
+		kinds:   make(map[string]*registered, len(w.kinds)),
+		logger:  logger,
+		m:       newMetrics(b, logger),
+		lanes:   max(eff.Tenants.Lanes, 1),
+		ws:      make([]workerState, eff.Workers),
+		done:    make(chan struct{}),
+	}
+	for name, r := range w.kinds {
+		r2 := *r // the registry may back several clients; counters are per client
+		r2.m = c.m.forKind(name)
+		c.kinds[name] = &r2
+	}
+	c.unknown = c.m.forKind(unknownKind)
+	for i := range c.ws {
+		c.ws[i].busy = c.m.lane(i % c.lanes)
+	}
+	if o.Registry != nil {
+		if err := c.m.register(o.Registry); err != nil {
+			return nil, fmt.Errorf("jobs: register metrics: %w", err)
+		}
+	}
+	err = b.Open(ctx, OpenParams{
+		Workers: eff.Workers,
+		Tenants: eff.Tenants,
+		Kinds:   w.Kinds(),
+		Clock:   clock,
+		Logger:  logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jobs: open backend: %w", err)
+	}
+	return c, nil
+}
+
+// Config returns the effective configuration (defaults applied, lanes clamped).
+func (c *Client) Config() Config { return c.cfg }
+
+// Enqueue inserts a job of args' kind. Its tenant is the tenant carried by ctx
+// (tenant.From), or none; WithoutTenant forces none. For a kind with UniqueBy,
+// an enqueue while a job with the same kind, tenant and UniqueKey is active
+// inserts nothing and returns that job with Duplicate set. Enqueue works
+// before Start; it returns ErrClosed once Stop has begun.
+func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (EnqueueResult, error) {
+	if c.closing.Load() {
+		return EnqueueResult{}, ErrClosed
+	}
+	if args == nil {
+		return EnqueueResult{}, errors.New("jobs: Enqueue: nil args")
+	}
+	spec := args.JobSpec()
+	if err := spec.Validate(); err != nil {
+		return EnqueueResult{}, err
+	}
+	spec = spec.withDefaults()
+	p := InsertParams{Kind: spec.Name, Queue: spec.Queue, MaxAttempts: spec.MaxAttempts}
+	var o enqueueOptions
+	if len(opts) > 0 {
+		o = applyEnqueueOptions(opts)
+		p.RunAt = o.runAt
+	}
+	if !o.noTenant {
+		p.Tenant, _ = tenant.From(ctx)
+	}
+	if len(spec.UniqueBy) > 0 {
+		u, ok := args.(UniqueArgs)
+		if !ok {
+			return EnqueueResult{}, fmt.Errorf("jobs: Enqueue(%s): spec has unique_by but %T does not implement UniqueArgs", spec.Name, args)
+		}
+		p.UniqueKey = u.UniqueKey()
+	}
+	enc, err := json.Marshal(args)
+	if err != nil {
+		return EnqueueResult{}, fmt.Errorf("jobs: Enqueue(%s): encode args: %w", spec.Name, err)
+	}
+	p.EncodedArgs = enc
+	if r := c.kinds[spec.Name]; r != nil && r.plain && handOver(enc) {
+		p.Args = args
+	}
+	return c.backend.Insert(ctx, p)
+}
+
+func applyEnqueueOptions(opts []EnqueueOption) enqueueOptions {
+	var o enqueueOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// Start launches the workers. ctx provides values only (its cancellation
+// does not stop the workers: Stop does, so shutdown stays graceful).
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return ErrClosed
+	}
+	if c.started {
+		return errors.New("jobs: Start called twice")
+	}
+	c.started = true
+	base := context.WithoutCancel(ctx)
+	c.claimCtx, c.cancelClm = context.WithCancel(base)
+	c.workCtx, c.cancelWrk = context.WithCancel(base)
+	c.reportCtx = base
+	var wg sync.WaitGroup
+	for i := range c.ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.loop(i)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(c.done)
+	}()
+	return nil
+}
+
+// Stop shuts down gracefully: it stops claiming jobs, waits for the running
+// ones until ctx is done or Config.ShutdownTimeout elapses, then cancels the
+// contexts of those still running and reports them as abandoned without
+// waiting further. It then closes the backend. Stop is idempotent; later calls
+// return the first report.
+func (c *Client) Stop(ctx context.Context) (StopReport, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return c.report, c.stopErr
+	}
+	c.stopped = true
+	c.closing.Store(true)
+	var rep StopReport
+	if c.started {
+		c.cancelClm()
+		dctx, cancel := context.WithTimeout(ctx, c.cfg.ShutdownTimeout)
+		select {
+		case <-c.done:
+		case <-dctx.Done():
+			// Workers that claim from here on see hardStop and drop their job
+			// (see loop), so a job is either reported here or never started.
+			c.hardStop.Store(true)
+			for i := range c.ws {
+				if id := c.ws[i].current.Load(); id != 0 {
+					rep.Abandoned = append(rep.Abandoned, JobID(id))
+				}
+			}
+		}
+		cancel()
+		c.cancelWrk()
+	}
+	bctx := context.WithoutCancel(ctx)
+	var errs []error
+	if stats, err := c.backend.Stats(bctx); err != nil {
+		errs = append(errs, fmt.Errorf("jobs: stats at stop: %w", err))
+	} else {
+		for _, s := range stats {
+			rep.Waiting += s.Waiting
+		}
+	}
+	if err := c.backend.Close(bctx); err != nil {
+		errs = append(errs, fmt.Errorf("jobs: close backend: %w", err))
+	}
+	c.report, c.stopErr = rep, errors.Join(errs...)
+	if len(rep.Abandoned) > 0 {
+		c.logger.Warn("jobs: stopped with jobs still running; their contexts are cancelled",
+			"abandoned", rep.Abandoned, "waiting", rep.Waiting)
+	} else {
+		c.logger.Info("jobs: stopped", "waiting", rep.Waiting)
+	}
+	return c.report, c.stopErr
+}
+
+// claimRetryDelay is the pause after a failed Claim (a database hiccup), so a
+// broken backend does not spin a core.
+const claimRetryDelay = 100 * time.Millisecond
+
+// loop is worker i: claim, run, report, until Stop.
+func (c *Client) loop(i int) {
+	w := &c.ws[i]
+	for c.claimCtx.Err() == nil {
+		row, err := c.backend.Claim(c.claimCtx, i)
+		if err != nil {
+			if c.claimCtx.Err() != nil || errors.Is(err, ErrClosed) {
+				return
+			}
+			c.logger.Error("jobs: claim failed", "worker", i, "err", err)
+			select {
+			case <-c.claimCtx.Done():
+				return
+			case <-time.After(claimRetryDelay):
+			}
+			continue
+		}
+		w.current.Store(int64(row.ID))
+		if c.hardStop.Load() {
+			// Stop has already listed the abandoned jobs: hand this one
+			// back unrun rather than start it with a cancelled context.
+			w.current.Store(0)
+			_ = c.backend.Retry(c.reportCtx, row, 0, "client stopped before the job started")
+			return
+		}
+		c.process(w, row)
+		w.current.Store(0)
+	}
+}
+
+// process runs one attempt and reports its outcome to the backend.
+func (c *Client) process(w *workerState, row *JobRow) {
+	r := c.kinds[row.Kind]
+	km := c.unknown
+	if r != nil {
+		km = r.m
+	}
+	c.m.running.Inc()
+	w.busy.Inc()
+	err := c.execute(r, row)
+	w.busy.Dec()
+	c.m.running.Dec()
+
+	// The backend may reuse row once it has the outcome: read it first.
+	ctx := c.reportCtx
+	id, kind, attempt := row.ID, row.Kind, row.Attempt
+	if err == nil {
+		km.completed.Inc()
+		if rerr := c.backend.Complete(ctx, row); rerr != nil {
+			c.reportErr(rerr, id)
+		}
+		return
+	}
+	if IsPermanent(err) || attempt >= row.MaxAttempts {
+		km.failed.Inc()
+		c.logger.Error("jobs: job failed for good", "id", id, "kind", kind, "attempt", attempt, "err", err)
+		if rerr := c.backend.Fail(ctx, row, err.Error()); rerr != nil {
+			c.reportErr(rerr, id)
+		}
+		return
+	}
+	delay := c.cfg.Backoff(attempt, rand.Float64())
+	km.retried.Inc()
+	c.logger.Warn("jobs: job failed, will retry", "id", id, "kind", kind, "attempt", attempt, "retry_in", delay, "err", err)
+	if rerr := c.backend.Retry(ctx, row, delay, err.Error()); rerr != nil {
+		c.reportErr(rerr, id)
+	}
+}
+
+func (c *Client) reportErr(err error, id JobID) {
+	if errors.Is(err, ErrClosed) {
+		return // a job finishing after a hard stop
+	}
+	c.logger.Error("jobs: recording a job's outcome failed", "id", id, "err", err)
+}
+
+// errTimeout is the cancellation cause of a kind's timeout.
+var errTimeout = errors.New("jobs: job timed out")
+
+// execute runs the handler with the job's tenant, the kind's timeout and
+// panic recovery.
+func (c *Client) execute(r *registered, row *JobRow) (err error) {
+	if r == nil {
+		// Another process may have the worker (shared PostgreSQL), so this
+		// is an ordinary, retried failure.
+		return fmt.Errorf("no worker registered for kind %q", row.Kind)
+	}
+	ctx := c.workCtx
+	if row.Tenant != "" {
+		ctx = tenant.With(ctx, row.Tenant)
+	}
+	if t := r.spec.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, t, errTimeout)
+		defer cancel()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = &PanicError{Value: p, Stack: debug.Stack()}
+		}
+	}()
+	err = r.run(ctx, row)
+	if err != nil && errors.Is(context.Cause(ctx), errTimeout) {
+		err = fmt.Errorf("timed out after %s: %w", r.spec.Timeout, err)
+	}
+	return err
+}

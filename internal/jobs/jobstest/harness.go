@@ -1,0 +1,311 @@
+// Package jobstest holds the conformance suite every jobs.Backend's tests run,
+// and test doubles for the job runtime (FakeClock).
+//
+// A backend's test calls RunConformance with a Harness whose NewBackend
+// returns a fresh, empty backend for each subtest. The suite drives the
+// backend only through a jobs.Client, the way the app does, and assumes no
+// more than a database would give: it waits for outcomes by polling with
+// generous deadlines, and it asserts that something did NOT happen only after
+// Harness.Settle.
+//
+// Concurrency: RunConformance runs its subtests in parallel; NewBackend must
+// be safe for concurrent use. FakeClock is safe for concurrent use.
+package jobstest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// Harness describes the backend under test.
+type Harness struct {
+	// NewBackend returns a fresh, empty, unopened backend; it registers the
+	// cleanup of whatever it created (a database, say) with t. Required.
+	NewBackend func(t testing.TB) jobs.Backend
+	// Settle is how long the suite watches before asserting that something
+	// did not happen (a third job of a tenant with two slots, say). Set it
+	// above the backend's poll interval. 0 means 100ms.
+	Settle time.Duration
+	// Wait bounds how long the suite waits for something that must happen.
+	// 0 means 15s.
+	Wait time.Duration
+}
+
+func (h Harness) withDefaults() Harness {
+	if h.Settle == 0 {
+		h.Settle = 100 * time.Millisecond
+	}
+	if h.Wait == 0 {
+		h.Wait = 15 * time.Second
+	}
+	return h
+}
+
+// RunConformance runs the backend conformance suite: enqueue, work, retry
+// (backoff, panics, permanent errors, timeouts), uniqueness, per-kind
+// concurrency and shutdown for every backend; tenant fairness, slots and
+// lanes for backends whose Capabilities report TenantIsolation.
+func RunConformance(t *testing.T, h Harness) {
+	if h.NewBackend == nil {
+		t.Fatal("jobstest: Harness.NewBackend is nil")
+	}
+	h = h.withDefaults()
+	caps := h.NewBackend(t).Capabilities()
+
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Harness)
+	}{
+		{"Enqueue", testEnqueue},
+		{"Work", testWork},
+		{"Retry", testRetry},
+		{"Uniqueness", testUniqueness},
+		{"KindConcurrency", testKindConcurrency},
+		{"Shutdown", testShutdown},
+	}
+	if caps.TenantIsolation {
+		tests = append(tests, []struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{
+			{"TenantFairness", testFairness},
+			{"TenantSlots", testSlots},
+			{"TenantLanes", testLanes},
+		}...)
+	} else {
+		t.Log("jobstest: backend reports no TenantIsolation; fairness, slots and lanes are not part of its contract")
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
+		})
+	}
+}
+
+// env is one Client on a fresh backend, stopped at cleanup.
+type env struct {
+	t       *testing.T
+	h       Harness
+	c       *jobs.Client
+	reg     *prometheus.Registry
+	release chan struct{} // closed at cleanup: unblocks blocking handlers
+	once    sync.Once
+}
+
+func newEnv(t *testing.T, h Harness, cfg jobs.Config, w *jobs.Workers) *env {
+	t.Helper()
+	b := h.NewBackend(t)
+	reg := prometheus.NewRegistry()
+	// Abandoned handlers may log after the test ends, so logs go nowhere
+	// rather than to t.Log.
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := jobs.NewClient(context.Background(), cfg, b, w, jobs.Options{Logger: logger, Registry: reg})
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	e := &env{t: t, h: h, c: c, reg: reg, release: make(chan struct{})}
+	t.Cleanup(func() {
+		e.unblock()
+		ctx, cancel := context.WithTimeout(context.Background(), h.Wait)
+		defer cancel()
+		if _, err := c.Stop(ctx); err != nil {
+			t.Errorf("Stop at cleanup: %v", err)
+		}
+	})
+	return e
+}
+
+func (e *env) unblock() { e.once.Do(func() { close(e.release) }) }
+
+func (e *env) start() {
+	e.t.Helper()
+	if err := e.c.Start(context.Background()); err != nil {
+		e.t.Fatalf("Start: %v", err)
+	}
+}
+
+// block waits until the test releases handlers or ctx ends.
+func (e *env) block(ctx context.Context) {
+	select {
+	case <-e.release:
+	case <-ctx.Done():
+	}
+}
+
+func (e *env) enqueue(ctx context.Context, args jobs.Args, opts ...jobs.EnqueueOption) jobs.EnqueueResult {
+	e.t.Helper()
+	r, err := e.c.Enqueue(ctx, args, opts...)
+	if err != nil {
+		e.t.Fatalf("Enqueue(%+v): %v", args, err)
+	}
+	if r.ID <= 0 {
+		e.t.Fatalf("Enqueue(%+v) returned id %d, want > 0", args, r.ID)
+	}
+	return r
+}
+
+// eventually polls cond until it holds or h.Wait passes.
+func (e *env) eventually(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(e.h.Wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %s waiting for %s", e.h.Wait, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// never watches cond for h.Settle and fails if it ever holds.
+func (e *env) never(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(e.h.Settle)
+	for time.Now().Before(deadline) {
+		if cond() {
+			e.t.Fatalf("%s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if cond() {
+		e.t.Fatalf("%s", what)
+	}
+}
+
+// metric returns the value of the series of name whose labels include the
+// given name/value pairs, and whether there is one.
+func (e *env) metric(name string, labels ...string) (float64, bool) {
+	e.t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		e.t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				if !hasLabel(m, labels[i], labels[i+1]) {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue(), true
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue() == value
+		}
+	}
+	return false
+}
+
+// metricIs waits until the series has value v.
+func (e *env) metricIs(v float64, name string, labels ...string) {
+	e.t.Helper()
+	e.eventually(fmt.Sprintf("%s%v == %v", name, labels, v), func() bool {
+		got, ok := e.metric(name, labels...)
+		return ok && got == v
+	})
+}
+
+// lint fails on any metric the Prometheus linter flags.
+func (e *env) lint() {
+	e.t.Helper()
+	problems, err := testutil.GatherAndLint(e.reg)
+	if err != nil {
+		e.t.Fatalf("GatherAndLint: %v", err)
+	}
+	for _, p := range problems {
+		e.t.Errorf("metric lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// tracker records starts and ends of jobs per group (tenant, or "none").
+type tracker struct {
+	mu      sync.Mutex
+	running map[string]int
+	maxRun  map[string]int
+	order   []string
+	runs    map[jobs.JobID]int
+	ended   map[jobs.JobID]bool
+}
+
+func newTracker() *tracker {
+	return &tracker{running: map[string]int{}, maxRun: map[string]int{}, runs: map[jobs.JobID]int{}, ended: map[jobs.JobID]bool{}}
+}
+
+func group(tenantID string) string {
+	if tenantID == "" {
+		return "none"
+	}
+	return tenantID
+}
+
+func (tr *tracker) begin(id jobs.JobID, g string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.running[g]++
+	tr.maxRun[g] = max(tr.maxRun[g], tr.running[g])
+	tr.order = append(tr.order, g)
+	tr.runs[id]++
+}
+
+func (tr *tracker) end(id jobs.JobID, g string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.running[g]--
+	tr.ended[id] = true
+}
+
+func (tr *tracker) runningOf(g string) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.running[g]
+}
+
+func (tr *tracker) maxOf(g string) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.maxRun[g]
+}
+
+func (tr *tracker) endedCount() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return len(tr.ended)
+}
+
+func (tr *tracker) hasEnded(id jobs.JobID) bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.ended[id]
+}
+
+func (tr *tracker) startOrder() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return append([]string(nil), tr.order...)
+}

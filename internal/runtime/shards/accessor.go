@@ -1,0 +1,82 @@
+package shards
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
+	"github.com/cellgate/cellgate/internal/tenant"
+)
+
+// Accessor is a request's way to its tenant's shard. Every checkout (Conn,
+// Tx) takes a per-tenant database permit first when the runtime has bound
+// tenancy.max_db_connections to the request, and fails at once with
+// *bulkhead.Rejection (503, Retry-After: 1) when the tenant is at its cap;
+// the permit goes back with the connection.
+//
+// The accessor is bound to the request it was made from: checkouts are
+// counted while that request is in flight (the handler, its streaming body,
+// and any goroutine using the accessor meanwhile). Once the handler has
+// returned, checkouts still work but take no permit, so a goroutine that
+// outlives the request is never counted, and never refused. Connections
+// taken from Shard().Pool directly are not counted either.
+//
+// An Accessor is a small value, safe to copy and to use from several
+// goroutines.
+type Accessor struct {
+	shard   *Shard
+	slot    int
+	tenant  string
+	permits *bulkhead.DBBinding
+}
+
+// Accessor returns the accessor for ctx's tenant (tenant.From) with the
+// database permits bound to ctx's request, if any. It fails with
+// ErrNoTenant when ctx carries no tenant.
+func (s *Set) Accessor(ctx context.Context) (Accessor, error) {
+	t, ok := tenant.From(ctx)
+	if !ok {
+		return Accessor{}, ErrNoTenant
+	}
+	sh, slot, err := s.ForTenant(t)
+	if err != nil {
+		return Accessor{}, err
+	}
+	return Accessor{shard: sh, slot: slot, tenant: t, permits: bulkhead.DBBindingFrom(ctx)}, nil
+}
+
+// Shard returns the tenant's shard.
+func (a Accessor) Shard() *Shard { return a.shard }
+
+// Slot returns the tenant's slot.
+func (a Accessor) Slot() int { return a.slot }
+
+// Tenant returns the tenant id.
+func (a Accessor) Tenant() string { return a.tenant }
+
+// Conn checks out one connection of the tenant's shard for fn and gives it
+// back when fn returns or panics. *pgxpool.Conn satisfies sqlc's DBTX, so
+// fn can call db.New(conn). It returns fn's error, the pool's, or the
+// permit refusal (before touching the pool).
+func (a Accessor) Conn(ctx context.Context, fn func(*pgxpool.Conn) error) error {
+	p, err := a.permits.Acquire()
+	if err != nil {
+		return err
+	}
+	defer p.Release()
+	conn, err := a.shard.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	return fn(conn)
+}
+
+// Tx runs fn in a transaction on one checked-out connection of the
+// tenant's shard, committing when fn returns nil and rolling back
+// otherwise (or on a panic). The permit is held for the whole transaction.
+func (a Accessor) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return a.Conn(ctx, func(c *pgxpool.Conn) error { return pgx.BeginFunc(ctx, c, fn) })
+}

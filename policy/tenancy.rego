@@ -1,0 +1,158 @@
+package cellgate.policy
+
+# Tenancy: per-tenant caps, the tenant source, JWT settings and public paths.
+
+# Caps act after the tenancy middleware finds the tenant: with tenancy off
+# there is no tenant and they would silently do nothing.
+deny contains msg if {
+	not tenancy_enabled
+	set := [k |
+		some k in ["max_concurrent_requests", "max_db_connections", "rate_per_second", "burst"]
+		num(input.tenancy, k) > 0
+	]
+	count(set) > 0
+	msg := sprintf("tenancy.enabled: false, but tenancy.%s %s set; per-tenant caps need a tenant; enable tenancy or set them to 0", [concat(", tenancy.", set), is_are(set)])
+}
+
+is_are(set) := "is" if {
+	count(set) == 1
+} else := "are"
+
+# A request holds a tenant permit and an admission permit, so a tenant cap at
+# or above the server cap lets one tenant take the whole server.
+deny contains msg if {
+	t := num(input.tenancy, "max_concurrent_requests")
+	s := num(input.server, "max_concurrent_requests")
+	t > 0
+	s > 0
+	t >= s
+	msg := sprintf("tenancy.max_concurrent_requests: %d per tenant is not below server.max_concurrent_requests (%d); one tenant could fill the whole server; set it below %d", [t, s, s])
+}
+
+warn contains msg if {
+	tenancy_enabled
+	count(tenant_caps) > 0
+	src := input.tenancy.source
+	src in {"header", "subdomain"}
+	msg := sprintf("tenancy.source: %s lets the client choose its tenant id, so %s count per tenant id, not per client: a client can spread load over many ids, or fill another tenant's cap with slow requests; use an authenticated source (session or jwt)", [json.marshal(src), concat(", ", tenant_caps)])
+}
+
+# A permit is held until the response head is written; with no request
+# timeout a stalled handler keeps it for good.
+warn contains msg if {
+	tenancy_enabled
+	held := [k |
+		some k in ["max_concurrent_requests", "max_db_connections"]
+		num(input.tenancy, k) > 0
+	]
+	count(held) > 0
+	duration_ns(input.server.request_timeout) == 0
+	msg := sprintf("server.request_timeout: 0s (none) with tenancy.%s on; a stalled handler holds its tenant permit forever and the tenant slowly locks itself out; set a request timeout", [concat(", tenancy.", held)])
+}
+
+warn contains msg if {
+	tenancy_enabled
+	num(input.tenancy, "rate_per_second") == 0
+	b := num(input.tenancy, "burst")
+	b > 0
+	msg := sprintf("tenancy.burst: %d has no effect while tenancy.rate_per_second is 0 (no rate limit)", [b])
+}
+
+warn contains msg if {
+	tenancy_enabled
+	rate := num(input.tenancy, "rate_per_second")
+	rate > 0
+	num(input.tenancy, "burst") == 0
+	msg := sprintf("tenancy.burst: 0 with tenancy.rate_per_second %v; a token bucket that holds no token admits no request; set burst to at least 1", [rate])
+}
+
+# One connection pool per shard: a tenant's data lives on one shard, so a
+# tenant cap at or above that shard's pool lets one tenant drain it.
+warn contains msg if {
+	tenancy_enabled
+	cap := num(input.tenancy, "max_db_connections")
+	cap > 0
+	cap >= smallest_shard_pool
+	i := min([i | some i, s in shard_list; s.max_conns == smallest_shard_pool])
+	msg := sprintf("tenancy.max_db_connections: %d per tenant but database.shards[%d] (%s) has max_conns %d; one tenant can hold every connection of its shard; set it below the smallest shard pool", [cap, i, shard_list[i].name, smallest_shard_pool])
+}
+
+# JWT -------------------------------------------------------------------------
+
+jwt_source if input.tenancy.source == "jwt"
+
+jwt_algorithms := arr(input.tenancy.jwt.algorithms)
+
+deny contains msg if {
+	jwt_source
+	count(jwt_algorithms) == 0
+	msg := "tenancy.jwt.algorithms: empty while tenancy.source is \"jwt\"; list the signing algorithms to accept (no token could be verified)"
+}
+
+alg_family := {"HS256": "HMAC", "RS256": "RSA", "ES256": "ECDSA"}
+
+# One verification key serves one family. Accepting HMAC beside a public-key
+# family is the classic key-confusion hole (a token "signed" with the public
+# key as HMAC secret); the runtime refuses any mix at boot, so catch it here.
+deny contains msg if {
+	jwt_source
+	families := {f | some a in jwt_algorithms; f := alg_family[a]}
+	count(families) > 1
+	msg := sprintf("tenancy.jwt.algorithms: %s mixes key families (%s); one key serves one family, and HMAC beside RSA/ECDSA invites key confusion (a public key used as HMAC secret); list one family", [json.marshal(jwt_algorithms), concat(", ", sort(families))])
+}
+
+# key_file is documented as a PEM public key; an HMAC "secret" that is a
+# public key lets anyone who has it mint tokens.
+warn contains msg if {
+	jwt_source
+	input.tenancy.jwt.key_file != ""
+	count(jwt_algorithms) > 0
+	every a in jwt_algorithms {
+		alg_family[a] == "HMAC"
+	}
+	msg := sprintf("tenancy.jwt.key_file: %s is read as the HMAC secret of %s; if it holds a public key anyone can sign tokens; keep HMAC secrets in key_env, or list RS256/ES256", [json.marshal(input.tenancy.jwt.key_file), concat(", ", jwt_algorithms)])
+}
+
+# Routes and tenancy ------------------------------------------------------------
+
+routes := arr(input.routes)
+
+# With tenancy off every route runs without a tenant: nothing per-tenant
+# isolates anything. Marking the routes public says "single-tenant on purpose"
+# and silences this.
+warn contains msg if {
+	not tenancy_enabled
+	tenant_routes := [route_label(i, r) | some i, r in routes; not r.public]
+	count(tenant_routes) > 0
+	msg := sprintf("tenancy.enabled: false, so %d non-public route(s) run without a tenant (%s); enable tenancy, or mark them public: true if the service is single-tenant", [count(tenant_routes), concat(", ", tenant_routes)])
+}
+
+# public_paths match by path only: "/x/*" is every path under /x/.
+public_path_covers(p, path) if p == path
+
+public_path_covers(p, path) if {
+	endswith(p, "/*")
+	startswith(path, trim_suffix(p, "*"))
+}
+
+deny contains msg if {
+	tenancy_enabled
+	some j, p in arr(input.tenancy.public_paths)
+	some i, r in routes
+	not r.public
+	public_path_covers(p, r.path)
+	msg := sprintf("tenancy.public_paths[%d]: %s makes tenant route %s skip tenancy, so its handler gets no tenant; mark the route public: true or narrow the path", [j, json.marshal(p), route_label(i, r)])
+}
+
+# Tenancy is skipped by path, not by method: a public GET /orders would make
+# POST /orders public too.
+deny contains msg if {
+	tenancy_enabled
+	some i, r in routes
+	not r.public
+	shape := route_shape(r.path)
+	public := [j | some j, pr in routes; pr.public == true; route_shape(pr.path) == shape]
+	count(public) > 0
+	j := public[0]
+	msg := sprintf("%s: tenant route shares its path with public route %s; tenancy is skipped by path, not method, so it would run without a tenant; use a different path or make both public", [route_label(i, r), route_label(j, routes[j])])
+}
