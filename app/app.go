@@ -15,6 +15,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/gen/api"
@@ -56,12 +57,17 @@ func New(d Deps) *App {
 	return &App{d: d}
 }
 
-// RegisterWorkers registers the app's job handlers.
-func (a *App) RegisterWorkers(w *jobs.Workers) {
+// RegisterWorkers registers the app's job handlers on w, logging to log
+// (nil: slog.Default()). cmd/server calls it before building the job
+// runtime, which needs the workers.
+func RegisterWorkers(w *jobs.Workers, log *slog.Logger) {
+	if log == nil {
+		log = slog.Default()
+	}
 	jobs.Register(w, func(ctx context.Context, job *jobs.Job[jobkinds.SendWelcomeArgs]) error {
 		// A real app would call its mail provider here; the example logs.
 		t, _ := tenant.From(ctx)
-		a.d.Log.InfoContext(ctx, "welcome sent", "tenant", t, "account_id", job.Args.AccountID)
+		log.InfoContext(ctx, "welcome sent", "tenant", t, "account_id", job.Args.AccountID)
 		return nil
 	})
 }
@@ -88,20 +94,20 @@ func (a *App) SignUp(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, "body must be JSON with a non-empty email")
 	}
 	ctx := c.Request().Context()
-	t, shard, slot, err := a.shard(ctx)
+	sh, err := a.shard(ctx)
 	if err != nil {
 		return err
 	}
 	var acct db.Account
-	err = shard.Tx(ctx, func(tx pgx.Tx) error {
+	err = sh.Tx(ctx, func(tx pgx.Tx) error {
 		var err error
 		acct, err = db.New(tx).CreateAccount(ctx, db.CreateAccountParams{
-			TenantID: t, Slot: int32(slot), Email: req.Email, Name: req.Name,
+			TenantID: sh.Tenant(), Slot: int32(sh.Slot()), Email: req.Email, Name: req.Name,
 		})
 		if err != nil {
 			return err
 		}
-		_, err = a.d.Jobs.EnqueueTx(ctx, shard, tx, jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: acct.Email})
+		_, err = a.d.Jobs.EnqueueTx(ctx, sh.Shard(), tx, jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: acct.Email})
 		return err
 	})
 	if err != nil {
@@ -117,11 +123,15 @@ func (a *App) GetAccount(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, "query parameter id must be an integer")
 	}
 	ctx := c.Request().Context()
-	t, shard, _, err := a.shard(ctx)
+	sh, err := a.shard(ctx)
 	if err != nil {
 		return err
 	}
-	acct, err := db.New(shard.Pool).GetAccount(ctx, db.GetAccountParams{TenantID: t, ID: id})
+	var acct db.Account
+	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		acct, err = db.New(conn).GetAccount(ctx, db.GetAccountParams{TenantID: sh.Tenant(), ID: id})
+		return err
+	})
 	if err != nil {
 		return dbError(err)
 	}
@@ -142,12 +152,16 @@ func (a *App) CreateOrder(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusBadRequest, "body must be JSON with account_id > 0 and amount_cents >= 0")
 	}
 	ctx := c.Request().Context()
-	t, shard, slot, err := a.shard(ctx)
+	sh, err := a.shard(ctx)
 	if err != nil {
 		return err
 	}
-	o, err := db.New(shard.Pool).CreateOrder(ctx, db.CreateOrderParams{
-		TenantID: t, Slot: int32(slot), AccountID: req.AccountID, AmountCents: req.AmountCents, Note: req.Note,
+	var o db.Order
+	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		o, err = db.New(conn).CreateOrder(ctx, db.CreateOrderParams{
+			TenantID: sh.Tenant(), Slot: int32(sh.Slot()), AccountID: req.AccountID, AmountCents: req.AmountCents, Note: req.Note,
+		})
+		return err
 	})
 	if err != nil {
 		return dbError(err)
@@ -176,12 +190,16 @@ func (a *App) ListOrders(c echo.Context) error {
 		limit = int32(n)
 	}
 	ctx := c.Request().Context()
-	t, shard, _, err := a.shard(ctx)
+	sh, err := a.shard(ctx)
 	if err != nil {
 		return err
 	}
-	orders, err := db.New(shard.Pool).ListOrders(ctx, db.ListOrdersParams{
-		TenantID: t, AccountID: acct, BeforeID: before, MaxRows: limit,
+	var orders []db.Order
+	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		orders, err = db.New(conn).ListOrders(ctx, db.ListOrdersParams{
+			TenantID: sh.Tenant(), AccountID: acct, BeforeID: before, MaxRows: limit,
+		})
+		return err
 	})
 	if err != nil {
 		return dbError(err)
@@ -192,17 +210,21 @@ func (a *App) ListOrders(c echo.Context) error {
 	return c.JSON(http.StatusOK, orders)
 }
 
-// shard finds the request's tenant and its shard.
-func (a *App) shard(ctx context.Context) (string, *shards.Shard, int, error) {
-	t, ok := tenant.From(ctx)
-	if !ok {
-		return "", nil, 0, echo.NewHTTPError(http.StatusUnauthorized, "no tenant")
+// shard returns the request's accessor to its tenant's shard. Handlers
+// check connections out only through it, so each checkout takes one of the
+// tenant's database permits (tenancy.max_db_connections) and a tenant at
+// its cap gets 503 at once. A goroutine that outlives the request should
+// take its own connection from the pool; the accessor stops counting when
+// the request ends.
+func (a *App) shard(ctx context.Context) (shards.Accessor, error) {
+	sh, err := a.d.Shards.Accessor(ctx)
+	switch {
+	case errors.Is(err, shards.ErrOtherCell):
+		return sh, echo.NewHTTPError(http.StatusMisdirectedRequest, "the tenant belongs to another cell")
+	case err != nil:
+		return sh, echo.NewHTTPError(http.StatusUnauthorized, "no tenant")
 	}
-	sh, slot, err := a.d.Shards.ForTenant(t)
-	if err != nil {
-		return "", nil, 0, echo.NewHTTPError(http.StatusUnauthorized, "no tenant")
-	}
-	return t, sh, slot, nil
+	return sh, nil
 }
 
 // dbError maps database outcomes onto HTTP answers.

@@ -11,6 +11,7 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/local"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/runtime/shards"
 )
@@ -19,15 +20,16 @@ import (
 type jobRuntime interface {
 	// EnqueueTx enqueues inside a shard transaction (app.TxEnqueuer).
 	EnqueueTx(ctx context.Context, shard *shards.Shard, tx pgx.Tx, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error)
-	// Start registers the app's workers and starts working.
-	Start(ctx context.Context, register func(*jobs.Workers)) error
-	// Stop drains within ctx's deadline.
-	Stop(ctx context.Context)
+	// Start starts the workers (the PostgreSQL runtime first creates its
+	// tables in the background).
+	Start(ctx context.Context) error
+	// Stop drains within ctx's deadline and reports what it abandoned.
+	Stop(ctx context.Context) (jobs.StopReport, error)
 }
 
 // jobsConfig maps the spec's jobs block onto the runtime's config.
 func jobsConfig(c config.Jobs) jobs.Config {
-	cfg := jobs.Config{
+	return jobs.Config{
 		Workers: c.Workers,
 		Tenants: jobs.TenantConfig{
 			MaxConcurrent:  c.Tenants.MaxConcurrent,
@@ -35,55 +37,42 @@ func jobsConfig(c config.Jobs) jobs.Config {
 			LanesPerTenant: c.Tenants.LanesPerTenant,
 		},
 		ShutdownTimeout: c.ShutdownTimeout.D(),
-	}
-	return cfg.WithDefaults()
+	}.WithDefaults()
 }
 
-// startJobs builds the runtime the spec asks for; workers start later
-// (after migrations) through Start.
-func startJobs(_ context.Context, cfg config.Config, set *shards.Set, srv *runtime.Server, log *slog.Logger) (jobRuntime, error) {
+// newJobs builds the runtime the spec asks for, with the app's workers.
+func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, log *slog.Logger) (jobRuntime, error) {
+	opts := jobs.Options{Logger: log, Registry: srv.Registry()}
 	switch cfg.Jobs.Backend {
 	case "local":
-		return &localJobs{cfg: jobsConfig(cfg.Jobs), srv: srv, log: log}, nil
+		c, err := jobs.NewClient(ctx, jobsConfig(cfg.Jobs), local.New(), w, opts)
+		if err != nil {
+			return nil, err
+		}
+		return localJobs{c}, nil
 	case "postgres":
-		return newPostgresJobs(cfg, set, srv, log)
+		rt, err := pgjobs.NewRuntime(ctx, set, pgjobs.FromConfig(cfg.Jobs.Postgres), jobsConfig(cfg.Jobs), w, opts)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		srv.AddReadiness("jobs", func(context.Context) error {
+			if pending := rt.NotReady(); len(pending) > 0 {
+				return fmt.Errorf("jobs tables still being created on %v", pending)
+			}
+			return nil
+		})
+		return rt, nil
 	}
 	return nil, fmt.Errorf("jobs.backend: unknown backend %q", cfg.Jobs.Backend)
 }
 
-// localJobs runs the in-memory backend: fair tenant order, slots and lanes,
-// but no durability and no in-transaction enqueue.
-type localJobs struct {
-	cfg    jobs.Config
-	srv    *runtime.Server
-	log    *slog.Logger
-	client *jobs.Client
-}
+// localJobs is the in-memory runtime: fair tenant order, slots and lanes,
+// but no durability and so no in-transaction enqueue.
+type localJobs struct{ *jobs.Client }
 
 // errNoTxEnqueue explains why the local backend cannot join a transaction.
 var errNoTxEnqueue = errors.New("jobs: an in-transaction enqueue needs jobs.backend = \"postgres\"; the local backend keeps jobs in memory")
 
-func (l *localJobs) EnqueueTx(context.Context, *shards.Shard, pgx.Tx, jobs.Args, ...jobs.EnqueueOption) (jobs.EnqueueResult, error) {
+func (localJobs) EnqueueTx(context.Context, *shards.Shard, pgx.Tx, jobs.Args, ...jobs.EnqueueOption) (jobs.EnqueueResult, error) {
 	return jobs.EnqueueResult{}, errNoTxEnqueue
-}
-
-func (l *localJobs) Start(ctx context.Context, register func(*jobs.Workers)) error {
-	w := jobs.NewWorkers()
-	register(w)
-	c, err := jobs.NewClient(ctx, l.cfg, local.New(), w, jobs.Options{Logger: l.log, Registry: l.srv.Registry()})
-	if err != nil {
-		return err
-	}
-	l.client = c
-	return c.Start(ctx)
-}
-
-func (l *localJobs) Stop(ctx context.Context) {
-	if l.client == nil {
-		return
-	}
-	rep, err := l.client.Stop(ctx)
-	if err != nil {
-		l.log.Warn("jobs stopped with an error", "error", err.Error(), "report", fmt.Sprint(rep))
-	}
 }

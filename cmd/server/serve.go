@@ -12,6 +12,7 @@ import (
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/runtime/shards"
 )
@@ -29,12 +30,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 
-	jobsRT, err := startJobs(ctx, cfg, set, srv, log)
+	workers := jobs.NewWorkers()
+	app.RegisterWorkers(workers, log)
+	jobsRT, err := newJobs(ctx, cfg, set, workers, srv, log)
 	if err != nil {
 		return err
 	}
-	a := app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log})
-	api.Register(srv, a)
+	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
 
 	// The cell listens at once so /healthz answers while migrations run;
 	// /readyz turns ready when the databases answer and are migrated.
@@ -51,7 +53,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return
 		}
 		migrated.Store(true)
-		if err := jobsRT.Start(ctx, a.RegisterWorkers); err != nil {
+		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
 		}
 	}()
@@ -59,7 +61,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	runErr := srv.Run(ctx)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.Jobs.ShutdownTimeout.D())
 	defer cancel()
-	jobsRT.Stop(sctx)
+	if rep, err := jobsRT.Stop(sctx); err != nil || len(rep.Abandoned) > 0 {
+		log.Warn("jobs stopped", "abandoned", len(rep.Abandoned), "waiting", rep.Waiting, "error", fmt.Sprint(err))
+	}
 	return runErr
 }
 

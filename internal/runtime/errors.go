@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 )
 
 // errorBody is the JSON shape of every error the runtime writes.
@@ -24,17 +26,15 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		if c.Response().Committed {
 			return
 		}
-		status := http.StatusInternalServerError
-		msg := http.StatusText(status)
-		var he *echo.HTTPError
-		switch {
-		case errors.As(err, &he):
-			status = he.Code
-			msg = fmt.Sprint(he.Message)
-		case errors.Is(err, context.DeadlineExceeded):
-			status = http.StatusServiceUnavailable
-			msg = "request timed out"
-		default:
+		var rej *bulkhead.Rejection
+		if errors.As(err, &rej) {
+			// A refused database checkout: 503 with Retry-After, and the
+			// bulkhead's own body.
+			_ = rej.Write(c)
+			return
+		}
+		status, msg, known := errorStatus(err)
+		if !known {
 			log.Error("handler error", "error", err, "path", c.Path(),
 				"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 		}
@@ -44,6 +44,23 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		_ = c.JSON(status, errorBody{Error: msg})
 	}
+}
+
+// errorStatus is the status and client message jsonErrorHandler gives err;
+// the HTTP metrics use it to label a response the handler has not written.
+// known is false for an unexpected error (500, logged).
+func errorStatus(err error) (status int, msg string, known bool) {
+	var he *echo.HTTPError
+	var rej *bulkhead.Rejection
+	switch {
+	case errors.As(err, &he):
+		return he.Code, fmt.Sprint(he.Message), true
+	case errors.As(err, &rej):
+		return rej.Status, rej.Message, true
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, "request timed out", true
+	}
+	return http.StatusInternalServerError, http.StatusText(http.StatusInternalServerError), false
 }
 
 // recoverJSON turns a handler panic into a logged 500. Deferred releases in

@@ -51,7 +51,9 @@ type Server struct {
 	echo     *echo.Echo
 	log      *slog.Logger
 	reg      *prometheus.Registry
-	tenantMW []echo.MiddlewareFunc
+	tenantMW []echo.MiddlewareFunc // tenancy → tenant bulkhead → server admission
+	bulk     Bulkheads
+	metrics  *httpMetrics
 
 	mu     sync.Mutex
 	checks []namedCheck
@@ -80,6 +82,10 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		opts.Getenv = os.Getenv
 	}
 	s := &Server{cfg: cfg, log: opts.Logger, reg: opts.Registry}
+	skip, err := tenancy.PublicSkipper(cfg.Tenancy.PublicPaths...)
+	if err != nil {
+		return nil, fmt.Errorf("tenancy.public_paths: %w", err)
+	}
 	if cfg.Tenancy.Enabled {
 		tc, err := TenancyConfig(cfg.Tenancy, opts.Getenv)
 		if err != nil {
@@ -90,6 +96,16 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("tenancy: %w", err)
 		}
 		s.tenantMW = append(s.tenantMW, mw)
+	}
+	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip)
+	if err != nil {
+		return nil, err
+	}
+	s.bulk = bulk
+	s.tenantMW = append(s.tenantMW, mws...)
+	if s.metrics, err = newHTTPMetrics(opts.Registry); err != nil {
+		bulk.close()
+		return nil, fmt.Errorf("http metrics: %w", err)
 	}
 	e := echo.New()
 	e.HideBanner = true
@@ -104,6 +120,13 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	e.GET(HealthPath, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET(ReadyPath, s.readyz)
 	e.GET(MetricsPath, echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry})))
+	if name := cfg.Server.AdminTokenEnv; name != "" {
+		if token := opts.Getenv(name); token != "" {
+			e.GET(AdmissionPath, adminAuth(token, func(c echo.Context) error {
+				return c.JSON(http.StatusOK, s.bulk.Report())
+			}))
+		}
+	}
 	s.echo = e
 	return s, nil
 }
@@ -117,14 +140,28 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // Logger is the server's structured logger.
 func (s *Server) Logger() *slog.Logger { return s.log }
 
-// Public adds a route that skips tenancy and is never counted.
+// Bulkheads returns the server's admission state (engines and limiter).
+func (s *Server) Bulkheads() Bulkheads { return s.bulk }
+
+// Public adds a route that skips tenancy and is never counted; only the
+// per-route HTTP metrics see it.
 func (s *Server) Public(method, path string, h echo.HandlerFunc) {
-	s.echo.Add(method, path, h)
+	s.echo.Add(method, path, chain(h, s.metrics.route(method, path)))
 }
 
-// Tenant adds a route behind the tenant middleware chain.
+// Tenant adds a route behind the tenant chain: HTTP metrics → tenancy →
+// tenant bulkhead → server admission → h.
 func (s *Server) Tenant(method, path string, h echo.HandlerFunc) {
-	s.echo.Add(method, path, h, s.tenantMW...)
+	s.echo.Add(method, path, chain(chain(h, s.tenantMW...), s.metrics.route(method, path)))
+}
+
+// chain wraps h in mws (mws[0] outermost) once, at registration. Echo's
+// route-level middleware would rebuild the closures on every request.
+func chain(h echo.HandlerFunc, mws ...echo.MiddlewareFunc) echo.HandlerFunc {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
 }
 
 // AddReadiness registers a check /readyz runs; the cell is ready when all
@@ -194,5 +231,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	s.bulk.close() // drained: nothing admits any more
 	return nil
 }

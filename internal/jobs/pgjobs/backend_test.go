@@ -1,0 +1,581 @@
+package pgjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/tenant"
+	cgsql "github.com/cellgate/cellgate/sql"
+)
+
+type cappedArgs struct {
+	N int `json:"n"`
+}
+
+func (cappedArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "capped", Concurrency: 2} }
+
+type onceArgs struct {
+	Key string `json:"key"`
+	N   int    `json:"n"`
+}
+
+func (onceArgs) JobSpec() jobs.KindSpec {
+	return jobs.KindSpec{Name: "once", UniqueBy: []string{"key"}}
+}
+
+func (a onceArgs) UniqueKey() string { return jobs.UniqueKeyOf(a.Key) }
+
+type plainArgs struct {
+	N int `json:"n"`
+}
+
+func (plainArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "plain"} }
+
+// newClient opens a Client with w on a new Backend over pool.
+func newClient(tb testing.TB, pool *pgxpool.Pool, cfg Config, workers int, w *jobs.Workers) (*jobs.Client, *Backend) {
+	tb.Helper()
+	b, err := New(pool, cfg, Options{Logger: quietLogger()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: workers}, b, w, jobs.Options{Logger: quietLogger()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _, _ = c.Stop(context.Background()) })
+	return c, b
+}
+
+// TestCapAndUniquenessUnderConcurrency: 16 workers on 4 backends (four
+// processes, as far as the table can tell) never run more than 2 jobs of a
+// kind with concurrency 2; concurrent enqueues of one unique key make one
+// job; every job runs exactly once.
+func TestCapAndUniquenessUnderConcurrency(t *testing.T) {
+	dsn := newMigratedDB(t)
+	const capped, keys, enqueuers = 200, 20, 8
+	var cur, peak atomic.Int32
+	var runs sync.Map
+	var cappedDone, onceDone atomic.Int32
+	release := make(chan struct{})
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[cappedArgs]) error {
+		n := cur.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(2 * time.Millisecond)
+		cur.Add(-1)
+		if v, loaded := runs.LoadOrStore(fmt.Sprint("c", j.ID), 1); loaded {
+			t.Errorf("capped job %d ran twice (%v)", j.ID, v)
+		}
+		cappedDone.Add(1)
+		return nil
+	})
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[onceArgs]) error {
+		<-release // active until every enqueue is done, so each enqueue of the key finds it
+		if _, loaded := runs.LoadOrStore(fmt.Sprint("o", j.Args.Key), 1); loaded {
+			t.Errorf("a second job of unique key %s ran", j.Args.Key)
+		}
+		onceDone.Add(1)
+		return nil
+	})
+	cfg := Config{PollInterval: 5 * time.Millisecond, ClaimBatch: 2, ClaimLinger: time.Microsecond}
+	// 16 workers on 4 backends: 4 fetchers race for the kind's capacity.
+	var cs []*jobs.Client
+	for range 4 {
+		c, _ := newClient(t, newPool(t, dsn, "", 3), cfg, 4, w)
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		if err := c.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ids := make([]sync.Map, keys) // key → set of ids returned
+	var wg sync.WaitGroup
+	var enqErr atomic.Value
+	for e := range enqueuers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cs[e%len(cs)]
+			ctx := tenant.With(context.Background(), "acme")
+			for i := range capped / enqueuers {
+				if _, err := c.Enqueue(ctx, cappedArgs{N: e*1000 + i}); err != nil {
+					enqErr.Store(err)
+					return
+				}
+				for k := range keys {
+					r, err := c.Enqueue(ctx, onceArgs{Key: fmt.Sprint("k", k), N: i})
+					if err != nil {
+						enqErr.Store(err)
+						return
+					}
+					ids[k].Store(r.ID, true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(release)
+	if err, _ := enqErr.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	for k := range ids {
+		var got []jobs.JobID
+		ids[k].Range(func(id, _ any) bool { got = append(got, id.(jobs.JobID)); return true })
+		if len(got) != 1 {
+			t.Errorf("key k%d: concurrent enqueues returned ids %v, want one", k, got)
+		}
+	}
+	eventually(t, 30*time.Second, "every capped job", func() bool { return cappedDone.Load() == capped })
+	eventually(t, 10*time.Second, "every unique job", func() bool { return onceDone.Load() == keys })
+	if p := peak.Load(); p > 2 || p < 1 {
+		t.Fatalf("peak running jobs of the kind with concurrency 2 = %d", p)
+	}
+	t.Logf("peak concurrency of the capped kind: %d", peak.Load())
+}
+
+// TestClaimOrder: with one worker, fair claims serve a quiet tenant behind
+// a noisy tenant's backlog at once; FIFO claims serve it after the backlog.
+func TestClaimOrder(t *testing.T) {
+	dsn := newDB(t)
+	for _, mode := range []ClaimMode{ClaimFair, ClaimFIFO} {
+		t.Run(string(mode), func(t *testing.T) {
+			pool := newSchema(t, dsn, 3)
+			var mu sync.Mutex
+			var order []string
+			w := jobs.NewWorkers()
+			jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+				mu.Lock()
+				order = append(order, j.Tenant)
+				mu.Unlock()
+				return nil
+			})
+			c, _ := newClient(t, pool, Config{Claim: mode, PollInterval: 20 * time.Millisecond}, 1, w)
+			ctx := context.Background()
+			// Insert the noisy backlog in one statement, older than the quiet
+			// tenants' jobs.
+			if _, err := pool.Exec(ctx, `
+INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at)
+SELECT 'plain', 'default', 'noisy', '{"n": 1}', 5, now() - interval '1 minute', now() FROM generate_series(1, 300)`); err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{"quiet-a", "quiet-b", ""} {
+				if _, err := c.Enqueue(tenant.With(ctx, q), plainArgs{N: 2}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "the quiet tenants' jobs", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(order, "quiet-a") && slices.Contains(order, "quiet-b") && slices.Contains(order, "")
+			})
+			mu.Lock()
+			last := max(slices.Index(order, "quiet-a"), slices.Index(order, "quiet-b"), slices.Index(order, ""))
+			mu.Unlock()
+			if mode == ClaimFair && last > 6 {
+				t.Errorf("fair: the three quiet jobs started by position %d, want within the first 7 (round-robin)", last)
+			}
+			if mode == ClaimFIFO && last < 300 {
+				t.Errorf("fifo: a quiet job started at position %d, before the older backlog", last)
+			}
+		})
+	}
+}
+
+// TestFairSkipsTenantsHeldByCaps: when every ready job of many tenants is
+// of a kind at its cap, a fair claim walks past them (over several claims,
+// via the cursor hint) to the tenant that has other work.
+func TestFairSkipsTenantsHeldByCaps(t *testing.T) {
+	pool := newSchema(t, newDB(t), 3)
+	ctx := context.Background()
+	hold := make(chan struct{})
+	var cappedStarted atomic.Int32
+	plainRan := make(chan string, 1)
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[cappedArgs]) error {
+		cappedStarted.Add(1)
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+		plainRan <- j.Tenant
+		return nil
+	})
+	c, _ := newClient(t, pool, Config{Claim: ClaimFair, PollInterval: 20 * time.Millisecond}, 3, w)
+	t.Cleanup(func() { close(hold) }) // runs before the client's Stop
+	// 200 tenants whose only jobs are capped; tenant "zz" sorts after them.
+	if _, err := pool.Exec(ctx, `
+INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at)
+SELECT 'capped', 'default', 't' || lpad(g::text, 3, '0'), '{"n": 1}', 5, now() - interval '1 minute', now()
+FROM generate_series(1, 200) g`); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the capped kind at its cap", func() bool { return cappedStarted.Load() == 2 })
+	if _, err := c.Enqueue(tenant.With(ctx, "zz"), plainArgs{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case tn := <-plainRan:
+		if tn != "zz" {
+			t.Fatalf("plain job ran for %q", tn)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the uncapped job behind 198 held tenants never ran")
+	}
+	if n := cappedStarted.Load(); n != 2 {
+		t.Fatalf("%d capped jobs started, want 2", n)
+	}
+}
+
+// TestCoalescedInsertsKeepTheirIDs: concurrent plain enqueues, written by
+// shared multi-row INSERTs, each get the id of their own row.
+func TestCoalescedInsertsKeepTheirIDs(t *testing.T) {
+	pool := newMigratedPool(t, 8)
+	c, _ := newClient(t, pool, Config{InsertBatch: 64}, 1, nil)
+	const producers, each = 32, 40
+	type rec struct {
+		id jobs.JobID
+		n  int
+	}
+	recs := make(chan rec, producers*each)
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := tenant.With(context.Background(), fmt.Sprint("t", p%5))
+			for i := range each {
+				n := p*1000 + i
+				r, err := c.Enqueue(ctx, plainArgs{N: n})
+				if err != nil || r.Duplicate {
+					t.Errorf("Enqueue: %+v, %v", r, err)
+					return
+				}
+				recs <- rec{r.ID, n}
+			}
+		}()
+	}
+	wg.Wait()
+	close(recs)
+	got := 0
+	for r := range recs {
+		var n int
+		var ten string
+		if err := pool.QueryRow(context.Background(), `SELECT (args->>'n')::int, tenant FROM cellgate_jobs WHERE id = $1`, int64(r.id)).Scan(&n, &ten); err != nil {
+			t.Fatalf("job %d: %v", r.id, err)
+		}
+		if n != r.n || ten != fmt.Sprint("t", (r.n/1000)%5) {
+			t.Fatalf("id %d holds n=%d of %s, want n=%d", r.id, n, ten, r.n)
+		}
+		got++
+	}
+	if got != producers*each {
+		t.Fatalf("%d enqueues, want %d", got, producers*each)
+	}
+	var batched int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT created_at FROM cellgate_jobs GROUP BY created_at HAVING count(*) > 1) s`).Scan(&batched); err != nil {
+		t.Fatal(err)
+	}
+	if batched == 0 {
+		t.Error("no two jobs share an INSERT: the coalescer never batched")
+	}
+}
+
+func newMigratedPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	return newPool(tb, newMigratedDB(tb), "", maxConns)
+}
+
+// TestMaintenance: one leader per table; rescue fails a job that used its
+// last attempt; retention deletes finished jobs past retention only.
+func TestMaintenance(t *testing.T) {
+	dsn := newMigratedDB(t)
+	ctx := context.Background()
+	pool := newPool(t, dsn, "", 4)
+	cfg := Config{RescueAfter: time.Minute, Retention: time.Hour, PollInterval: time.Hour}
+	b1, err := New(pool, cfg, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2, err := New(newPool(t, dsn, "", 2), cfg, Options{Logger: quietLogger(), Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []*Backend{b1, b2} {
+		if err := b.Open(ctx, jobs.OpenParams{Workers: 1}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close(context.Background()) })
+	}
+	r1, err1 := b1.RunMaintenance(ctx)
+	r2, err2 := b2.RunMaintenance(ctx)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if r1.Leader == r2.Leader {
+		t.Fatalf("leaders: %v and %v, want exactly one", r1.Leader, r2.Leader)
+	}
+	leader := b1
+	if r2.Leader {
+		leader = b2
+	}
+
+	old := time.Now().Add(-2 * time.Hour)
+	_, err = pool.Exec(ctx, `
+INSERT INTO cellgate_jobs (kind, queue, args, max_attempts, state, attempt, run_at, created_at, attempted_at, heartbeat_at, finished_at, claimed_by)
+VALUES ('k', 'default', '{}', 2, 'running',   2, $1, $1, $1, $1, NULL, 'dead/1'),  -- last attempt, stuck
+       ('k', 'default', '{}', 3, 'running',   1, $1, $1, $1, $1, NULL, 'dead/1'),  -- stuck, retried
+       ('k', 'default', '{}', 3, 'running',   1, $1, $1, $1, now(), NULL, 'live/1'), -- fresh heartbeat
+       ('k', 'default', '{}', 3, 'completed', 1, $1, $1, $1, $1, $1, 'x'),        -- expired
+       ('k', 'default', '{}', 3, 'failed',    3, $1, $1, $1, $1, $1, 'x'),        -- expired
+       ('k', 'default', '{}', 3, 'completed', 1, $1, $1, $1, $1, now(), 'x')      -- kept`, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := leader.RunMaintenance(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Leader || rep.Rescued != 1 || rep.RescuedFailed != 1 || rep.Deleted != 2 {
+		t.Fatalf("report %+v, want leader, 1 rescued, 1 failed by rescue, 2 deleted", rep)
+	}
+	var states []string
+	rows, _ := pool.Query(ctx, `SELECT state || ':' || attempt FROM cellgate_jobs ORDER BY id`)
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		states = append(states, s)
+	}
+	if want := []string{"failed:2", "available:1", "running:1", "completed:1"}; !slices.Equal(states, want) {
+		t.Fatalf("states after maintenance = %v, want %v", states, want)
+	}
+	// The leader's connection going away hands leadership over.
+	if err := leader.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other := b1
+	if leader == b1 {
+		other = b2
+	}
+	eventually(t, 10*time.Second, "the other backend to lead", func() bool {
+		r, err := other.RunMaintenance(ctx)
+		return err == nil && r.Leader
+	})
+}
+
+// TestRetryAndFailRecordErrors: a failed attempt is kept in the job's
+// errors; a permanent failure leaves the job failed with its error.
+func TestRetryAndFailRecordErrors(t *testing.T) {
+	pool := newMigratedPool(t, 4)
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+		if j.Attempt == 1 {
+			return errors.New("first: " + strings.Repeat("é", 3000))
+		}
+		return jobs.Permanent(errors.New("second"))
+	})
+	b, err := New(pool, Config{PollInterval: 20 * time.Millisecond}, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: 1, RetryBackoffBase: time.Millisecond, RetryBackoffMax: time.Millisecond},
+		b, w, jobs.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Stop(context.Background()) })
+	r, err := c.Enqueue(context.Background(), plainArgs{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var js []JobInfo
+	eventually(t, 10*time.Second, "the job to fail for good", func() bool {
+		js, err = b.List(context.Background(), ListFilter{State: StateFailed})
+		return err == nil && len(js) == 1
+	})
+	j := js[0]
+	if j.ID != r.ID || j.Attempt != 2 || len(j.Errors) != 2 || j.FinishedAt == nil {
+		t.Fatalf("failed job = %+v", j)
+	}
+	if e := j.Errors[0].Error; !strings.HasPrefix(e, "first: é") || len(e) > maxErrorLen+len("…") {
+		t.Errorf("first error stored as %d bytes: %.40q…", len(e), e)
+	}
+	if e := j.Errors[1].Error; !strings.Contains(e, "second") || j.Errors[1].Attempt != 2 {
+		t.Errorf("second error = %+v", j.Errors[1])
+	}
+}
+
+// TestEnqueueWithTx: WithTx makes a standalone backend's enqueue part of the
+// caller's transaction.
+func TestEnqueueWithTx(t *testing.T) {
+	pool := newMigratedPool(t, 4)
+	c, _ := newClient(t, pool, Config{}, 1, nil)
+	ctx := context.Background()
+	for _, commit := range []bool{false, true} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Enqueue(WithTx(ctx, tx), plainArgs{N: 7}); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM cellgate_jobs`); n != 1 {
+		t.Fatalf("%d jobs after one committed and one rolled-back enqueue, want 1", n)
+	}
+}
+
+// TestMigrationDownUp: the down migration removes everything the up
+// migration made, and the up migration applies again.
+func TestMigrationDownUp(t *testing.T) {
+	dsn := newMigratedDB(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, f := range []string{"000002_jobs.down.sql", "000002_jobs.up.sql"} {
+		sql, err := fs.ReadFile(cgsql.Migrations, cgsql.MigrationsDir+"/"+f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, string(sql)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if f == "000002_jobs.down.sql" {
+			var n int
+			_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE 'cellgate_jobs%'`).Scan(&n)
+			var f int
+			_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname LIKE 'cellgate_jobs%'`).Scan(&f)
+			if n != 0 || f != 0 {
+				t.Fatalf("after down: %d relations and %d functions left", n, f)
+			}
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	d := Config{}.WithDefaults()
+	if d.Claim != ClaimFair || d.RescueAfter != 5*time.Minute || d.Retention != 24*time.Hour ||
+		d.BreakerFailures != 5 || d.BreakerCooldown != 10*time.Second || d.PollInterval != time.Second {
+		t.Errorf("defaults = %+v", d)
+	}
+	bad := Config{Claim: "lifo", RescueAfter: -1, BreakerFailures: -2, ClaimBatch: -1}
+	err := bad.Validate()
+	for _, field := range []string{"jobs.postgres.claim", "jobs.postgres.rescue_after", "jobs.postgres.breaker_failures", "jobs.postgres.claim_batch"} {
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("Validate(%+v) = %v, want an error naming %s", bad, err, field)
+		}
+	}
+	if _, err := New(nil, Config{}, Options{}); err == nil {
+		t.Error("New(nil pool) succeeded")
+	}
+	got := FromConfig(config.JobsPostgres{ShardLocal: true, Claim: "fifo", RescueAfter: config.Duration(time.Second),
+		Retention: config.Duration(time.Hour), BreakerFailures: 3, BreakerCooldown: config.Duration(time.Minute)})
+	want := Config{ShardLocal: true, Claim: ClaimFIFO, RescueAfter: time.Second, Retention: time.Hour, BreakerFailures: 3, BreakerCooldown: time.Minute}
+	if got != want {
+		t.Errorf("FromConfig = %+v, want %+v", got, want)
+	}
+}
+
+// TestClaimCostIgnoresBacklog: a claim's cost (buffers touched, from
+// EXPLAIN) is the same with 100,000 jobs of one tenant as with 1,000, in
+// both claim orders: claims walk indexes, never the backlog.
+func TestClaimCostIgnoresBacklog(t *testing.T) {
+	dsn := newDB(t)
+	ctx := context.Background()
+	buffers := func(pool *pgxpool.Pool, fair bool, cursor *string) int {
+		t.Helper()
+		var plan []string
+		rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
+SELECT * FROM cellgate_jobs_claim(now(), 32, $1, $2, '{}', '{}', 256, 'test', '{}', '{}')`, fair, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, line := range plan {
+			if i := strings.Index(line, "Buffers: shared"); i >= 0 {
+				for _, f := range strings.Fields(line[i+len("Buffers: shared"):]) {
+					var n int
+					if _, err := fmt.Sscanf(f, "hit=%d", &n); err == nil {
+						total += n
+					} else if _, err := fmt.Sscanf(f, "read=%d", &n); err == nil {
+						total += n
+					}
+				}
+				break // the top node's counts include the function's statements
+			}
+		}
+		if total == 0 {
+			t.Fatalf("no buffer counts in the plan:\n%s", strings.Join(plan, "\n"))
+		}
+		return total
+	}
+	cost := map[int][2]int{}
+	for _, backlog := range []int{1000, 100000} {
+		pool := newSchema(t, dsn, 2)
+		if _, err := pool.Exec(ctx, `
+INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at)
+SELECT 'k', 'default', CASE WHEN g <= $1 THEN 'noisy' ELSE 'quiet-' || g END, '{}', 5,
+       CASE WHEN g <= $1 THEN now() - interval '1 hour' ELSE now() END, now()
+FROM generate_series(1, $1::int + 5) g`, backlog); err != nil {
+			t.Fatal(err)
+		}
+		noisy := "noisy"
+		buffers(pool, true, nil) // warm the session's plans and catalogs
+		buffers(pool, false, nil)
+		cost[backlog] = [2]int{buffers(pool, true, &noisy), buffers(pool, false, nil)}
+	}
+	t.Logf("buffers per claim of 32 (fair, fifo): 1,000 backlog %v, 100,000 backlog %v", cost[1000], cost[100000])
+	for i, mode := range []string{"fair", "fifo"} {
+		if small, big := cost[1000][i], cost[100000][i]; big > 2*small+50 {
+			t.Errorf("%s claim touches %d buffers with a 100,000-job backlog, %d with 1,000: it grows with the backlog", mode, big, small)
+		}
+	}
+}

@@ -1,0 +1,237 @@
+package pgjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// maxErrorLen caps the error text stored per failed attempt, so a handler
+// that returns a huge error cannot bloat the row.
+const maxErrorLen = 2000
+
+// errNotRunning is returned when an outcome arrives for a job that is no
+// longer running as this attempt (rescued, then claimed again).
+var errNotRunning = errors.New("pgjobs: the job is no longer running as this attempt (rescued after its heartbeats stopped?); outcome dropped")
+
+func (b *Backend) own(row *jobs.JobRow) error {
+	if row == nil || row.Handle != b {
+		return errors.New("pgjobs: row was not claimed from this backend")
+	}
+	return nil
+}
+
+func (b *Backend) untrack(id jobs.JobID) {
+	b.mu.Lock()
+	delete(b.running, id)
+	b.mu.Unlock()
+}
+
+// Complete records success. The write is buffered (see the package doc):
+// it reaches the table with the next claim or within CompleteFlush, so a
+// crash in between leaves the job 'running' until it is rescued and run
+// again. After Close it is written at once.
+func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
+	if err := b.own(row); err != nil {
+		return err
+	}
+	b.untrack(row.ID)
+	if b.isClosed() {
+		_, err := b.pool.Exec(ctx, sqlComplete, []int64{int64(row.ID)}, []int32{int32(row.Attempt)}, b.now())
+		return b.closedErr(err)
+	}
+	b.cmu.Lock()
+	b.done = append(b.done, doneRec{id: int64(row.ID), attempt: int32(row.Attempt)})
+	n := len(b.done)
+	b.cmu.Unlock()
+	switch {
+	case n >= b.cfg.CompleteBatch:
+		signal(b.flushFull)
+	case n == 1:
+		signal(b.flushKick)
+	}
+	if b.capped[row.Kind] {
+		// The kind has room again: a worker may be idle because of the cap.
+		signal(b.wake)
+	}
+	return nil
+}
+
+// closedErr marks the error of a write after Close (its pool may be closed
+// too) as jobs.ErrClosed, which the Client does not report.
+func (b *Backend) closedErr(err error) error {
+	if err != nil && b.isClosed() {
+		return fmt.Errorf("%w: %w", jobs.ErrClosed, err)
+	}
+	return err
+}
+
+// Retry records the failed attempt and makes the job available at
+// now+delay.
+func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, errMsg string) error {
+	if err := b.own(row); err != nil {
+		return err
+	}
+	b.untrack(row.ID)
+	now := b.now()
+	runAt := now.Add(max(delay, 0))
+	tag, err := b.pool.Exec(ctx, sqlRetry, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now, truncate(errMsg))
+	if err != nil {
+		return b.closedErr(fmt.Errorf("pgjobs: retry job %d: %w", row.ID, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return errNotRunning
+	}
+	if delay <= 0 {
+		b.notifyNow()
+	} else {
+		b.wakeAt(runAt)
+	}
+	if b.capped[row.Kind] {
+		signal(b.wake)
+	}
+	return nil
+}
+
+// Fail records the final failure; the job stays in the table, 'failed',
+// for the retention period.
+func (b *Backend) Fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
+	if err := b.own(row); err != nil {
+		return err
+	}
+	b.untrack(row.ID)
+	tag, err := b.pool.Exec(ctx, sqlFail, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), b.now(), truncate(errMsg))
+	if err != nil {
+		return b.closedErr(fmt.Errorf("pgjobs: fail job %d: %w", row.ID, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return errNotRunning
+	}
+	if b.capped[row.Kind] {
+		signal(b.wake)
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) <= maxErrorLen {
+		return s
+	}
+	// Cut on a rune boundary so the text stays valid UTF-8 for jsonb.
+	i := maxErrorLen
+	for i > 0 && s[i]&0xC0 == 0x80 {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+const sqlRetry = `
+UPDATE cellgate_jobs
+SET state = 'available', run_at = $3,
+    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', $5::text))
+WHERE id = $1 AND attempt = $2 AND state = 'running'`
+
+const sqlFail = `
+UPDATE cellgate_jobs
+SET state = 'failed', finished_at = $3,
+    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $3::timestamptz, 'error', $4::text))
+WHERE id = $1 AND attempt = $2 AND state = 'running'`
+
+const sqlNotify = `SELECT pg_notify('cellgate_jobs', '')`
+
+// sqlComplete marks jobs completed (see cellgate_jobs_complete: attempt
+// guard, no wait for the WAL flush).
+const sqlComplete = `SELECT cellgate_jobs_complete($1, $2, $3)`
+
+func (b *Backend) takeDone() []doneRec {
+	b.cmu.Lock()
+	defer b.cmu.Unlock()
+	if len(b.done) == 0 {
+		return nil
+	}
+	d := b.done
+	b.done = make([]doneRec, 0, cap(d))
+	return d
+}
+
+func (b *Backend) putBackDone(d []doneRec) {
+	if len(d) == 0 {
+		return
+	}
+	b.cmu.Lock()
+	b.done = append(b.done, d...)
+	b.cmu.Unlock()
+	signal(b.flushKick)
+}
+
+func splitDone(d []doneRec) ([]int64, []int32) {
+	if len(d) == 0 {
+		return []int64{}, []int32{}
+	}
+	ids := make([]int64, len(d))
+	attempts := make([]int32, len(d))
+	for i, r := range d {
+		ids[i], attempts[i] = r.id, r.attempt
+	}
+	return ids, attempts
+}
+
+// flushDone writes the buffered completions now.
+func (b *Backend) flushDone(ctx context.Context) error {
+	d := b.takeDone()
+	if len(d) == 0 {
+		return nil
+	}
+	ids, attempts := splitDone(d)
+	_, err := b.pool.Exec(ctx, sqlComplete, ids, attempts, b.now())
+	if err != nil {
+		b.putBackDone(d)
+	}
+	return err
+}
+
+// flushLoop writes completions CompleteFlush after the first one of a batch
+// is buffered, or at once when CompleteBatch are buffered.
+func (b *Backend) flushLoop() {
+	defer b.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-b.flushKick:
+		case <-b.flushFull:
+		case <-b.quit:
+			return // Close writes what is left
+		}
+		t.Reset(b.cfg.CompleteFlush)
+		select {
+		case <-t.C:
+		case <-b.flushFull:
+			if !t.Stop() {
+				<-t.C
+			}
+		case <-b.quit:
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+		err := b.flushDone(ctx)
+		cancel()
+		if err != nil {
+			b.logErr("complete", "pgjobs: writing completions failed; retrying", err)
+			select {
+			case <-time.After(backoff):
+			case <-b.quit:
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+	}
+}

@@ -1,0 +1,202 @@
+package pgjobs
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/config"
+)
+
+// ClaimMode is the order in which claims hand out ready jobs.
+type ClaimMode string
+
+const (
+	// ClaimFair hands out jobs round-robin across the tenants that have a
+	// ready job, each tenant's oldest first.
+	ClaimFair ClaimMode = "fair"
+	// ClaimFIFO hands out the oldest ready job first, whatever its tenant.
+	ClaimFIFO ClaimMode = "fifo"
+)
+
+// Defaults of Config. They live here and nowhere else (the spec's defaults in
+// schema/cellgate.cue are the same values).
+const (
+	DefaultClaim           = ClaimFair
+	DefaultRescueAfter     = 5 * time.Minute
+	DefaultRetention       = 24 * time.Hour
+	DefaultBreakerFailures = 5
+	DefaultBreakerCooldown = 10 * time.Second
+	DefaultPollInterval    = time.Second
+	DefaultClaimBatch      = 32
+	DefaultClaimLinger     = 2 * time.Millisecond
+	DefaultFetchers        = 2
+	DefaultCompleteBatch   = 512
+	DefaultCompleteFlush   = 5 * time.Millisecond
+	DefaultInsertBatch     = 256
+	DefaultInserters       = 2
+	DefaultCapLookahead    = 256
+	DefaultRetentionEvery  = time.Minute
+	DefaultVacuumEvery     = 5 * time.Second
+	DefaultVacuumDeadRows  = 20000
+)
+
+// Config is the PostgreSQL job backend's configuration (`jobs.postgres`,
+// plus tuning knobs the spec does not expose). The zero value is valid:
+// every zero field takes its default.
+type Config struct {
+	// ShardLocal makes a jobs table on every shard and runs workers and a
+	// maintenance loop per shard (`jobs.postgres.shard_local`). Runtime
+	// reads it; a lone Backend ignores it.
+	ShardLocal bool
+	// Claim is the claim order (`jobs.postgres.claim`). "" means ClaimFair.
+	Claim ClaimMode
+	// RescueAfter (`jobs.postgres.rescue_after`): a running job whose
+	// process has not refreshed its heartbeat for this long is made
+	// available again (or failed, if it used its last attempt). Heartbeats
+	// are sent every RescueAfter/4. 0 means DefaultRescueAfter.
+	RescueAfter time.Duration
+	// Retention (`jobs.postgres.retention`) is how long completed and failed
+	// jobs stay in the table. 0 means DefaultRetention.
+	Retention time.Duration
+	// BreakerFailures (`jobs.postgres.breaker_failures`) is the number of
+	// consecutive failed plain enqueues that opens the circuit breaker of
+	// the control database. 0 means DefaultBreakerFailures.
+	BreakerFailures int
+	// BreakerCooldown (`jobs.postgres.breaker_cooldown`) is how long an open
+	// breaker rejects enqueues before it lets one probe through. 0 means
+	// DefaultBreakerCooldown.
+	BreakerCooldown time.Duration
+
+	// PollInterval bounds how long an idle worker waits without a
+	// notification before it looks for work again (jobs scheduled by other
+	// processes, a lost LISTEN connection). 0 means DefaultPollInterval.
+	PollInterval time.Duration
+	// ClaimBatch caps the jobs one claim round trip takes (one per idle
+	// worker). 0 means DefaultClaimBatch.
+	ClaimBatch int
+	// Fetchers is the number of claim round trips in flight at once per
+	// backend (each holds a pool connection meanwhile). 0 means
+	// DefaultFetchers.
+	Fetchers int
+	// ClaimLinger is how long a busy fetcher waits for more workers to
+	// come back before it claims for fewer than half a batch. 0 means
+	// DefaultClaimLinger.
+	ClaimLinger time.Duration
+	// CompleteBatch is the number of buffered completions that triggers a
+	// flush. 0 means DefaultCompleteBatch.
+	CompleteBatch int
+	// CompleteFlush is the longest a completion waits in the buffer.
+	// 0 means DefaultCompleteFlush.
+	CompleteFlush time.Duration
+	// InsertBatch caps the plain enqueues written by one INSERT.
+	// 0 means DefaultInsertBatch.
+	InsertBatch int
+	// Inserters is the number of INSERTs of plain enqueues in flight at
+	// once (each holds a pool connection meanwhile). 0 means
+	// DefaultInserters.
+	Inserters int
+	// CapLookahead bounds how far a claim looks past jobs of kinds that are
+	// at their concurrency cap. 0 means DefaultCapLookahead.
+	CapLookahead int
+	// RetentionEvery is how often the maintenance leader deletes expired
+	// jobs. 0 means DefaultRetentionEvery.
+	RetentionEvery time.Duration
+	// VacuumEvery is how often the maintenance leader checks the table's
+	// dead rows. 0 means DefaultVacuumEvery.
+	VacuumEvery time.Duration
+	// VacuumDeadRows is the dead-row count (pg_stat_user_tables.n_dead_tup)
+	// at which the leader runs VACUUM on the table. 0 means
+	// DefaultVacuumDeadRows.
+	VacuumDeadRows int
+}
+
+// FromConfig maps the spec's `jobs.postgres` block onto Config.
+func FromConfig(c config.JobsPostgres) Config {
+	return Config{
+		ShardLocal:      c.ShardLocal,
+		Claim:           ClaimMode(c.Claim),
+		RescueAfter:     c.RescueAfter.D(),
+		Retention:       c.Retention.D(),
+		BreakerFailures: c.BreakerFailures,
+		BreakerCooldown: c.BreakerCooldown.D(),
+	}
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(d *int, v int) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Claim == "" {
+		c.Claim = DefaultClaim
+	}
+	def(&c.RescueAfter, DefaultRescueAfter)
+	def(&c.Retention, DefaultRetention)
+	defInt(&c.BreakerFailures, DefaultBreakerFailures)
+	def(&c.BreakerCooldown, DefaultBreakerCooldown)
+	def(&c.PollInterval, DefaultPollInterval)
+	defInt(&c.ClaimBatch, DefaultClaimBatch)
+	def(&c.ClaimLinger, DefaultClaimLinger)
+	defInt(&c.Fetchers, DefaultFetchers)
+	defInt(&c.CompleteBatch, DefaultCompleteBatch)
+	def(&c.CompleteFlush, DefaultCompleteFlush)
+	defInt(&c.InsertBatch, DefaultInsertBatch)
+	defInt(&c.Inserters, DefaultInserters)
+	defInt(&c.CapLookahead, DefaultCapLookahead)
+	def(&c.RetentionEvery, DefaultRetentionEvery)
+	def(&c.VacuumEvery, DefaultVacuumEvery)
+	defInt(&c.VacuumDeadRows, DefaultVacuumDeadRows)
+	return c
+}
+
+// Validate reports every invalid field of c (after defaults), each named by
+// its spec path.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	if c.Claim != ClaimFair && c.Claim != ClaimFIFO {
+		errs = append(errs, fmt.Errorf("jobs.postgres.claim: must be %q or %q, got %q", ClaimFair, ClaimFIFO, c.Claim))
+	}
+	pos := func(name string, d time.Duration) {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s: must be > 0, got %s", name, d))
+		}
+	}
+	posInt := func(name string, n int) {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("%s: must be > 0, got %d", name, n))
+		}
+	}
+	pos("jobs.postgres.rescue_after", c.RescueAfter)
+	pos("jobs.postgres.retention", c.Retention)
+	posInt("jobs.postgres.breaker_failures", c.BreakerFailures)
+	pos("jobs.postgres.breaker_cooldown", c.BreakerCooldown)
+	pos("jobs.postgres.poll_interval", c.PollInterval)
+	posInt("jobs.postgres.claim_batch", c.ClaimBatch)
+	pos("jobs.postgres.claim_linger", c.ClaimLinger)
+	posInt("jobs.postgres.fetchers", c.Fetchers)
+	posInt("jobs.postgres.complete_batch", c.CompleteBatch)
+	pos("jobs.postgres.complete_flush", c.CompleteFlush)
+	posInt("jobs.postgres.insert_batch", c.InsertBatch)
+	posInt("jobs.postgres.inserters", c.Inserters)
+	posInt("jobs.postgres.cap_lookahead", c.CapLookahead)
+	pos("jobs.postgres.retention_every", c.RetentionEvery)
+	pos("jobs.postgres.vacuum_every", c.VacuumEvery)
+	posInt("jobs.postgres.vacuum_dead_rows", c.VacuumDeadRows)
+	return errors.Join(errs...)
+}
+
+// tick is the period of the maintenance connection's loop: heartbeats,
+// leader election and rescue all run on it. A quarter of RescueAfter keeps
+// a live job's heartbeat well inside the rescue window.
+func (c Config) tick() time.Duration {
+	return min(max(c.RescueAfter/4, 10*time.Millisecond), 30*time.Second)
+}

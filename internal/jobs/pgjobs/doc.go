@@ -1,0 +1,30 @@
+// Package pgjobs is the PostgreSQL job backend: a jobs.Backend over the
+// cellgate_jobs table (sql/migrations/000002_jobs.up.sql), and Runtime, which
+// runs one such backend on the control database and, with shard_local, one
+// per shard behind a single jobs.Client.
+//
+// What one Backend does, and where (docs/jobs-postgres.md has the SQL):
+//
+//   - Insert: plain enqueues are coalesced, so concurrent callers share one
+//     multi-row INSERT (one commit, one WAL flush) and each still waits for
+//     its own commit; an enqueue carried in a caller's transaction
+//     (Runtime.EnqueueTx, WithTx) is one statement in that transaction.
+//     Uniqueness is a partial unique index over active jobs. On the control
+//     database plain enqueues pass a circuit breaker.
+//   - Claim: one goroutine per Backend (the fetcher) claims, in one round
+//     trip, a job for every worker waiting in Claim (cellgate_jobs_claim:
+//     FOR UPDATE SKIP LOCKED, fair or FIFO order, per-kind caps under an
+//     advisory lock). Idle, it waits for a NOTIFY, a local insert, a
+//     scheduled time or the poll interval.
+//   - Complete is buffered and written in batches (piggybacked on the next
+//     claim, or after CompleteFlush): at-least-once, a completion lost in a
+//     crash means the job runs again after it is rescued.
+//   - One dedicated connection per Backend listens for notifications, sends
+//     the heartbeats of the jobs this process runs, and, when it holds the
+//     table's advisory lock (one leader per table), rescues jobs whose
+//     heartbeats stopped and deletes finished jobs past their retention.
+//
+// Concurrency: every exported method of Backend and Runtime is safe for
+// concurrent use. A Backend follows the jobs.Backend life cycle (Open once,
+// Close once, the rest concurrently); its goroutines stop in Close.
+package pgjobs

@@ -1,0 +1,287 @@
+package pgjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// ErrShardJobsNotReady is returned by an in-transaction enqueue on a shard
+// whose jobs table the runtime has not created yet (it migrates the shards
+// in the background after boot, retrying while a shard is down).
+var ErrShardJobsNotReady = errors.New("jobs: the shard's jobs table is still being created (the job runtime migrates shards in the background after boot); retry shortly")
+
+// Insert adds a job; see jobs.Backend. With a context from WithTx (or
+// Runtime.EnqueueTx) the row is written by the caller's transaction;
+// otherwise plain enqueues without a uniqueness key are coalesced with
+// concurrent ones into one INSERT, and every plain enqueue passes the
+// circuit breaker when the backend has one. Insert returns once the job is
+// committed (or, in a transaction, written).
+//
+// If ctx ends while a coalesced insert is in flight, Insert returns
+// ctx.Err() and the job may still have been inserted, as with any write
+// whose caller stopped waiting.
+func (b *Backend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	if err := b.usable(); err != nil {
+		return jobs.EnqueueResult{}, err
+	}
+	if t, ok := ctx.Value(txKey{}).(txTarget); ok && (t.b == nil || t.b == b) {
+		return b.insertTx(ctx, t.tx, p)
+	}
+	if b.brk == nil {
+		return b.insertPlain(ctx, p)
+	}
+	if err := b.brk.allow(); err != nil {
+		return jobs.EnqueueResult{}, err
+	}
+	r, err := b.insertPlain(ctx, p)
+	if errors.Is(err, jobs.ErrClosed) {
+		b.brk.done(context.Canceled) // says nothing about the database
+	} else {
+		b.brk.done(err)
+	}
+	return r, err
+}
+
+// insertTx writes one job in the caller's transaction: one statement. The
+// NOTIFY follows after the caller has (probably) committed; see notify.go.
+func (b *Backend) insertTx(ctx context.Context, tx pgx.Tx, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	if tx == nil {
+		return jobs.EnqueueResult{}, errors.New("pgjobs: enqueue in a transaction: nil tx")
+	}
+	now := b.now()
+	runAt := runAtOf(p, now)
+	var id int64
+	var dup bool
+	err := tx.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
+		uniqueKey(p), runAt, now).Scan(&id, &dup)
+	if err != nil {
+		return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s in a transaction on %s: %w", p.Kind, b.name, err)
+	}
+	if !dup {
+		// A wake-up that finds nothing (the caller rolled back) costs one
+		// empty claim.
+		if runAt.After(now) {
+			b.wakeAt(runAt)
+		} else {
+			b.notifyAfterTx()
+		}
+	}
+	return jobs.EnqueueResult{ID: jobs.JobID(id), Duplicate: dup}, nil
+}
+
+func runAtOf(p jobs.InsertParams, now time.Time) time.Time {
+	if p.RunAt.IsZero() || p.RunAt.Before(now) {
+		return now
+	}
+	return p.RunAt
+}
+
+func uniqueKey(p jobs.InsertParams) *string {
+	if p.UniqueKey == "" {
+		return nil
+	}
+	return &p.UniqueKey
+}
+
+const sqlInsertOne = `SELECT job_id, duplicate FROM cellgate_jobs_insert($1, $2, $3, $4, $5, $6, $7, $8)`
+
+// insertPlain commits one job on its own. A unique job is inserted by the
+// calling goroutine after this process's completions are written (so a job
+// that completed here no longer counts as active); other jobs go through
+// the coalescer.
+func (b *Backend) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	if p.UniqueKey != "" {
+		if err := b.flushDone(ctx); err != nil {
+			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
+		}
+		now := b.now()
+		runAt := runAtOf(p, now)
+		var id int64
+		var dup bool
+		err := b.pool.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
+			&p.UniqueKey, runAt, now).Scan(&id, &dup)
+		if err != nil {
+			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
+		}
+		if !dup {
+			b.inserted(runAt, now)
+		}
+		return jobs.EnqueueResult{ID: jobs.JobID(id), Duplicate: dup}, nil
+	}
+
+	r := reqPool.Get().(*insertReq)
+	r.p = p
+	select {
+	case b.insCh <- r:
+	case <-ctx.Done():
+		r.p = jobs.InsertParams{}
+		reqPool.Put(r)
+		return jobs.EnqueueResult{}, ctx.Err()
+	case <-b.quit:
+		r.p = jobs.InsertParams{}
+		reqPool.Put(r)
+		return jobs.EnqueueResult{}, jobs.ErrClosed
+	}
+	select {
+	case res := <-r.res:
+		r.p = jobs.InsertParams{}
+		reqPool.Put(r) // only once its answer is read: the inserter is done with it
+		if res.err != nil {
+			return jobs.EnqueueResult{}, res.err
+		}
+		return jobs.EnqueueResult{ID: res.id}, nil
+	case <-ctx.Done():
+		return jobs.EnqueueResult{}, ctx.Err()
+	}
+}
+
+// inserted wakes the workers (of every process) for a job it committed.
+func (b *Backend) inserted(runAt, now time.Time) {
+	if runAt.After(now) {
+		b.wakeAt(runAt)
+	} else {
+		b.notifyNow()
+	}
+}
+
+type insertReq struct {
+	p   jobs.InsertParams
+	res chan insertRes
+}
+
+type insertRes struct {
+	id  jobs.JobID
+	err error
+}
+
+var reqPool = sync.Pool{New: func() any { return &insertReq{res: make(chan insertRes, 1)} }}
+
+// insertLoop is one inserter: it takes the enqueues that are waiting (up to
+// InsertBatch) and commits them with one statement. While it waits for the
+// commit, new enqueues queue up for the next inserter, so batches grow with
+// load and an idle system inserts each job at once.
+func (b *Backend) insertLoop() {
+	defer b.wg.Done()
+	batch := make([]*insertReq, 0, b.cfg.InsertBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-b.insCh:
+			batch = append(batch, r)
+		case <-b.quit:
+			return
+		}
+	more:
+		for len(batch) < b.cfg.InsertBatch {
+			select {
+			case r := <-b.insCh:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		b.insertBatch(batch)
+		for i := range batch {
+			batch[i] = nil
+		}
+	}
+}
+
+func (b *Backend) insertBatch(batch []*insertReq) {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	now := b.now()
+	fail := func(err error) {
+		err = fmt.Errorf("pgjobs: enqueue on %s: %w", b.name, err)
+		for _, r := range batch {
+			r.res <- insertRes{err: err}
+		}
+	}
+	if len(batch) == 1 {
+		p := &batch[0].p
+		runAt := runAtOf(*p, now)
+		var id int64
+		var dup bool
+		err := b.pool.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
+			nil, runAt, now).Scan(&id, &dup)
+		if err != nil {
+			fail(err)
+			return
+		}
+		b.inserted(runAt, now)
+		batch[0].res <- insertRes{id: jobs.JobID(id)}
+		return
+	}
+	n := len(batch)
+	kinds, queues, tenants, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	maxAttempts, runAts := make([]int32, n), make([]time.Time, n)
+	ready := false
+	var earliest time.Time
+	for i, r := range batch {
+		kinds[i], queues[i], tenants[i], args[i] = r.p.Kind, r.p.Queue, r.p.Tenant, string(r.p.EncodedArgs)
+		maxAttempts[i] = int32(r.p.MaxAttempts)
+		runAts[i] = runAtOf(r.p, now)
+		if runAts[i].After(now) {
+			if earliest.IsZero() || runAts[i].Before(earliest) {
+				earliest = runAts[i]
+			}
+		} else {
+			ready = true
+		}
+	}
+	rows, err := b.pool.Query(ctx, sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now)
+	var ids []int64
+	if err == nil {
+		ids, err = readIDs(rows, n)
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	// Identity values follow the insert order, which is the input order.
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	for i, r := range batch {
+		r.res <- insertRes{id: jobs.JobID(ids[i])}
+	}
+	if ready {
+		b.notifyNow()
+	}
+	if !earliest.IsZero() {
+		b.wakeAt(earliest)
+	}
+}
+
+func readIDs(rows pgx.Rows, n int) ([]int64, error) {
+	defer rows.Close()
+	ids := make([]int64, 0, n)
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(ids) != n {
+		return nil, fmt.Errorf("inserted %d jobs, want %d", len(ids), n)
+	}
+	return ids, nil
+}
+
+const sqlInsertMany = `
+INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at)
+SELECT u.kind, u.queue, u.tenant, u.args::jsonb, u.max_attempts, u.run_at, $7
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[])
+     WITH ORDINALITY AS u(kind, queue, tenant, args, max_attempts, run_at, ord)
+ORDER BY u.ord
+RETURNING id`

@@ -1,0 +1,150 @@
+package pgjobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// State is a job's state in the table.
+type State string
+
+// The states of a job.
+const (
+	StateAvailable State = "available"
+	StateRunning   State = "running"
+	StateCompleted State = "completed"
+	StateFailed    State = "failed"
+)
+
+// DefaultListLimit and MaxListLimit bound a List.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// ListFilter selects jobs for List; zero fields match everything.
+type ListFilter struct {
+	// Database keeps the jobs of one database ("control" or a shard name).
+	Database string
+	// State keeps jobs in this state.
+	State State
+	// Kind keeps jobs of this kind.
+	Kind string
+	// Queue keeps jobs of this queue.
+	Queue string
+	// Tenant keeps jobs of this tenant.
+	Tenant string
+	// Limit caps the jobs returned (per call, across databases).
+	// 0 means DefaultListLimit; at most MaxListLimit.
+	Limit int
+}
+
+// AttemptError is one failed attempt of a job.
+type AttemptError struct {
+	// Attempt is the attempt's number.
+	Attempt int `json:"attempt"`
+	// At is when it failed.
+	At time.Time `json:"at"`
+	// Error is the handler's error text (truncated).
+	Error string `json:"error"`
+}
+
+// JobInfo is a job as List shows it to an operator.
+type JobInfo struct {
+	// Database is where the job lives ("control" or a shard name).
+	Database string `json:"database"`
+	// ID is the job's id, unique within its database.
+	ID jobs.JobID `json:"id"`
+	// Kind, Queue and Tenant are as enqueued ("" tenant: none).
+	Kind   string `json:"kind"`
+	Queue  string `json:"queue"`
+	Tenant string `json:"tenant"`
+	// State is the job's state.
+	State State `json:"state"`
+	// Attempt is the number of attempts started; MaxAttempts the budget.
+	Attempt     int `json:"attempt"`
+	MaxAttempts int `json:"max_attempts"`
+	// RunAt is when the job may run (next run, for a waiting job).
+	RunAt time.Time `json:"run_at"`
+	// CreatedAt is when it was enqueued.
+	CreatedAt time.Time `json:"created_at"`
+	// AttemptedAt is when the latest attempt started, if any.
+	AttemptedAt *time.Time `json:"attempted_at,omitempty"`
+	// FinishedAt is when it completed or failed for good, if it did.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// UniqueKey is the uniqueness key, "" for none.
+	UniqueKey string `json:"unique_key,omitempty"`
+	// Args is the JSON encoding of the arguments.
+	Args json.RawMessage `json:"args"`
+	// Errors lists the failed attempts, oldest first.
+	Errors []AttemptError `json:"errors"`
+}
+
+func (f ListFilter) limit() int {
+	switch {
+	case f.Limit <= 0:
+		return DefaultListLimit
+	case f.Limit > MaxListLimit:
+		return MaxListLimit
+	default:
+		return f.Limit
+	}
+}
+
+// List returns the jobs of this backend's database that match f, newest
+// first. f.Database, if set, must be this backend's name.
+func (b *Backend) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
+	if f.Database != "" && f.Database != b.name {
+		return nil, nil
+	}
+	if !b.Ready() {
+		return nil, nil
+	}
+	rows, err := b.pool.Query(ctx, sqlList, pgx.QueryExecModeExec, string(f.State), f.Kind, f.Queue, f.Tenant, f.limit())
+	if err != nil {
+		return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
+	}
+	defer rows.Close()
+	var out []JobInfo
+	for rows.Next() {
+		j := JobInfo{Database: b.name}
+		var id int64
+		var attempt, maxAttempts int32
+		var state string
+		var uk *string
+		var errs []byte
+		if err := rows.Scan(&id, &j.Kind, &j.Queue, &j.Tenant, &state, &attempt, &maxAttempts, &j.RunAt,
+			&j.CreatedAt, &j.AttemptedAt, &j.FinishedAt, &uk, &j.Args, &errs); err != nil {
+			return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
+		}
+		j.ID, j.State, j.Attempt, j.MaxAttempts = jobs.JobID(id), State(state), int(attempt), int(maxAttempts)
+		if uk != nil {
+			j.UniqueKey = *uk
+		}
+		if err := json.Unmarshal(errs, &j.Errors); err != nil {
+			return nil, fmt.Errorf("pgjobs: list jobs of %s: job %d: errors column: %w", b.name, id, err)
+		}
+		out = append(out, j)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
+	}
+	return out, nil
+}
+
+const sqlList = `
+SELECT id, kind, queue, tenant, state, attempt, max_attempts, run_at, created_at,
+       attempted_at, finished_at, unique_key, args, errors
+FROM cellgate_jobs
+WHERE ($1 = '' OR state = $1)
+  AND ($2 = '' OR kind = $2)
+  AND ($3 = '' OR queue = $3)
+  AND ($4 = '' OR tenant = $4)
+ORDER BY id DESC
+LIMIT $5`

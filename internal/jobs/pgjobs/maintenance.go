@@ -1,0 +1,354 @@
+package pgjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// MaintenanceReport is what one pass of the maintenance connection did.
+type MaintenanceReport struct {
+	// Leader is whether this backend held the table's maintenance lock.
+	Leader bool
+	// Heartbeats is the number of running jobs whose heartbeat was sent.
+	Heartbeats int
+	// Rescued is the number of stuck jobs made available again.
+	Rescued int
+	// RescuedFailed is the number of stuck jobs failed because they had used
+	// their last attempt.
+	RescuedFailed int
+	// Deleted is the number of finished jobs deleted by retention.
+	Deleted int
+	// Vacuumed is whether the pass vacuumed the table (Config.VacuumDeadRows).
+	Vacuumed bool
+	// Err is the first error of the pass, if any.
+	Err error
+}
+
+// RunMaintenance runs one pass of the maintenance loop now (heartbeats;
+// then, if this backend is or becomes the leader, rescue and retention) and
+// reports it. The loop runs passes on its own every RescueAfter/4; tests
+// call this instead of waiting.
+func (b *Backend) RunMaintenance(ctx context.Context) (MaintenanceReport, error) {
+	if err := b.usable(); err != nil {
+		return MaintenanceReport{}, err
+	}
+	ch := make(chan MaintenanceReport, 1)
+	b.mmu.Lock()
+	b.mreqs = append(b.mreqs, ch)
+	if b.waitCancel != nil {
+		b.waitCancel()
+	}
+	b.mmu.Unlock()
+	select {
+	case r := <-ch:
+		return r, r.Err
+	case <-ctx.Done():
+		return MaintenanceReport{}, ctx.Err()
+	case <-b.quit:
+		return MaintenanceReport{}, errors.New("pgjobs: closed before the maintenance pass ran")
+	}
+}
+
+// connLoop owns the backend's dedicated connection: LISTEN for new jobs,
+// heartbeats, and, while it holds the table's advisory lock, maintenance.
+// A lost connection drops the lock (PostgreSQL releases it), so another
+// process takes over; this loop reconnects with backoff.
+func (b *Backend) connLoop() {
+	defer b.wg.Done()
+	select {
+	case <-b.ready:
+	case <-b.quit:
+		return
+	}
+	backoff := 100 * time.Millisecond
+	for !b.isClosed() {
+		conn, err := b.connect()
+		if err == nil {
+			backoff = 100 * time.Millisecond
+			err = b.serveConn(conn)
+			b.leader.Store(false)
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = conn.Close(cctx)
+			cancel()
+		}
+		if b.isClosed() {
+			return
+		}
+		if err != nil {
+			b.logErr("conn", "pgjobs: maintenance/LISTEN connection failed; reconnecting", err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-b.quit:
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (b *Backend) connect() (*pgx.Conn, error) {
+	cc := b.pool.Config().ConnConfig.Copy()
+	// Plan every statement afresh: the table's size swings too much for a
+	// plan cached on this long-lived connection to stay good.
+	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cc.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) { signal(b.wake) }
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return pgx.ConnectConfig(ctx, cc)
+}
+
+func (b *Backend) serveConn(conn *pgx.Conn) error {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	_, err := conn.Exec(ctx, "LISTEN cellgate_jobs")
+	cancel()
+	if err != nil {
+		return err
+	}
+	// Jobs may have arrived while no one listened.
+	signal(b.wake)
+	tick := b.cfg.tick()
+	next := time.Now()
+	nextVacuum := time.Now().Add(b.cfg.VacuumEvery)
+	var lastRetention time.Time
+	for {
+		b.mmu.Lock()
+		reqs := b.mreqs
+		b.mreqs = nil
+		b.mmu.Unlock()
+		now := time.Now()
+		if len(reqs) > 0 || !now.Before(next) || !now.Before(nextVacuum) {
+			full := len(reqs) > 0 || !now.Before(next)
+			retention := len(reqs) > 0 || now.Sub(lastRetention) >= b.cfg.RetentionEvery
+			vacuum := len(reqs) > 0 || !now.Before(nextVacuum)
+			rep := b.pass(conn, full, full && retention, vacuum)
+			if full && retention && rep.Leader && rep.Err == nil {
+				lastRetention = time.Now()
+			}
+			for _, ch := range reqs {
+				ch <- rep
+			}
+			if full {
+				next = time.Now().Add(tick)
+			}
+			if vacuum {
+				nextVacuum = time.Now().Add(b.cfg.VacuumEvery)
+			}
+			if rep.Err != nil && conn.IsClosed() {
+				return rep.Err
+			}
+		}
+		wakeAt := next
+		if nextVacuum.Before(wakeAt) {
+			wakeAt = nextVacuum
+		}
+		wctx, wcancel := context.WithDeadline(context.Background(), wakeAt)
+		b.mmu.Lock()
+		if b.isClosed() {
+			b.mmu.Unlock()
+			wcancel()
+			return nil
+		}
+		b.waitCancel = wcancel
+		pending := len(b.mreqs) > 0
+		b.mmu.Unlock()
+		if pending {
+			wcancel()
+		}
+		err := conn.PgConn().WaitForNotification(wctx)
+		timedOut := wctx.Err() != nil
+		wcancel()
+		b.mmu.Lock()
+		b.waitCancel = nil
+		b.mmu.Unlock()
+		if b.isClosed() {
+			return nil
+		}
+		switch {
+		case err == nil:
+			signal(b.wake) // OnNotification has signalled too; harmless
+		case timedOut && !conn.IsClosed():
+			// A tick, or RunMaintenance.
+		default:
+			return err
+		}
+	}
+}
+
+// maintenanceLockClass is the first key of the table's advisory lock; the
+// second is the table's oid, so each jobs table (one per database, or per
+// schema in tests) has one leader.
+const maintenanceLockClass = 1667723882
+
+// pass runs one maintenance pass on conn: with full, heartbeats, leader
+// election and rescue (and retention, with retention); with vacuum, the
+// leader's vacuum check.
+func (b *Backend) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep MaintenanceReport) {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	now := b.now()
+	setErr := func(err error) {
+		if rep.Err == nil && err != nil {
+			rep.Err = err
+		}
+	}
+	if !full {
+		rep.Leader = b.leader.Load()
+		if rep.Leader && vacuum {
+			rep.Vacuumed, rep.Err = b.vacuum(ctx, conn)
+		}
+		return rep
+	}
+
+	b.mu.Lock()
+	ids := make([]int64, 0, len(b.running))
+	attempts := make([]int32, 0, len(b.running))
+	for id, a := range b.running {
+		ids = append(ids, int64(id))
+		attempts = append(attempts, a)
+	}
+	b.mu.Unlock()
+	if len(ids) > 0 {
+		tag, err := conn.Exec(ctx, sqlHeartbeat, ids, attempts, now)
+		setErr(err)
+		rep.Heartbeats = int(tag.RowsAffected())
+	}
+
+	if !b.leader.Load() {
+		var got bool
+		if err := conn.QueryRow(ctx, sqlTryLead, maintenanceLockClass).Scan(&got); err != nil {
+			setErr(fmt.Errorf("pgjobs: leader election on %s: %w", b.name, err))
+			return rep
+		}
+		if got {
+			b.leader.Store(true)
+			b.log.Info("pgjobs: this process now runs the maintenance of the jobs table")
+		}
+	}
+	rep.Leader = b.leader.Load()
+	if !rep.Leader {
+		return rep
+	}
+
+	rows, err := conn.Query(ctx, sqlRescue, now, now.Add(-b.cfg.RescueAfter))
+	if err != nil {
+		setErr(fmt.Errorf("pgjobs: rescue on %s: %w", b.name, err))
+		return rep
+	}
+	for rows.Next() {
+		var failed bool
+		if err := rows.Scan(&failed); err != nil {
+			setErr(err)
+			break
+		}
+		if failed {
+			rep.RescuedFailed++
+		} else {
+			rep.Rescued++
+		}
+	}
+	rows.Close()
+	setErr(rows.Err())
+	if rep.Rescued+rep.RescuedFailed > 0 {
+		b.log.Warn("pgjobs: rescued jobs whose process stopped sending heartbeats",
+			"available_again", rep.Rescued, "failed", rep.RescuedFailed, "rescue_after", b.cfg.RescueAfter)
+	}
+	if rep.Rescued > 0 {
+		// An autocommit statement of its own: see notify.go.
+		_, err := conn.Exec(ctx, sqlNotify)
+		setErr(err)
+		signal(b.wake)
+	}
+
+	if vacuum {
+		var err error
+		rep.Vacuumed, err = b.vacuum(ctx, conn)
+		setErr(err)
+	}
+
+	if retention {
+		cutoff := now.Add(-b.cfg.Retention)
+		for range maxRetentionChunks {
+			tag, err := conn.Exec(ctx, sqlRetention, cutoff, retentionChunk)
+			if err != nil {
+				setErr(fmt.Errorf("pgjobs: retention on %s: %w", b.name, err))
+				break
+			}
+			rep.Deleted += int(tag.RowsAffected())
+			if tag.RowsAffected() < retentionChunk {
+				break
+			}
+		}
+	}
+	return rep
+}
+
+// vacuum runs VACUUM on the table when it holds more than VacuumDeadRows
+// dead rows. A queue table turns every job into several dead row versions,
+// and until they are vacuumed each claim steps over the dead index entries
+// at the head of the claim indexes, so claims slow down as jobs go through;
+// autovacuum visits a table at most once per autovacuum_naptime (a minute by
+// default), and may be off.
+func (b *Backend) vacuum(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var dead int64
+	if err := conn.QueryRow(ctx, sqlDeadRows).Scan(&dead); err != nil {
+		return false, fmt.Errorf("pgjobs: dead rows of %s: %w", b.name, err)
+	}
+	if dead < int64(b.cfg.VacuumDeadRows) {
+		return false, nil
+	}
+	// ANALYZE too: with autovacuum off nothing else keeps the planner's
+	// statistics of the table current.
+	if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) cellgate_jobs"); err != nil {
+		return false, fmt.Errorf("pgjobs: vacuum %s: %w", b.name, err)
+	}
+	return true, nil
+}
+
+const sqlDeadRows = `
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'cellgate_jobs'::regclass), 0)`
+
+// Retention deletes in chunks so one pass never holds a huge transaction;
+// a backlog larger than one pass's share is finished by the next passes.
+const (
+	retentionChunk     = 5000
+	maxRetentionChunks = 20
+)
+
+const sqlTryLead = `SELECT pg_try_advisory_lock($1, (('cellgate_jobs'::regclass)::oid::bigint & 2147483647)::int)`
+
+const sqlHeartbeat = `
+UPDATE cellgate_jobs
+SET heartbeat_at = $3
+WHERE id = ANY ($1::bigint[]) AND state = 'running'
+  AND attempt = ($2::int[])[array_position($1::bigint[], id)]`
+
+// sqlRescue makes jobs whose heartbeat is older than $2 available again at
+// once, or fails them if that was their last attempt; the attempt stays
+// counted, so a job that keeps killing its process stops eventually.
+const sqlRescue = `
+UPDATE cellgate_jobs
+SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN attempt >= max_attempts THEN $1::timestamptz END,
+    run_at = $1,
+    heartbeat_at = NULL,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'at', $1::timestamptz,
+        'error', 'rescued: the process running it (' || coalesce(claimed_by, '?') || ') stopped sending heartbeats'))
+WHERE state = 'running' AND heartbeat_at < $2
+RETURNING state = 'failed'`
+
+// sqlRetention deletes the oldest expired jobs. It walks the primary key
+// from the oldest id: finished jobs are the old ones, so the walk stops
+// after about $2 rows without an index on finished_at (which every
+// completion would have to maintain).
+const sqlRetention = `
+DELETE FROM cellgate_jobs
+WHERE id = ANY (ARRAY(SELECT id FROM cellgate_jobs
+                      WHERE state IN ('completed', 'failed') AND finished_at < $1
+                      ORDER BY id
+                      LIMIT $2))`

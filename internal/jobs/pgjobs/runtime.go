@@ -1,0 +1,404 @@
+package pgjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/runtime/shards"
+)
+
+// ErrNotShardLocal is returned by EnqueueTx on a shard when
+// jobs.postgres.shard_local is off: shards then have no jobs table.
+var ErrNotShardLocal = errors.New("jobs: enqueue in a shard transaction needs jobs.postgres.shard_local = true; without it jobs live in the control database only")
+
+// Runtime is the PostgreSQL job runtime of a cell: a Backend on the control
+// database and, with Config.ShardLocal, one on every shard, driven by one
+// jobs.Client whose workers are split evenly among the databases (the
+// Client's jobs.Config.Workers per database). Each database has its own
+// fetcher, LISTEN connection and maintenance leader, so a database that is
+// down stops only its own workers. The Client's metrics (queue depth
+// included) cover every database.
+type Runtime struct {
+	cfg     Config
+	log     *slog.Logger
+	control *Backend
+	shards  []*Backend // by shard index; nil without ShardLocal
+	all     []*Backend // control first
+	dsns    []string   // of all
+	client  *jobs.Client
+	ready   *prometheus.GaugeVec
+
+	// migrate applies the migrations to one database; shards.Migrate
+	// outside tests.
+	migrate func(ctx context.Context, dsn string) error
+
+	mu         sync.Mutex
+	started    bool
+	stopped    bool
+	cancelMigr context.CancelFunc
+	migrations sync.WaitGroup
+}
+
+// NewRuntime builds the runtime over set's databases. jcfg is the `jobs`
+// block (Workers is per database); w holds the handlers (nil for a process
+// that only enqueues); o's Registry receives the Client's metrics, the
+// breaker's and cellgate_jobs_database_ready. Nothing touches a database
+// until Start, and Enqueue works at once.
+func NewRuntime(ctx context.Context, set *shards.Set, cfg Config, jcfg jobs.Config, w *jobs.Workers, o jobs.Options) (*Runtime, error) {
+	if set == nil {
+		return nil, errors.New("pgjobs: NewRuntime: nil shard set")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Runtime{
+		cfg:     cfg,
+		log:     log,
+		migrate: shards.Migrate,
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cellgate_jobs_database_ready",
+			Help: "1 once the job runtime has migrated the database's jobs table, by database (control or shard name).",
+		}, []string{"database"}),
+	}
+	ctrl, err := newBackend(set.Control(), cfg, Options{Name: "control", Logger: log, Breaker: true, Registry: o.Registry})
+	if err != nil {
+		return nil, err
+	}
+	r.control = ctrl
+	r.all = append(r.all, ctrl)
+	r.dsns = append(r.dsns, set.ControlDSN())
+	if cfg.ShardLocal {
+		for _, sh := range set.Shards() {
+			b, err := newBackend(sh.Pool, cfg, Options{Name: sh.Name, Logger: log})
+			if err != nil {
+				return nil, err
+			}
+			r.shards = append(r.shards, b)
+			r.all = append(r.all, b)
+			r.dsns = append(r.dsns, sh.DSN)
+		}
+	}
+	for _, b := range r.all {
+		r.ready.WithLabelValues(b.name).Set(0)
+	}
+	if o.Registry != nil {
+		if err := o.Registry.Register(r.ready); err != nil {
+			return nil, fmt.Errorf("pgjobs: register metrics: %w", err)
+		}
+	}
+	per := jcfg.WithDefaults().Workers
+	ccfg := jcfg
+	ccfg.Workers = per * len(r.all)
+	mb := &multiBackend{members: r.all, per: per, log: log}
+	r.client, err = jobs.NewClient(ctx, ccfg, mb, w, o)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Client is the jobs.Client that runs the workers of every database.
+func (r *Runtime) Client() *jobs.Client { return r.client }
+
+// Control is the control database's backend.
+func (r *Runtime) Control() *Backend { return r.control }
+
+// Shard returns the backend of the shard named name, or nil (always nil
+// without ShardLocal).
+func (r *Runtime) Shard(name string) *Backend {
+	for _, b := range r.shards {
+		if b.name == name {
+			return b
+		}
+	}
+	return nil
+}
+
+// Start migrates every database in the background (retrying with backoff
+// while one is down; each database's workers and maintenance start once its
+// table exists) and starts the workers. ctx provides values only; Stop ends
+// everything.
+func (r *Runtime) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return jobs.ErrClosed
+	}
+	if r.started {
+		return errors.New("pgjobs: Runtime.Start called twice")
+	}
+	r.started = true
+	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	r.cancelMigr = cancel
+	for i, b := range r.all {
+		r.migrations.Add(1)
+		go func() {
+			defer r.migrations.Done()
+			r.migrateUntilReady(mctx, b, r.dsns[i])
+		}()
+	}
+	return r.client.Start(ctx)
+}
+
+// migrateUntilReady applies the migrations to one database until it works
+// or ctx ends, then marks its backend ready.
+func (r *Runtime) migrateUntilReady(ctx context.Context, b *Backend, dsn string) {
+	delay := 200 * time.Millisecond
+	for {
+		err := r.migrate(ctx, dsn)
+		if err == nil {
+			b.markReady()
+			r.ready.WithLabelValues(b.name).Set(1)
+			r.log.Info("pgjobs: jobs table ready", "jobs_db", b.name)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("pgjobs: migrating the jobs table failed; retrying", "jobs_db", b.name, "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+// NotReady lists the databases whose jobs table the runtime has not
+// created yet.
+func (r *Runtime) NotReady() []string {
+	var out []string
+	for _, b := range r.all {
+		if !b.Ready() {
+			out = append(out, b.name)
+		}
+	}
+	return out
+}
+
+// Stop stops the background migrations and the Client (graceful drain,
+// see jobs.Client.Stop), which closes every backend. Idempotent.
+func (r *Runtime) Stop(ctx context.Context) (jobs.StopReport, error) {
+	r.mu.Lock()
+	r.stopped = true
+	cancel := r.cancelMigr
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	rep, err := r.client.Stop(ctx)
+	done := make(chan struct{})
+	go func() {
+		r.migrations.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	return rep, err
+}
+
+// Enqueue commits a job to the control database (through its circuit
+// breaker); see jobs.Client.Enqueue. It returns ErrBreakerOpen while the
+// breaker is open.
+func (r *Runtime) Enqueue(ctx context.Context, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error) {
+	return r.client.Enqueue(ctx, args, opts...)
+}
+
+// EnqueueTx inserts a job with the caller's transaction tx, so the job
+// exists if and only if tx commits: tx must belong to shard's pool (nil
+// shard: the control database's). The tenant is taken from ctx as for
+// Enqueue. On a shard whose jobs table does not exist yet it returns an
+// error wrapping ErrShardJobsNotReady, and without ShardLocal (for a
+// non-nil shard) ErrNotShardLocal. It does not use the circuit breaker.
+func (r *Runtime) EnqueueTx(ctx context.Context, shard *shards.Shard, tx pgx.Tx, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error) {
+	b := r.control
+	if shard != nil {
+		if !r.cfg.ShardLocal {
+			return jobs.EnqueueResult{}, ErrNotShardLocal
+		}
+		if shard.Index < 0 || shard.Index >= len(r.shards) || r.shards[shard.Index].name != shard.Name {
+			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: EnqueueTx: shard %q (index %d) is not a shard of this runtime", shard.Name, shard.Index)
+		}
+		b = r.shards[shard.Index]
+		if !b.Ready() {
+			return jobs.EnqueueResult{}, fmt.Errorf("%w (shard %s)", ErrShardJobsNotReady, shard.Name)
+		}
+	}
+	return r.client.Enqueue(withTxFor(ctx, b, tx), args, opts...)
+}
+
+// List returns the jobs matching f across the control database and the
+// shards, newest first (by created_at), at most f's limit in all. A
+// database that cannot be read is skipped: List returns what the others
+// hold together with an error naming it.
+func (r *Runtime) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
+	var out []JobInfo
+	var errs []error
+	for _, b := range r.all {
+		if f.Database != "" && f.Database != b.name {
+			continue
+		}
+		js, err := b.List(ctx, f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, js...)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		if out[i].Database != out[j].Database {
+			return out[i].Database < out[j].Database
+		}
+		return out[i].ID > out[j].ID
+	})
+	if n := f.limit(); len(out) > n {
+		out = out[:n]
+	}
+	return out, errors.Join(errs...)
+}
+
+// multiBackend is the one jobs.Backend the Runtime's Client drives: worker
+// i belongs to database i / per, inserts go to the control database unless
+// the context carries a transaction of another database, and outcomes go
+// back to the backend that claimed the job.
+type multiBackend struct {
+	members []*Backend
+	per     int
+	log     *slog.Logger
+	logs    logLimiter
+}
+
+func (m *multiBackend) Capabilities() jobs.Capabilities { return jobs.Capabilities{} }
+
+func (m *multiBackend) Open(ctx context.Context, p jobs.OpenParams) error {
+	if p.Workers != m.per*len(m.members) {
+		return fmt.Errorf("pgjobs: runtime opened with %d workers, want %d per database × %d", p.Workers, m.per, len(m.members))
+	}
+	sub := p
+	sub.Workers = m.per
+	for i, b := range m.members {
+		if err := b.Open(ctx, sub); err != nil {
+			for _, o := range m.members[:i] {
+				_ = o.Close(ctx)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *multiBackend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	if t, ok := ctx.Value(txKey{}).(txTarget); ok && t.b != nil {
+		return t.b.Insert(ctx, p)
+	}
+	return m.members[0].Insert(ctx, p)
+}
+
+func (m *multiBackend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
+	if worker < 0 || worker >= m.per*len(m.members) {
+		return nil, fmt.Errorf("pgjobs: Claim: worker %d out of range", worker)
+	}
+	return m.members[worker/m.per].Claim(ctx, worker%m.per)
+}
+
+func owner(row *jobs.JobRow) (*Backend, error) {
+	if row != nil {
+		if b, ok := row.Handle.(*Backend); ok {
+			return b, nil
+		}
+	}
+	return nil, errors.New("pgjobs: row was not claimed from this runtime")
+}
+
+func (m *multiBackend) Complete(ctx context.Context, row *jobs.JobRow) error {
+	b, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return b.Complete(ctx, row)
+}
+
+func (m *multiBackend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, errMsg string) error {
+	b, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return b.Retry(ctx, row, delay, errMsg)
+}
+
+func (m *multiBackend) Fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
+	b, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return b.Fail(ctx, row, errMsg)
+}
+
+// Stats sums the queues over the databases. A database that cannot answer
+// is left out (and logged) so one database that is down does not blank the
+// queue-depth gauges of the others; only if none answers is it an error.
+func (m *multiBackend) Stats(ctx context.Context) ([]jobs.QueueStats, error) {
+	sum := map[string]*jobs.QueueStats{}
+	var order []string
+	var errs []error
+	for _, b := range m.members {
+		st, err := b.Stats(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			if ok, _ := m.logs.allow("stats:" + b.name); ok {
+				m.log.Warn("pgjobs: queue depth of a database unavailable", "jobs_db", b.name, "err", err)
+			}
+			continue
+		}
+		for _, s := range st {
+			t := sum[s.Queue]
+			if t == nil {
+				t = &jobs.QueueStats{Queue: s.Queue}
+				sum[s.Queue] = t
+				order = append(order, s.Queue)
+			}
+			t.Waiting += s.Waiting
+			t.Running += s.Running
+		}
+	}
+	if len(errs) == len(m.members) {
+		return nil, errors.Join(errs...)
+	}
+	sort.Strings(order)
+	out := make([]jobs.QueueStats, len(order))
+	for i, q := range order {
+		out[i] = *sum[q]
+	}
+	return out, nil
+}
+
+func (m *multiBackend) Close(ctx context.Context) error {
+	var errs []error
+	for _, b := range m.members {
+		if err := b.Close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var _ jobs.Backend = (*multiBackend)(nil)

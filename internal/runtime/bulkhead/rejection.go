@@ -1,0 +1,96 @@
+package bulkhead
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Rejection is a refusal by a bulkhead or the server limit. It is an error
+// (database refusals travel up the handler as one) and it writes itself as
+// the JSON response {"error": Message, "code": Code} with Status and, when
+// RetryAfter > 0, a Retry-After header.
+type Rejection struct {
+	// Status is the HTTP status: 503 for capacity, 429 for rate and quota.
+	Status int
+	// RetryAfter is the Retry-After value in whole seconds; 0 sends none.
+	RetryAfter int
+	// Code is a stable machine-readable reason, e.g. "tenant_overloaded".
+	Code string
+	// Message is the human-readable reason sent to the client.
+	Message string
+
+	// Encoded once so a refusal, the path a noisy tenant hammers, costs no
+	// JSON encoding.
+	body       []byte
+	retryAfter string
+}
+
+// NewRejection builds a Rejection and pre-encodes its response.
+func NewRejection(status, retryAfter int, code, message string) *Rejection {
+	body, _ := json.Marshal(struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}{message, code}) // two strings cannot fail to encode
+	r := &Rejection{Status: status, RetryAfter: retryAfter, Code: code, Message: message, body: body}
+	if retryAfter > 0 {
+		r.retryAfter = strconv.Itoa(retryAfter)
+	}
+	return r
+}
+
+// Error implements error.
+func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
+
+// Write answers c with the rejection. A HEAD request gets the status and
+// headers only.
+func (r *Rejection) Write(c echo.Context) error {
+	if r.retryAfter != "" {
+		c.Response().Header().Set("Retry-After", r.retryAfter)
+	}
+	if c.Request().Method == http.MethodHead {
+		return c.NoContent(r.Status)
+	}
+	return c.JSONBlob(r.Status, r.body)
+}
+
+// The refusals the bulkheads give. Their codes are stable API.
+var (
+	// ErrTenantOverloaded: the tenant has tenancy.max_concurrent_requests
+	// requests in flight.
+	ErrTenantOverloaded = NewRejection(http.StatusServiceUnavailable, 1, "tenant_overloaded",
+		"too many requests in flight for this tenant")
+	// ErrTenantDBOverloaded: the tenant's requests hold
+	// tenancy.max_db_connections database connections.
+	ErrTenantDBOverloaded = NewRejection(http.StatusServiceUnavailable, 1, "tenant_db_overloaded",
+		"too many database connections in use for this tenant")
+	// ErrServerOverloaded: the server has server.max_concurrent_requests
+	// requests in flight.
+	ErrServerOverloaded = NewRejection(http.StatusServiceUnavailable, 1, "server_overloaded",
+		"the server is at its request limit")
+	// ErrTenantCapacity: the admission engine holds admission.max_accounts
+	// tenants and none is idle enough to evict.
+	ErrTenantCapacity = NewRejection(http.StatusServiceUnavailable, 1, "tenant_capacity",
+		"too many tenants are active")
+	// ErrTenantQuota: the tenant's funding line and overage allowance are
+	// spent. Retrying does not help until the control plane funds it, so
+	// there is no Retry-After.
+	ErrTenantQuota = NewRejection(http.StatusTooManyRequests, 0, "tenant_quota_exhausted",
+		"the tenant's request quota is exhausted")
+)
+
+// RateRejection returns the 429 for a tenant over rate (requests per
+// second): Retry-After is the time one request's worth of tokens takes to
+// come back, rounded up to a whole second.
+func RateRejection(rate float64) *Rejection {
+	after := 1
+	if rate > 0 && rate < 1 {
+		after = int(math.Min(math.Ceil(1/rate), float64(24*time.Hour/time.Second)))
+	}
+	return NewRejection(http.StatusTooManyRequests, after, "tenant_rate_limited",
+		"the tenant's request rate is over its limit")
+}

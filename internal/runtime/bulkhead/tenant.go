@@ -1,0 +1,110 @@
+package bulkhead
+
+import (
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellgate/cellgate/internal/admission"
+	"github.com/cellgate/cellgate/internal/tenant"
+)
+
+// TenantConfig configures the per-tenant bulkhead middleware. It reads the
+// tenant the tenancy middleware stored in the request context; a request
+// without one (tenancy off, or a public path) passes through uncounted.
+type TenantConfig struct {
+	// Skipper selects requests that are never counted. Default: none
+	// (requests without a tenant are never counted anyway).
+	Skipper middleware.Skipper
+	// Requests admits each request (cost 1) for its tenant: its
+	// MaxConcurrent is tenancy.max_concurrent_requests, and its rate and
+	// funding settings are the optional rate limit and quota. nil: no
+	// request bulkhead.
+	Requests *admission.Engine
+	// DB, when set, binds per-tenant database permits to each admitted
+	// request's context (see BindDB). nil: checkouts are not counted.
+	DB *DBPermits
+	// Rejections counts the 503s of the request bulkhead (the series
+	// cellgate_tenant_bulkhead_rejections_total{kind="request"}); nil
+	// counts nothing. Rate and quota refusals are in the engine's outcome
+	// tallies instead.
+	Rejections prometheus.Counter
+	// RateRejection answers a request over its tenant's rate. Default:
+	// RateRejection(Requests' rate).
+	RateRejection *Rejection
+}
+
+// DefaultTenantConfig holds the defaults TenantWithConfig applies to zero
+// fields.
+var DefaultTenantConfig = TenantConfig{
+	Skipper: middleware.DefaultSkipper,
+}
+
+// TenantWithConfig returns the per-tenant bulkhead middleware. For a
+// request with a tenant it asks cfg.Requests for a permit: refused for
+// concurrency or capacity, it answers 503 with Retry-After: 1; for rate,
+// 429 with Retry-After; for quota, 429. Admitted, the permit is held until
+// the response head is written or the handler returns, and cfg.DB (if any)
+// is bound to the request's context for the handler's lifetime.
+func TenantWithConfig(cfg TenantConfig) (echo.MiddlewareFunc, error) {
+	if cfg.Skipper == nil {
+		cfg.Skipper = DefaultTenantConfig.Skipper
+	}
+	if cfg.RateRejection == nil {
+		rate := 0.0
+		if cfg.Requests != nil {
+			rate = cfg.Requests.Config().Rate
+		}
+		cfg.RateRejection = RateRejection(rate)
+	}
+	m := &tenantMW{cfg: cfg}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error { return m.serve(c, next) }
+	}, nil
+}
+
+type tenantMW struct{ cfg TenantConfig }
+
+func (m *tenantMW) serve(c echo.Context, next echo.HandlerFunc) error {
+	if m.cfg.Skipper(c) {
+		return next(c)
+	}
+	r := c.Request()
+	id, ok := tenant.From(r.Context())
+	if !ok {
+		return next(c)
+	}
+	if e := m.cfg.Requests; e != nil {
+		p, o := e.Admit(id, 1)
+		if o != admission.Admitted {
+			return m.reject(c, o)
+		}
+		res := c.Response()
+		g, installed := install(res, heldTenant)
+		g.tenant = p
+		g.held.Or(heldTenant)
+		defer g.finish(res, heldTenant, installed)
+	}
+	if m.cfg.DB != nil {
+		ctx, b := m.cfg.DB.Bind(r.Context(), id)
+		c.SetRequest(r.WithContext(ctx))
+		defer b.End()
+	}
+	return next(c)
+}
+
+func (m *tenantMW) reject(c echo.Context, o admission.Outcome) error {
+	switch o {
+	case admission.RejectedRate:
+		return m.cfg.RateRejection.Write(c)
+	case admission.RejectedQuota:
+		return ErrTenantQuota.Write(c)
+	}
+	if m.cfg.Rejections != nil {
+		m.cfg.Rejections.Inc()
+	}
+	if o == admission.RejectedCapacity {
+		return ErrTenantCapacity.Write(c)
+	}
+	return ErrTenantOverloaded.Write(c)
+}
