@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/cellgate/cellgate/internal/testpg"
@@ -134,7 +135,8 @@ func (c *cell) do(t testing.TB, method, path, tenant, body string) (int, []byte)
 // example sign-up on the tenant's shard, linted metrics, and a clean exit
 // on SIGTERM.
 func TestCellBootsServesAndDrains(t *testing.T) {
-	c := startCell(t, cellEnv(t))
+	env := cellEnv(t)
+	c := startCell(t, env)
 	healthy := c.waitStatus(t, "/healthz", 200, 10*time.Second)
 	if healthy > 2*time.Second {
 		t.Errorf("/healthz answered %s after start; want ≤ 2s", healthy)
@@ -155,6 +157,9 @@ func TestCellBootsServesAndDrains(t *testing.T) {
 	if code, body := c.do(t, "POST", "/signup", "acme", `{"email":"a@acme.test"}`); code != http.StatusConflict {
 		t.Fatalf("duplicate signup: %d %s", code, body)
 	}
+	// The welcome job was written in the sign-up's shard transaction and a
+	// shard worker completes it; the rolled-back duplicate left no job.
+	waitWelcomeJobs(t, env, "acme", 1)
 	if code, body := c.do(t, "GET", fmt.Sprintf("/account?id=%d", acct.ID), "acme", ""); code != 200 {
 		t.Fatalf("get account: %d %s", code, body)
 	}
@@ -239,5 +244,47 @@ func waitExit(t testing.TB, c *cell, within time.Duration) error {
 	case <-ctx.Done():
 		t.Fatalf("process still running after %s", within)
 		return nil
+	}
+}
+
+// waitWelcomeJobs waits until the tenant's shard holds exactly want
+// completed send_welcome jobs and no other job of that tenant.
+func waitWelcomeJobs(t testing.TB, env []string, tenant string, want int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var dsns []string
+	for _, kv := range env {
+		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "CELLGATE_SHARD_") {
+			dsns = append(dsns, v)
+		}
+	}
+	for {
+		completed, other := 0, 0
+		for _, dsn := range dsns {
+			conn, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c, o int
+			err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state <> 'completed')
+				FROM cellgate_jobs WHERE kind = 'send_welcome' AND tenant = $1`, tenant).Scan(&c, &o)
+			conn.Close(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			completed, other = completed+c, other+o
+		}
+		if completed == want && other == 0 {
+			return
+		}
+		if completed > want {
+			t.Fatalf("%d completed welcome jobs for %s, want %d", completed, tenant, want)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("welcome jobs for %s: %d completed, %d pending; want %d completed", tenant, completed, other, want)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

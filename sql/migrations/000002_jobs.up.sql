@@ -36,13 +36,21 @@ CREATE TABLE cellgate_jobs (
     autovacuum_analyze_scale_factor = 0.02
 );
 
--- FIFO claims: the oldest ready job.
+-- Each claim index has its own extra (always true) condition, which only
+-- the queries meant for it repeat: a query can then use no other index, so
+-- the plans of the claim function, made once per session while the table
+-- may be small, cannot pick an index that becomes a scan of the whole
+-- backlog later (FIFO order from the fair index plus a sort, say).
+
+-- FIFO claims: the oldest ready job. (queue IS NOT NULL: FIFO queries only.)
 CREATE INDEX cellgate_jobs_fifo_idx ON cellgate_jobs (run_at, id)
-    WHERE state = 'available';
+    WHERE state = 'available' AND queue IS NOT NULL;
 
 -- Fair claims: the next tenant with a ready job, then its oldest job.
+-- (tenant IS NOT NULL: implied by any condition on tenant, which FIFO
+-- queries do not have.)
 CREATE INDEX cellgate_jobs_fair_idx ON cellgate_jobs (tenant, run_at, id)
-    WHERE state = 'available';
+    WHERE state = 'available' AND tenant IS NOT NULL;
 
 -- Uniqueness keys hold among active jobs only: once a job completes or
 -- fails, the same key may be enqueued again.
@@ -51,20 +59,28 @@ CREATE UNIQUE INDEX cellgate_jobs_unique_idx ON cellgate_jobs (kind, tenant, uni
 
 -- Per-kind concurrency counts and the rescue of jobs whose process died
 -- (the running jobs are few, so rescue reads them all). heartbeat_at is not
--- indexed, so a heartbeat is a HOT update.
+-- indexed, so a heartbeat is a HOT update. (attempt > 0: only those
+-- queries; a lookup by id must use the primary key, not this index, which
+-- also holds the dead entries of every job run since the last vacuum.)
 CREATE INDEX cellgate_jobs_running_idx ON cellgate_jobs (kind)
-    WHERE state = 'running';
+    WHERE state = 'running' AND attempt > 0;
 
 -- The retention sweep needs no index of its own: it walks the primary key
 -- from the oldest job, and the oldest jobs are the finished ones.
 
 -- Plans. The functions below pin their plans to index access (SET
--- enable_seqscan etc. off): a session caches a function's plans, and a queue
--- table swings from empty to millions of rows between two statistics
--- updates, so a plan made while the table was small (a sequential scan, a
--- hash join) would later read the whole table on every call. Every
--- statement in them has an index path whose cost follows the rows it
--- returns, not the table's size.
+-- enable_seqscan etc. off; the claim function also disables sorts, so an
+-- ORDER BY ... LIMIT is read in order from the index made for it) and plan
+-- each statement once per session (force_generic_plan). A session
+-- caches a function's plans, and a queue table swings from empty to
+-- millions of rows between two statistics updates, so a plan chosen while
+-- the table was small (a sequential scan, a hash join, the wrong index and
+-- a sort) would later read the whole table on every call. Every statement
+-- in them has an index path whose cost follows the rows it returns, not
+-- the table's size, and these settings leave the planner only that path.
+-- jit = off: a disabled plan type adds a huge nominal cost, which would
+-- otherwise make PostgreSQL JIT-compile these millisecond statements (a
+-- third of a second, on every call).
 
 -- cellgate_jobs_insert inserts one job, or finds the active job with the
 -- same (kind, tenant, unique_key), in one round trip. It does not NOTIFY:
@@ -84,6 +100,7 @@ CREATE FUNCTION cellgate_jobs_insert(
     OUT duplicate  boolean
 ) LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan SET jit = off
 AS $$
 BEGIN
     LOOP
@@ -122,6 +139,7 @@ CREATE FUNCTION cellgate_jobs_complete(
     p_now      timestamptz
 ) RETURNS integer LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan SET jit = off
 AS $$
 DECLARE
     n integer;
@@ -182,6 +200,8 @@ CREATE FUNCTION cellgate_jobs_claim(
     job_ord          integer
 ) LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET enable_sort = off SET enable_incremental_sort = off
+SET plan_cache_mode = force_generic_plan SET jit = off
 AS $$
 DECLARE
     v_full       text[] := '{}';
@@ -190,6 +210,7 @@ DECLARE
     v_kinds      text[];
     v_tenants    text[] := '{}';
     v_first      tid[] := '{}';
+    v_pos        integer[];
     v_from       text;
     v_t          text;
     v_next       text;
@@ -216,7 +237,7 @@ BEGIN
         SELECT coalesce(array_agg(c.kind), '{}') INTO v_full
         FROM unnest(p_cap_kinds, p_caps) AS c(kind, cap)
         WHERE (SELECT count(*) FROM cellgate_jobs j
-               WHERE j.state = 'running' AND j.kind = c.kind) >= c.cap;
+               WHERE j.state = 'running' AND j.attempt > 0 AND j.kind = c.kind) >= c.cap;
     END IF;
 
     IF NOT p_fair AND cardinality(v_full) = 0 THEN
@@ -224,7 +245,7 @@ BEGIN
                array_agg(s.kind ORDER BY s.run_at, s.id)
         INTO v_ids, v_tids, v_kinds
         FROM (SELECT j.id, j.ctid, j.kind, j.run_at FROM cellgate_jobs j
-              WHERE j.state = 'available' AND j.run_at <= p_now
+              WHERE j.state = 'available' AND j.queue IS NOT NULL AND j.run_at <= p_now
               ORDER BY j.run_at, j.id
               LIMIT p_limit
               FOR UPDATE SKIP LOCKED) s;
@@ -235,7 +256,7 @@ BEGIN
         INTO v_ids, v_tids, v_kinds
         FROM (SELECT j.id, j.ctid, j.kind, j.run_at FROM cellgate_jobs j
               WHERE j.id IN (SELECT w.id FROM cellgate_jobs w
-                             WHERE w.state = 'available' AND w.run_at <= p_now
+                             WHERE w.state = 'available' AND w.queue IS NOT NULL AND w.run_at <= p_now
                              ORDER BY w.run_at, w.id
                              LIMIT p_lookahead)
                 AND j.state = 'available' AND j.run_at <= p_now
@@ -292,19 +313,39 @@ BEGIN
             -- another claimer holds is skipped; its tenant waits a round.
             -- Lock those rows by their address (a TID scan: no index
             -- descent), and keep the ones still available. A row updated
-            -- since the walk has a new address, fails the ctid test after
-            -- the lock and is skipped, as is a row another claimer holds;
-            -- its tenant waits a round. LIMIT 1 keeps the state test out of
-            -- the lock (no qual is pushed into a subquery with a LIMIT).
+            -- since the walk has a new address and fails the ctid test
+            -- after the lock; a row another claimer holds is skipped.
+            -- LIMIT 1 keeps the state test out of the lock (no qual is
+            -- pushed into a subquery with a LIMIT).
             SELECT array_agg(j.id ORDER BY f.pos), array_agg(j.ctid ORDER BY f.pos),
-                   array_agg(j.kind ORDER BY f.pos)
-            INTO v_ids, v_tids, v_kinds
+                   array_agg(j.kind ORDER BY f.pos), array_agg(f.pos::integer ORDER BY f.pos)
+            INTO v_ids, v_tids, v_kinds, v_pos
             FROM unnest(v_first) WITH ORDINALITY AS f(tid, pos)
             CROSS JOIN LATERAL (SELECT l.id, l.ctid, l.kind, l.state, l.run_at FROM cellgate_jobs l
                                 WHERE l.ctid = f.tid
                                 LIMIT 1
                                 FOR UPDATE SKIP LOCKED) j
             WHERE j.state = 'available' AND j.run_at <= p_now;
+            IF coalesce(cardinality(v_ids), 0) < cardinality(v_first) THEN
+                -- Tenants whose oldest job a concurrent claimer took or
+                -- holds: their next job nobody holds (one descent each).
+                SELECT coalesce(v_ids, '{}') || coalesce(array_agg(l.id ORDER BY t.pos), '{}'),
+                       coalesce(v_tids, '{}') || coalesce(array_agg(l.ctid ORDER BY t.pos), '{}'),
+                       coalesce(v_kinds, '{}') || coalesce(array_agg(l.kind ORDER BY t.pos), '{}'),
+                       coalesce(v_pos, '{}') || coalesce(array_agg(t.pos::integer ORDER BY t.pos), '{}')
+                INTO v_ids, v_tids, v_kinds, v_pos
+                FROM unnest(v_tenants) WITH ORDINALITY AS t(tenant, pos)
+                CROSS JOIN LATERAL (SELECT j.id, j.ctid, j.kind FROM cellgate_jobs j
+                                    WHERE j.state = 'available' AND j.tenant = t.tenant AND j.run_at <= p_now
+                                    ORDER BY j.run_at, j.id
+                                    LIMIT 1
+                                    FOR UPDATE SKIP LOCKED) l
+                WHERE NOT (t.pos::integer = ANY (coalesce(v_pos, '{}')));
+                -- Back into ring order.
+                SELECT array_agg(u.id ORDER BY u.pos), array_agg(u.tid ORDER BY u.pos), array_agg(u.kind ORDER BY u.pos)
+                INTO v_ids, v_tids, v_kinds
+                FROM unnest(v_ids, v_tids, v_kinds, v_pos) AS u(id, tid, kind, pos);
+            END IF;
         ELSE
             -- Fewer tenants than the batch: an equal share of each.
             v_per := (p_limit + cardinality(v_tenants) - 1) / cardinality(v_tenants);
@@ -419,7 +460,7 @@ BEGIN
             -- A fresh snapshot: every claim that held the lock before has
             -- committed, so its running jobs are counted.
             SELECT v_room - count(*) INTO v_room FROM cellgate_jobs j
-            WHERE j.state = 'running' AND j.kind = v_kind;
+            WHERE j.state = 'running' AND j.attempt > 0 AND j.kind = v_kind;
             FOR i IN 1 .. cardinality(v_ids) LOOP
                 IF v_kinds[i] = v_kind THEN
                     IF v_room > 0 THEN

@@ -50,14 +50,15 @@ type Backend struct {
 	readyOnce sync.Once
 
 	// Set by Open, read-only afterwards.
-	opened   atomic.Bool
-	clock    jobs.Clock
-	log      *slog.Logger
-	capKinds []string
-	caps     []int32
-	capped   map[string]bool
-	queues   []string // of the registered kinds, reported by Stats even when empty
-	waiters  []waiter
+	openCalled atomic.Bool
+	opened     atomic.Bool
+	clock      jobs.Clock
+	log        *slog.Logger
+	capKinds   []string
+	caps       []int32
+	capped     map[string]bool
+	queues     []string // of the registered kinds, reported by Stats even when empty
+	waiters    []waiter
 
 	quit    chan struct{} // closed by Close
 	closeMu sync.Mutex
@@ -83,10 +84,11 @@ type Backend struct {
 	timerAt time.Time
 
 	// Buffered completions, guarded by cmu.
-	cmu       sync.Mutex
-	done      []doneRec
-	flushKick chan struct{}
-	flushFull chan struct{}
+	cmu        sync.Mutex
+	done       []doneRec
+	doneClosed bool // Close has written the buffer; write each completion at once
+	flushKick  chan struct{}
+	flushFull  chan struct{}
 
 	insCh chan *insertReq
 	ntf   notifier
@@ -208,7 +210,7 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	if p.Workers < 1 {
 		return fmt.Errorf("pgjobs: Open: workers must be >= 1, got %d", p.Workers)
 	}
-	if !b.opened.CompareAndSwap(false, true) {
+	if !b.openCalled.CompareAndSwap(false, true) {
 		return errors.New("pgjobs: Open called twice")
 	}
 	if p.Clock != nil {
@@ -256,6 +258,7 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	for range b.cfg.Inserters {
 		go b.insertLoop()
 	}
+	b.opened.Store(true) // last: usable() then sees every field above
 	return nil
 }
 
@@ -323,8 +326,8 @@ func (b *Backend) Close(ctx context.Context) error {
 		return fmt.Errorf("pgjobs: close %s: %w", b.name, ctx.Err())
 	}
 	var errs []error
-	if err := b.flushDone(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("pgjobs: close %s: write completions: %w", b.name, err))
+	if err := b.closeDone(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("pgjobs: close %s: write completions (those jobs will be rescued and run again): %w", b.name, err))
 	}
 	b.mu.Lock()
 	stash := b.stash
@@ -388,9 +391,9 @@ func (b *Backend) emptyStats() []jobs.QueueStats {
 // retention.
 const sqlStats = `
 SELECT queue, sum(w)::int, sum(r)::int
-FROM (SELECT queue, 1 AS w, 0 AS r FROM cellgate_jobs WHERE state = 'available'
+FROM (SELECT queue, 1 AS w, 0 AS r FROM cellgate_jobs WHERE state = 'available' AND queue IS NOT NULL
       UNION ALL
-      SELECT queue, 0, 1 FROM cellgate_jobs WHERE state = 'running') s
+      SELECT queue, 0, 1 FROM cellgate_jobs WHERE state = 'running' AND attempt > 0) s
 GROUP BY queue`
 
 // signal does a non-blocking send on a capacity-1 channel: the receiver sees

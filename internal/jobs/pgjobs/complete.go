@@ -41,11 +41,13 @@ func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
 		return err
 	}
 	b.untrack(row.ID)
-	if b.isClosed() {
+	b.cmu.Lock()
+	if b.doneClosed {
+		// Close has written the buffer for the last time.
+		b.cmu.Unlock()
 		_, err := b.pool.Exec(ctx, sqlComplete, []int64{int64(row.ID)}, []int32{int32(row.Attempt)}, b.now())
 		return b.closedErr(err)
 	}
-	b.cmu.Lock()
 	b.done = append(b.done, doneRec{id: int64(row.ID), attempt: int32(row.Attempt)})
 	n := len(b.done)
 	b.cmu.Unlock()
@@ -151,6 +153,10 @@ const sqlComplete = `SELECT cellgate_jobs_complete($1, $2, $3)`
 func (b *Backend) takeDone() []doneRec {
 	b.cmu.Lock()
 	defer b.cmu.Unlock()
+	return b.takeDoneLocked()
+}
+
+func (b *Backend) takeDoneLocked() []doneRec {
 	if len(b.done) == 0 {
 		return nil
 	}
@@ -183,7 +189,10 @@ func splitDone(d []doneRec) ([]int64, []int32) {
 
 // flushDone writes the buffered completions now.
 func (b *Backend) flushDone(ctx context.Context) error {
-	d := b.takeDone()
+	return b.writeDone(ctx, b.takeDone())
+}
+
+func (b *Backend) writeDone(ctx context.Context, d []doneRec) error {
 	if len(d) == 0 {
 		return nil
 	}
@@ -192,6 +201,21 @@ func (b *Backend) flushDone(ctx context.Context) error {
 	if err != nil {
 		b.putBackDone(d)
 	}
+	return err
+}
+
+// closeDone writes the buffer for the last time; later completions are
+// written one by one (Complete after Close).
+func (b *Backend) closeDone(ctx context.Context) error {
+	b.cmu.Lock()
+	d := b.takeDoneLocked()
+	b.doneClosed = true
+	b.cmu.Unlock()
+	if len(d) == 0 {
+		return nil
+	}
+	ids, attempts := splitDone(d)
+	_, err := b.pool.Exec(ctx, sqlComplete, ids, attempts, b.now())
 	return err
 }
 

@@ -339,7 +339,7 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END
     errors = errors || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'at', $1::timestamptz,
         'error', 'rescued: the process running it (' || coalesce(claimed_by, '?') || ') stopped sending heartbeats'))
-WHERE state = 'running' AND heartbeat_at < $2
+WHERE state = 'running' AND attempt > 0 AND heartbeat_at < $2
 RETURNING state = 'failed'`
 
 // sqlRetention deletes the oldest expired jobs. It walks the primary key

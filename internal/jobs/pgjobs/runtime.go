@@ -31,7 +31,7 @@ type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
 	control *Backend
-	shards  []*Backend // by shard index; nil without ShardLocal
+	shards  []*Backend // the cell's shards in spec order; nil without ShardLocal
 	all     []*Backend // control first
 	dsns    []string   // of all
 	client  *jobs.Client
@@ -232,10 +232,11 @@ func (r *Runtime) EnqueueTx(ctx context.Context, shard *shards.Shard, tx pgx.Tx,
 		if !r.cfg.ShardLocal {
 			return jobs.EnqueueResult{}, ErrNotShardLocal
 		}
-		if shard.Index < 0 || shard.Index >= len(r.shards) || r.shards[shard.Index].name != shard.Name {
+		// A cell opens only its own shards, so look the shard up by name:
+		// its spec index is not its position in r.shards.
+		if b = r.Shard(shard.Name); b == nil {
 			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: EnqueueTx: shard %q (index %d) is not a shard of this runtime", shard.Name, shard.Index)
 		}
-		b = r.shards[shard.Index]
 		if !b.Ready() {
 			return jobs.EnqueueResult{}, fmt.Errorf("%w (shard %s)", ErrShardJobsNotReady, shard.Name)
 		}
