@@ -2,8 +2,14 @@ package shards
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
@@ -68,10 +74,47 @@ func (a Accessor) Conn(ctx context.Context, fn func(*pgxpool.Conn) error) error 
 	defer p.Release()
 	conn, err := a.shard.Pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return unavailable(a.shard, err)
 	}
 	defer conn.Release()
-	return fn(conn)
+	if err := fn(conn); err != nil {
+		return unavailable(a.shard, err)
+	}
+	return nil
+}
+
+// ErrShardUnavailable answers a request whose shard cannot be reached: 503
+// with Retry-After, so a down shard fails only its own tenants, fast.
+var ErrShardUnavailable = bulkhead.NewRejection(http.StatusServiceUnavailable, 1, "shard_unavailable",
+	"the tenant's database shard is unavailable; retry shortly")
+
+// shardError keeps the cause of an unreachable shard in the error chain
+// beside ErrShardUnavailable.
+type shardError struct {
+	shard string
+	err   error
+}
+
+func (e *shardError) Error() string   { return "shard " + e.shard + " unavailable: " + e.err.Error() }
+func (e *shardError) Unwrap() []error { return []error{ErrShardUnavailable, e.err} }
+
+// unavailable marks connection-level failures (cannot connect, connection
+// lost, server shutting down or refusing connections) as ErrShardUnavailable
+// and returns every other error — a constraint violation, no rows — as is.
+func unavailable(sh *Shard, err error) error {
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &ce), errors.As(err, &ne), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")):
+	case pgconn.SafeToRetry(err):
+	default:
+		return err
+	}
+	return &shardError{shard: sh.Name, err: err}
 }
 
 // Tx runs fn in a transaction on one checked-out connection of the
