@@ -111,7 +111,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = jsonErrorHandler(opts.Logger)
-	e.Use(middleware.RequestID())
+	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: newRequestID}))
 	e.Use(recoverJSON(opts.Logger))
 	e.Use(middleware.BodyLimit(strconv.FormatInt(cfg.Server.BodyLimitBytes, 10) + "B"))
 	if d := cfg.Server.RequestTimeout.D(); d > 0 {
