@@ -60,7 +60,7 @@ warn contains msg if {
 warn contains msg if {
 	input.jobs.backend == "postgres"
 	count(tenant_job_settings) > 0
-	msg := sprintf("jobs.tenants: %s apply to the local backend only; the postgres backend has no tenant column, so they do nothing; use jobs.postgres.shard_local to keep the jobs of each shard apart", [concat(", ", tenant_job_settings)])
+	msg := sprintf("jobs.tenants: %s apply to the local backend only; the postgres backend has no tenant slots or lanes (it isolates tenants by claiming round-robin across them, jobs.postgres.claim = \"fair\", and by shard with jobs.postgres.shard_local)", [concat(", ", tenant_job_settings)])
 }
 
 warn contains msg if {
