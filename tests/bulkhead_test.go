@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/promtest"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/runtime/shards"
 	"github.com/cellgate/cellgate/internal/testpg"
@@ -280,7 +281,7 @@ func TestNoPermitLeaks(t *testing.T) {
 		`cellgate_admission_in_flight_permits{engine="request"}`,
 		`cellgate_admission_in_flight_permits{engine="db"}`,
 	} {
-		if v := metricValue(t, cell.reg, series); v != 0 {
+		if v := promtest.Value(t, cell.reg, series); v != 0 {
 			t.Errorf("%s = %v after the run", series, v)
 		}
 	}
@@ -305,41 +306,9 @@ func TestNoPermitLeaks(t *testing.T) {
 	if refused == 0 {
 		t.Error("no request was refused; the caps were not exercised")
 	}
-	if v := metricValue(t, cell.reg, `cellgate_tenant_bulkhead_rejections_total{kind="request"}`); v == 0 {
+	if v := promtest.Value(t, cell.reg, `cellgate_tenant_bulkhead_rejections_total{kind="request"}`); v == 0 {
 		t.Error("no tenant bulkhead rejection")
 	}
-}
-
-// metricValue reads one counter or gauge series, written
-// name{a="x",b="y"} with labels in name order.
-func metricValue(tb testing.TB, reg prometheus.Gatherer, series string) float64 {
-	tb.Helper()
-	name, labels, _ := strings.Cut(series, "{")
-	labels = strings.TrimSuffix(labels, "}")
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var parts []string
-			for _, lp := range m.GetLabel() {
-				parts = append(parts, lp.GetName()+`="`+lp.GetValue()+`"`)
-			}
-			if strings.Join(parts, ",") != labels {
-				continue
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	tb.Fatalf("series %s not found", series)
-	return 0
 }
 
 // TestCellBootsWithBulkheads boots the real binary with the per-tenant caps

@@ -69,24 +69,42 @@ func cellEnv(t testing.TB) []string {
 func startCell(t testing.TB, env []string, args ...string) *cell {
 	t.Helper()
 	addr := freeAddr(t)
+	return startProcess(t, "cell", addr, serverBin, append([]string{"CELLGATE_ADDRESS=" + addr}, env...), args...)
+}
+
+// startProcess starts bin, which will listen on addr, with env added to the
+// environment. Its output is kept (and logged when the test fails), and it
+// is killed at cleanup unless the test already waited for it.
+func startProcess(tb testing.TB, label, addr, bin string, env []string, args ...string) *cell {
+	tb.Helper()
 	c := &cell{url: "http://" + addr}
-	c.cmd = exec.Command(serverBin, args...)
-	c.cmd.Env = append(append(os.Environ(), "CELLGATE_ADDRESS="+addr), env...)
+	c.cmd = exec.Command(bin, args...)
+	c.cmd.Env = append(os.Environ(), env...)
 	c.cmd.Stdout, c.cmd.Stderr = c, c
 	c.started = time.Now()
 	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		if c.cmd.ProcessState == nil {
 			_ = c.cmd.Process.Kill()
 			_ = c.cmd.Wait()
 		}
-		if t.Failed() {
-			t.Logf("cell logs:\n%s", c.Logs())
+		if tb.Failed() {
+			tb.Logf("%s logs:\n%s", label, c.Logs())
 		}
 	})
 	return c
+}
+
+// envValue returns the value of key in an environment list, or "".
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v
+		}
+	}
+	return ""
 }
 
 // waitStatus polls path until it answers want or the deadline passes, and
@@ -253,12 +271,7 @@ func waitWelcomeJobs(t testing.TB, env []string, tenant string, want int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var dsns []string
-	for _, kv := range env {
-		if k, v, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "CELLGATE_SHARD_") {
-			dsns = append(dsns, v)
-		}
-	}
+	dsns := []string{envValue(env, "CELLGATE_SHARD_0_DSN"), envValue(env, "CELLGATE_SHARD_1_DSN")}
 	for {
 		completed, other := 0, 0
 		for _, dsn := range dsns {

@@ -56,24 +56,8 @@ const routerHealthInterval = 200 * time.Millisecond
 func startRouter(tb testing.TB, mapFile string) *cell {
 	tb.Helper()
 	addr := freeAddr(tb)
-	r := &cell{url: "http://" + addr}
-	r.cmd = exec.Command(toolBinary(tb, "router"), "-slotmap", mapFile,
+	r := startProcess(tb, "router", addr, toolBinary(tb, "router"), []string{"CELLGATE_ROUTER_ADDRESS=" + addr}, "-slotmap", mapFile,
 		"-health-interval", routerHealthInterval.String(), "-health-timeout", "1s", "-reload", "50ms")
-	r.cmd.Env = append(os.Environ(), "CELLGATE_ROUTER_ADDRESS="+addr)
-	r.cmd.Stdout, r.cmd.Stderr = r, r
-	r.started = time.Now()
-	if err := r.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if r.cmd.ProcessState == nil {
-			_ = r.cmd.Process.Kill()
-			_ = r.cmd.Wait()
-		}
-		if tb.Failed() {
-			tb.Logf("router logs:\n%s", r.Logs())
-		}
-	})
 	r.waitStatus(tb, "/healthz", 200, 10*time.Second)
 	return r
 }
@@ -85,14 +69,7 @@ type runningCell struct {
 	env  []string
 }
 
-func (c *runningCell) dsn(name string) string {
-	for _, kv := range c.env {
-		if k, v, _ := strings.Cut(kv, "="); k == name {
-			return v
-		}
-	}
-	return ""
-}
+func (c *runningCell) dsn(name string) string { return envValue(c.env, name) }
 
 // startTwoCells boots two cells, each on its own control and shard
 // databases, and waits until both are ready.

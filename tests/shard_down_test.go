@@ -64,12 +64,7 @@ func setConnectable(t testing.TB, dsn string, ok bool) {
 // when the shard returns, its tenants recover.
 func TestCellShardDownFailsOnlyItsTenants(t *testing.T) {
 	env := cellEnv(t)
-	var shard1 string
-	for _, kv := range env {
-		if k, v, _ := strings.Cut(kv, "="); k == "CELLGATE_SHARD_1_DSN" {
-			shard1 = v
-		}
-	}
+	shard1 := envValue(env, "CELLGATE_SHARD_1_DSN")
 	c := startCell(t, env)
 	c.waitStatus(t, "/readyz", 200, 30*time.Second)
 	up, down := tenantOnShard(t, 0), tenantOnShard(t, 1)

@@ -89,11 +89,7 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: %w", err)
 	}
-	var input any
-	if err := json.Unmarshal(raw, &input); err != nil {
-		return nil, nil, err
-	}
-	res, err := ev.Eval(ctx, input)
+	res, err := ev.Eval(ctx, cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: %w", err)
 	}

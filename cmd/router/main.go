@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/cells"
-	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/runtime"
 )
 
@@ -55,16 +53,9 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg, err := config.Overlay(spec.Config(), *path)
+	cfg, err := runtime.LoadConfig(ctx, spec.Config(), *path, log)
 	if err != nil {
 		return err
-	}
-	warns, err := runtime.CheckConfig(ctx, cfg)
-	for _, w := range warns {
-		log.Warn("config", "policy", w)
-	}
-	if err != nil {
-		return errors.New(err.Error())
 	}
 	return cells.RunRouter(ctx, cfg, cells.RouterOptions{
 		Address:        *addr,

@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,22 +65,16 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 	return fmt.Errorf("unknown command %q; want serve, migrate or check", cmd)
 }
 
-// loadConfig builds the final config and re-checks it with the embedded
-// schema and policy: deny refuses to start, warnings are logged.
+// loadConfig builds the final config (runtime.LoadConfig) and applies
+// CELLGATE_ADDRESS, which tests and `make cells` use to pick a port. The
+// address does not take part in the policy, so it is applied after the check.
 func loadConfig(ctx context.Context, path string, log *slog.Logger) (config.Config, error) {
-	cfg, err := config.Overlay(spec.Config(), path)
+	cfg, err := runtime.LoadConfig(ctx, spec.Config(), path, log)
 	if err != nil {
 		return cfg, err
 	}
 	if addr := os.Getenv("CELLGATE_ADDRESS"); addr != "" {
 		cfg.Server.Address = addr
-	}
-	warns, err := runtime.CheckConfig(ctx, cfg)
-	for _, w := range warns {
-		log.Warn("config", "policy", w)
-	}
-	if err != nil {
-		return cfg, errors.New(err.Error())
 	}
 	return cfg, nil
 }

@@ -2,6 +2,7 @@ package cells
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -96,34 +97,22 @@ func cellShards(cfg config.Config) (*CellRouter, [][]config.Shard, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("database.shards: %w", err)
 	}
+	of, err := slots.Nest(sm, cr.m)
+	if err != nil {
+		var se *slots.StraddleError
+		if errors.As(err, &se) {
+			return nil, nil, fmt.Errorf("database.shards[%d] (%s): slots %s straddle cells (%s owns slot %d but not all of them); a cell must own whole shards, so move the cell boundary to a shard boundary",
+				se.Index, se.Inner, se.Range, se.Outer, se.Range.Lo)
+		}
+		return nil, nil, err
+	}
 	perCell := make([][]config.Shard, cr.Len())
 	for i, s := range cfg.Database.Shards {
-		cell := -1
-		for _, rg := range sm.Ranges(i) {
-			c := cr.IndexForSlot(rg.Lo)
-			if cell < 0 {
-				cell = c
-			}
-			if c != cell || !inOneRange(rg, cr.Ranges(c)) {
-				return nil, nil, fmt.Errorf("database.shards[%d] (%s): slots %s straddle cells (%s owns slot %d but not all of them); a cell must own whole shards, so move the cell boundary to a shard boundary",
-					i, s.Name, rg, cr.cells[c].Name, rg.Lo)
-			}
-		}
 		sh := s
 		sh.Slots = sm.Specs(i)
-		perCell[cell] = append(perCell[cell], sh)
+		perCell[of[i]] = append(perCell[of[i]], sh)
 	}
 	return cr, perCell, nil
-}
-
-// inOneRange reports whether rg lies inside one of rs.
-func inOneRange(rg slots.Range, rs []slots.Range) bool {
-	for _, r := range rs {
-		if r.Lo <= rg.Lo && rg.Hi <= r.Hi {
-			return true
-		}
-	}
-	return false
 }
 
 // listenAddress is ":<port>" of a cell URL, with the scheme's default port

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/promtest"
 	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 )
 
@@ -253,7 +254,7 @@ func TestServerChainAnswersAndCounts(t *testing.T) {
 		`cellgate_admission_outcomes_total{engine="request",outcome="admitted"}`:        4, // acme, globex, initech (then refused by the server), /db
 		`cellgate_admission_outcomes_total{engine="db",outcome="rejected_concurrency"}`: 1,
 	} {
-		if v := gauge(t, reg, name); v != want {
+		if v := promtest.Value(t, reg, name); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)
 		}
 	}

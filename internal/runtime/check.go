@@ -2,8 +2,8 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/cellgate/cellgate/internal/config"
@@ -17,19 +17,14 @@ import (
 // It returns the policy's warnings; any deny or schema error is an error
 // that lists every message.
 func CheckConfig(ctx context.Context, cfg config.Config) ([]string, error) {
-	raw := cfg.JSON()
-	if err := schema.Check(raw); err != nil {
+	if err := schema.Check(cfg.JSON()); err != nil {
 		return nil, fmt.Errorf("config is invalid:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
 	ev, err := policy.New(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	var input any
-	if err := json.Unmarshal(raw, &input); err != nil {
-		return nil, err
-	}
-	res, err := ev.Eval(ctx, input)
+	res, err := ev.Eval(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -37,4 +32,20 @@ func CheckConfig(ctx context.Context, cfg config.Config) ([]string, error) {
 		return res.Warn, fmt.Errorf("config is denied by policy:\n  deny: %s", strings.Join(res.Deny, "\n  deny: "))
 	}
 	return res.Warn, nil
+}
+
+// LoadConfig is how every process of a cell (server, router) gets its
+// config: the spec's generated defaults, then the per-cell JSON file at path
+// (empty: none), re-checked with CheckConfig. Policy warnings are logged;
+// a schema error or a deny is returned.
+func LoadConfig(ctx context.Context, defaults config.Config, path string, log *slog.Logger) (config.Config, error) {
+	cfg, err := config.Overlay(defaults, path)
+	if err != nil {
+		return cfg, err
+	}
+	warns, err := CheckConfig(ctx, cfg)
+	for _, w := range warns {
+		log.Warn("config", "policy", w)
+	}
+	return cfg, err
 }

@@ -604,12 +604,7 @@ func (b *Backend) push(j *job) {
 		l.tail.next = j
 	}
 	l.tail = j
-	l.n++
-	if l.linked {
-		b.wakeOne(l)
-		return
-	}
-	b.update(l)
+	b.queued(l)
 }
 
 // pushFront puts a job that was handed kind capacity back at the head of its
@@ -622,6 +617,12 @@ func (b *Backend) pushFront(j *job) {
 	if l.tail == nil {
 		l.tail = j
 	}
+	b.queued(l)
+}
+
+// queued counts a job just put on l and lets a worker see it: an already
+// linked line only needs a wake-up, an unlinked one may now be linkable.
+func (b *Backend) queued(l *tq) {
 	l.n++
 	if l.linked {
 		b.wakeOne(l)

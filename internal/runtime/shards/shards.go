@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -145,8 +146,8 @@ func (s *Set) ForTenant(tenant string) (*Shard, int, error) {
 // Cell is the cell this set serves ("" for the only cell).
 func (s *Set) Cell() string { return s.cell }
 
-// cellShards marks the shards inside the named cell. A shard that straddles
-// the cell's boundary is an error: a cell owns whole shards.
+// cellShards marks the shards inside the named cell. A shard that
+// straddles cells is an error: a cell owns whole shards.
 func cellShards(m *slots.Map, cells []config.Cell, cell string) ([]bool, error) {
 	in := make([]bool, m.Len())
 	if cell == "" {
@@ -163,37 +164,16 @@ func cellShards(m *slots.Map, cells []config.Cell, cell string) ([]bool, error) 
 	if err != nil {
 		return nil, fmt.Errorf("cells: %w", err)
 	}
-	ci := -1
-	for i := 0; i < cm.Len(); i++ {
-		if cm.Name(i) == cell {
-			ci = i
-		}
-	}
+	ci := slices.IndexFunc(cells, func(c config.Cell) bool { return c.Name == cell })
 	if ci < 0 {
 		return nil, fmt.Errorf("server.cell: %q is not one of the spec's cells", cell)
 	}
-	for i := 0; i < m.Len(); i++ {
-		inside, outside := false, false
-		for _, r := range m.Ranges(i) {
-			for _, slot := range []int{r.Lo, r.Hi} {
-				if cm.Owner(slot) == ci {
-					inside = true
-				} else {
-					outside = true
-				}
-			}
-			// A range is inside the cell only if every slot is; checking the
-			// cell's boundaries inside the range catches a split in the middle.
-			for _, cr := range cm.Ranges(ci) {
-				if (cr.Lo > r.Lo && cr.Lo <= r.Hi) || (cr.Hi >= r.Lo && cr.Hi < r.Hi) {
-					outside = true
-				}
-			}
-		}
-		if inside && outside {
-			return nil, fmt.Errorf("database.shards[%d] (%s): its slots straddle cell %q's boundary; a cell must own whole shards", i, m.Name(i), cell)
-		}
-		in[i] = inside
+	of, err := slots.Nest(m, cm)
+	if err != nil {
+		return nil, fmt.Errorf("database.shards: %w; a cell must own whole shards", err)
+	}
+	for i, c := range of {
+		in[i] = c == ci
 	}
 	return in, nil
 }
