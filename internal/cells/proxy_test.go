@@ -427,6 +427,12 @@ func TestProxyConcurrencyCap(t *testing.T) {
 	if code := <-done; code != 200 {
 		t.Fatalf("held request: %d", code)
 	}
+	// The client can read the whole response before the proxy's handler has
+	// returned and given the slot back, so wait (boundedly) for the release.
+	deadline := time.Now().Add(2 * time.Second)
+	for testutil.ToFloat64(gaugeOf(t, f.reg, "cellgate_router_in_flight_requests", "cell-2")) != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if v := testutil.ToFloat64(gaugeOf(t, f.reg, "cellgate_router_in_flight_requests", "cell-2")); v != 0 {
 		t.Errorf("in flight after the request = %v", v)
 	}
