@@ -11,14 +11,14 @@ import (
 // cache lines in adjacent pairs, so 64 is not enough to keep two shards from
 // sharing traffic.
 type shard struct {
-	lease    atomic.Int64 // units leased from the line, unspent
-	tat      atomic.Int64 // rate bucket: theoretical arrival time, ns on the engine clock
-	inflight atomic.Int64 // permits admitted here minus released here (unlimited-concurrency engines)
-	touched  atomic.Uint32
-	_        uint32
-	overage  atomic.Int64               // units this shard admitted past an empty line
-	tally    [numOutcomes]atomic.Uint64 // outcomes of admissions on this shard
-	_        [40]byte
+	lease   atomic.Int64  // units leased from the line, unspent
+	tat     atomic.Int64  // rate bucket: theoretical arrival time, ns on the engine clock
+	units   atomic.Uint64 // concurrency: credit<<32 | in use (see units.go)
+	touched atomic.Uint32
+	_       uint32
+	overage atomic.Int64               // units this shard admitted past an empty line
+	tally   [numOutcomes]atomic.Uint64 // outcomes of admissions on this shard
+	_       [40]byte
 }
 
 // tallyBlock is one locality's partition of the engine-wide tallies, and
@@ -33,40 +33,37 @@ type tallyBlock struct {
 	_         [64]byte
 }
 
-// account is one tenant's admission state. Three 128-byte blocks keep three
+// account is one tenant's admission state. Two 128-byte blocks keep two
 // access patterns apart: a header every admission reads and almost nothing
-// writes, the concurrency gauge every admission writes (when limited), and
-// the funding line that only slow paths and the control plane write.
+// writes, and the funding line and concurrency pool that only slow paths
+// and the control plane write. Everything an admission writes on its fast
+// path lives in its shard.
 type account struct {
 	key      string
 	hash     uint64
 	shards   []shard
 	mask     uint64
+	keep     uint64 // idle concurrency credit a shard keeps on release (units.go)
 	limited  bool
 	_        [3]byte
 	metered  atomic.Bool  // false: unlimited line, no lease debits
 	dead     atomic.Bool  // set by eviction; an admitter that sees it retries
 	pinned   atomic.Bool  // funded by the control plane: never evicted
 	lastSeen atomic.Int64 // engine-clock ns when a sweep last saw the account used
-	_        [48]byte
-
-	gauge atomic.Int64 // in-flight permits (limited engines)
-	_     [120]byte
+	_        [40]byte
 
 	line      atomic.Int64  // funding line balance, units not yet leased
 	overage   atomic.Int64  // units admitted past an empty line, unpaid
 	contended atomic.Uint64 // lost compare-exchanges on this account since creation
-	_         [104]byte
+	pool      atomic.Uint64 // concurrency credit no shard holds (limited engines)
+	_         [96]byte
 }
 
 // inFlight returns the account's admitted-but-unreleased permits.
 func (a *account) inFlight() int64 {
-	if a.limited {
-		return a.gauge.Load()
-	}
 	var n int64
 	for i := range a.shards {
-		n += a.shards[i].inflight.Load()
+		n += int64(a.shards[i].units.Load() & inUseMask)
 	}
 	return n
 }

@@ -110,8 +110,8 @@ func (c Config) Validate() error {
 	} else if c.Burst < 0 {
 		return fmt.Errorf("admission: Config.Burst: must be >= 0, got %d", c.Burst)
 	}
-	if c.MaxConcurrent < 0 {
-		return fmt.Errorf("admission: Config.MaxConcurrent: must be >= 0 (0 = no limit), got %d", c.MaxConcurrent)
+	if c.MaxConcurrent < 0 || c.MaxConcurrent > MaxConcurrentLimit {
+		return fmt.Errorf("admission: Config.MaxConcurrent: must be between 0 (no limit) and %d, got %d", MaxConcurrentLimit, c.MaxConcurrent)
 	}
 	if c.LeaseSize < 1 {
 		return fmt.Errorf("admission: Config.LeaseSize: must be >= 1, got %d", c.LeaseSize)

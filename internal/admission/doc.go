@@ -2,7 +2,7 @@
 // library under the server's tenant bulkheads, rate limits and quotas. It
 // has no HTTP or database dependency.
 //
-// An Engine keeps, per account (tenant id), a concurrency gauge, an optional
+// An Engine keeps, per account (tenant id), an exact concurrency limit, an optional
 // token bucket and an optional funding line. Admit returns a Permit and
 // Admitted, or a typed rejection: RejectedConcurrency, RejectedRate,
 // RejectedQuota (line and overage allowance exhausted) or RejectedCapacity
@@ -11,8 +11,8 @@
 // Line, Forget) and reads reports (Report, Tallies, Occupancy, InFlight).
 // A server wanting two per-tenant caps (requests and database connections)
 // uses two engines: an engine with only MaxConcurrent set does one
-// compare-exchange on the account's gauge, one lock-free lookup and two
-// local tally increments per admission.
+// compare-exchange on its shard's concurrency word, one lock-free lookup
+// and two local tally increments per admission.
 //
 // # Concurrency contract
 //
@@ -30,10 +30,12 @@
 // one copy of each account's hot state. With N shards (a power of two) each
 // account has N copies of the mutable hot state — a lease of admission units
 // taken from the funding line, the overage debits, a token bucket holding
-// rate/N and burst/N, and outcome tallies — each padded to 128 bytes, and an
-// admission touches only the copy its affinity selects. The funding line,
-// the overage counter and the concurrency gauge stay shared by all shards:
-// they hold the exact limits. The engine-wide outcome tallies are always
+// rate/N and burst/N, concurrency credit, and outcome tallies — each padded
+// to 128 bytes, and an admission touches only the copy its affinity
+// selects. The funding line and the overage counter stay shared by all
+// shards; the concurrency limit is partitioned into credit that moves
+// between shards and a shared pool on slow paths (units.go), and stays
+// exact. The engine-wide outcome tallies are always
 // partitioned per locality, in a power of two of partitions at least
 // max(Shards, GOMAXPROCS), because a tally is a sum however it is split
 // (Layout reports both). AvailableParallelism returns GOMAXPROCS and
@@ -112,7 +114,7 @@
 // # Reports
 //
 // The request path counts lost compare-exchanges (lease, line and overage
-// debits, gauge acquisitions) in a register and records them once per
+// debits, concurrency acquisitions) in a register and records them once per
 // admission that lost at least one. Report returns the engine total and the
 // eight hottest accounts, Line the per-account count, and Occupancy the
 // sharding occupancy (shards, affinities assigned, crowded shards,
@@ -129,6 +131,6 @@
 // permits in flight and accounts pinned by Fund are never evicted. See
 // evict.go for the policy in full.
 //
-// Retained memory per account is 384 bytes of account plus 128 bytes per
+// Retained memory per account is 256 bytes of account plus 128 bytes per
 // shard, plus the key and a table slot (BenchmarkAccountMemory measures it).
 package admission

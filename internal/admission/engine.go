@@ -121,35 +121,30 @@ func (e *Engine) Layout() Layout {
 	return Layout{Shards: int(e.shardMask + 1), TallyPartitions: int(e.tallyMask + 1)}
 }
 
-// Permit is an admitted unit of concurrency. It is a value (one pointer) and
-// costs no allocation; the holder must Release it exactly once.
+// Permit is an admitted unit of concurrency. It is a value (two pointers)
+// and costs no allocation; the holder must Release it exactly once.
 type Permit struct {
-	a *account
+	a  *account
+	sh *shard // the shard that admitted it, which holds its unit
 }
 
 // Held reports whether p still holds its unit.
 func (p *Permit) Held() bool { return p.a != nil }
 
-// Release returns the permit's concurrency unit. It clears p, so releasing
-// the same Permit variable again is a no-op: an explicit early Release
-// followed by a deferred one is safe. Copies of a Permit do not share that
-// state; releasing two copies releases twice, which a limited engine clamps
-// at zero (the gauge never goes negative) but which can still let one extra
-// request in while others are in flight, so keep one owner per permit.
-// Release of a zero Permit is a no-op.
+// Release returns the permit's concurrency unit to the shard that admitted
+// it. It clears p, so releasing the same Permit variable again is a no-op:
+// an explicit early Release followed by a deferred one is safe. Copies of a
+// Permit do not share that state; releasing two copies releases twice,
+// which is clamped at zero (no count goes negative) but can still let one
+// extra request in while others are in flight, so keep one owner per
+// permit. Release of a zero Permit is a no-op.
 func (p *Permit) Release() {
-	a := p.a
+	a, sh := p.a, p.sh
 	if a == nil {
 		return
 	}
-	p.a = nil
-	if a.limited {
-		if a.gauge.Add(-1) < 0 {
-			a.gauge.Add(1)
-		}
-		return
-	}
-	a.shards[uint64(currentAffinity())&a.mask].inflight.Add(-1)
+	p.a, p.sh = nil, nil
+	a.undoUnit(sh)
 }
 
 var errNegativeCost = errors.New("admission: negative cost")
@@ -172,7 +167,7 @@ func (e *Engine) AdmitAt(aff Affinity, account string, cost int64) (Permit, Outc
 
 // admit is the fast path: the locality's last account or one hash and a
 // lock-free lookup, then one atomic operation per enabled limit on the
-// affinity's shard (plus the shared gauge when concurrency is limited), and
+// affinity's shard, and
 // the tallies. Creation, sibling buckets, lease refills and overage are the
 // slow paths, each in its own function.
 func (e *Engine) admit(aff Affinity, key string, cost int64) (Permit, Outcome) {
@@ -205,19 +200,17 @@ func (e *Engine) admit(aff Affinity, key string, cost int64) (Permit, Outcome) {
 			sh.touched.Store(1)
 		}
 		if e.limited {
-			for {
-				g := a.gauge.Load()
-				if g >= e.maxConc {
+			w := sh.units.Load()
+			if w&inUseMask >= w>>creditShift || !sh.units.CompareAndSwap(w, w+1) {
+				ok, n := e.acquireSlow(a, sh)
+				lost += n
+				if !ok {
 					e.finish(a, sh, tb, RejectedConcurrency, lost)
 					return Permit{}, RejectedConcurrency
 				}
-				if a.gauge.CompareAndSwap(g, g+1) {
-					break
-				}
-				lost++
 			}
 		} else {
-			sh.inflight.Add(1)
+			sh.units.Add(1)
 		}
 		// Holding a unit, check the account was not evicted meanwhile; the
 		// evictor checks the units after marking it dead, so one of the two
@@ -260,7 +253,7 @@ func (e *Engine) admit(aff Affinity, key string, cost int64) (Permit, Outcome) {
 	}
 
 	e.finish(a, sh, tb, Admitted, lost)
-	return Permit{a: a}, Admitted
+	return Permit{a: a, sh: sh}, Admitted
 }
 
 // finish records an outcome, and the lost exchanges if there were any (the
@@ -275,13 +268,18 @@ func (e *Engine) finish(a *account, sh *shard, tb *tallyBlock, o Outcome, lost u
 	}
 }
 
-// undoUnit gives back the concurrency unit taken on sh.
+// undoUnit gives back the concurrency unit taken on sh, clamped at zero.
 func (a *account) undoUnit(sh *shard) {
 	if a.limited {
-		a.gauge.Add(-1)
+		a.releaseUnit(sh)
 		return
 	}
-	sh.inflight.Add(-1)
+	for {
+		w := sh.units.Load()
+		if w == 0 || sh.units.CompareAndSwap(w, w-1) {
+			return
+		}
+	}
 }
 
 // take is the GCRA: admit cost units if the bucket's theoretical arrival
@@ -446,6 +444,15 @@ func (e *Engine) newAccount(key string, h uint64, now int64, funded bool) *accou
 		shards:  make([]shard, e.shardMask+1),
 		mask:    e.shardMask,
 		limited: e.limited,
+	}
+	if e.limited {
+		chunk := unitChunk(e.maxConc, len(a.shards))
+		a.keep = chunk
+		if len(a.shards) == 1 {
+			a.shards[0].units.Store(uint64(e.maxConc) << creditShift)
+		} else {
+			a.pool.Store(uint64(e.maxConc))
+		}
 	}
 	a.lastSeen.Store(now)
 	if funded && e.funding > 0 {

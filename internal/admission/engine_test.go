@@ -155,7 +155,66 @@ func TestGaugeNeverExceedsLimit(t *testing.T) {
 			if n := e.InFlight(); n != 0 {
 				t.Errorf("InFlight = %d after all releases", n)
 			}
+			for k := range accounts {
+				checkCreditConserved(t, e, fmt.Sprint("acct-", k), limit)
+			}
 		})
+	}
+}
+
+// checkCreditConserved asserts, at rest, that an account's concurrency
+// credit (shards plus pool) adds up to the limit: none minted, none lost.
+func checkCreditConserved(tb testing.TB, e *Engine, account string, limit uint64) {
+	tb.Helper()
+	a := e.accounts.lookup(maphash.String(e.seed, account), account)
+	if a == nil {
+		tb.Fatalf("account %q not held", account)
+	}
+	total := a.pool.Load()
+	for i := range a.shards {
+		total += a.shards[i].units.Load() >> creditShift
+	}
+	if total != limit {
+		tb.Errorf("account %q: credit in shards and pool = %d, want the limit %d", account, total, limit)
+	}
+}
+
+// affinityForShard claims affinities until one maps to shard i.
+func affinityForShard(e *Engine, i int) Affinity {
+	for {
+		if aff := ClaimAffinity(); uint64(aff)&e.shardMask == uint64(i) {
+			return aff
+		}
+	}
+}
+
+// TestCreditMovesBetweenShards checks that partitioning the gauge never
+// strands capacity: at rest, any one shard can admit the whole limit, even
+// right after another shard held all of it.
+func TestCreditMovesBetweenShards(t *testing.T) {
+	const limit = 5
+	e, _ := newEngine(t, func(c *Config) { c.Shards = 4; c.MaxConcurrent = limit })
+	var affs [4]Affinity
+	for i := range affs {
+		affs[i] = affinityForShard(e, i)
+	}
+	for round, i := range []int{0, 1, 3, 0, 2} {
+		var ps []Permit
+		for n := range limit {
+			p, o := e.AdmitAt(affs[i], "a", 1)
+			if o != Admitted {
+				t.Fatalf("round %d: admission %d on shard %d = %v, want admitted", round, n, i, o)
+			}
+			ps = append(ps, p)
+		}
+		other := affs[(i+1)%4]
+		if _, o := e.AdmitAt(other, "a", 1); o != RejectedConcurrency {
+			t.Fatalf("round %d: admission past the limit on another shard = %v, want rejected_concurrency", round, o)
+		}
+		for j := range ps {
+			ps[j].Release()
+		}
+		checkCreditConserved(t, e, "a", limit)
 	}
 }
 

@@ -14,13 +14,10 @@ func TestPaddedSizes(t *testing.T) {
 	if got := unsafe.Sizeof(tallyBlock{}); got != 128 {
 		t.Errorf("tallyBlock is %d bytes, want 128", got)
 	}
-	if got := unsafe.Sizeof(account{}); got != 384 {
-		t.Errorf("account is %d bytes, want 384", got)
+	if got := unsafe.Sizeof(account{}); got != 256 {
+		t.Errorf("account is %d bytes, want 256", got)
 	}
-	if off := unsafe.Offsetof(account{}.gauge); off != 128 {
-		t.Errorf("account.gauge at offset %d, want 128", off)
-	}
-	if off := unsafe.Offsetof(account{}.line); off != 256 {
-		t.Errorf("account.line at offset %d, want 256", off)
+	if off := unsafe.Offsetof(account{}.line); off != 128 {
+		t.Errorf("account.line at offset %d, want 128", off)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -36,7 +35,7 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		status, msg, known := errorStatus(err)
 		if !known {
 			log.Error("handler error", "error", err, "path", c.Path(),
-				"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+				"request_id", c.Response().Header().Get(requestIDHeader))
 		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(status)
@@ -52,7 +51,11 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 func errorStatus(err error) (status int, msg string, known bool) {
 	var he *echo.HTTPError
 	var rej *bulkhead.Rejection
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		// Before HTTPError: Echo's Bind wraps a read error in a 400.
+		return http.StatusRequestEntityTooLarge, "request body too large", true
 	case errors.As(err, &he):
 		return he.Code, fmt.Sprint(he.Message), true
 	case errors.As(err, &rej):
@@ -61,37 +64,4 @@ func errorStatus(err error) (status int, msg string, known bool) {
 		return http.StatusServiceUnavailable, "request timed out", true
 	}
 	return http.StatusInternalServerError, http.StatusText(http.StatusInternalServerError), false
-}
-
-// recoverJSON turns a handler panic into a logged 500. Deferred releases in
-// the middleware after it still run, so no permit leaks.
-func recoverJSON(log *slog.Logger) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					if r == http.ErrAbortHandler {
-						panic(r)
-					}
-					log.Error("handler panic", "panic", fmt.Sprint(r), "path", c.Path(),
-						"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
-					err = echo.NewHTTPError(http.StatusInternalServerError, "internal error")
-				}
-			}()
-			return next(c)
-		}
-	}
-}
-
-// requestDeadline bounds each handler's context; handlers and database
-// calls that honour ctx give up when it passes.
-func requestDeadline(d time.Duration) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
-			defer cancel()
-			c.SetRequest(c.Request().WithContext(ctx))
-			return next(c)
-		}
-	}
 }

@@ -8,13 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -111,12 +109,8 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = jsonErrorHandler(opts.Logger)
-	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: newRequestID}))
-	e.Use(recoverJSON(opts.Logger))
-	e.Use(middleware.BodyLimit(strconv.FormatInt(cfg.Server.BodyLimitBytes, 10) + "B"))
-	if d := cfg.Server.RequestTimeout.D(); d > 0 {
-		e.Use(requestDeadline(d))
-	}
+	rs := &requestScope{log: opts.Logger, limit: cfg.Server.BodyLimitBytes, timeout: cfg.Server.RequestTimeout.D()}
+	e.Use(rs.middleware)
 	e.GET(HealthPath, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET(ReadyPath, s.readyz)
 	e.GET(MetricsPath, echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry})))

@@ -177,3 +177,55 @@ func TestNewRejectsBadTenancyKeys(t *testing.T) {
 		t.Fatalf("err = %v, want one naming MY_SESSION_KEY", err)
 	}
 }
+
+// TestLazyDeadlineBehavesLikeWithTimeout checks the request deadline seen
+// through every context method: a handler that only reads Deadline, one that
+// waits on Done, one that checks Err after the deadline without ever calling
+// Done, and a context derived from the request's.
+func TestLazyDeadlineBehavesLikeWithTimeout(t *testing.T) {
+	const d = 30 * time.Millisecond
+	start := time.Now()
+	l := newLazyDeadline(context.Background(), d)
+	defer l.release()
+	if at, ok := l.Deadline(); !ok || at.Before(start.Add(d)) || at.After(time.Now().Add(d)) {
+		t.Fatalf("Deadline = %v, %v; want about start+%v", at, ok, d)
+	}
+	if l.armed.Load() != nil {
+		t.Fatal("Deadline armed the timer")
+	}
+	if l.Err() != nil {
+		t.Fatal("Err before the deadline")
+	}
+	child, cancel := context.WithCancel(l)
+	defer cancel()
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("derived context not cancelled by the request deadline")
+	}
+	if !errors.Is(l.Err(), context.DeadlineExceeded) || !errors.Is(child.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Err = %v / %v, want deadline exceeded", l.Err(), child.Err())
+	}
+
+	// Never armed until after the deadline: Err still reports it.
+	late := newLazyDeadline(context.Background(), time.Millisecond)
+	defer late.release()
+	time.Sleep(5 * time.Millisecond)
+	if !errors.Is(late.Err(), context.DeadlineExceeded) {
+		t.Fatalf("late Err = %v, want deadline exceeded", late.Err())
+	}
+
+	// The parent's cancellation and earlier deadline come through.
+	parent, cancelParent := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancelParent()
+	short := newLazyDeadline(parent, time.Hour)
+	defer short.release()
+	if at, _ := short.Deadline(); at.After(time.Now().Add(time.Minute)) {
+		t.Fatal("Deadline ignored the parent's earlier deadline")
+	}
+	cancelParent()
+	<-short.Done()
+	if !errors.Is(short.Err(), context.Canceled) {
+		t.Fatalf("Err after parent cancel = %v", short.Err())
+	}
+}

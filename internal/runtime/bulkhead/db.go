@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/internal/admission"
+	"github.com/cellgate/cellgate/internal/tenant"
 )
 
 // DBPermits caps the database connections one tenant's requests hold at
@@ -47,10 +48,15 @@ type DBBinding struct {
 
 // Bind returns ctx carrying a live binding of d to tenant, and the binding.
 // The Tenant middleware calls it for each admitted request and calls End
-// when the handler returns; other request-shaped callers do the same.
-func (d *DBPermits) Bind(ctx context.Context, tenant string) (context.Context, *DBBinding) {
-	b := &DBBinding{permits: d, tenant: tenant}
+// when the handler returns; other request-shaped callers do the same. When
+// ctx is the server's request scope (tenant.Scope) the binding is attached
+// to it and ctx itself is returned, so the request is not copied again.
+func (d *DBPermits) Bind(ctx context.Context, tenantID string) (context.Context, *DBBinding) {
+	b := &DBBinding{permits: d, tenant: tenantID}
 	b.live.Store(true)
+	if s, ok := tenant.ScopeOf(ctx); ok && s.Attach(dbKey{}, b) {
+		return ctx, b
+	}
 	return context.WithValue(ctx, dbKey{}, b), b
 }
 

@@ -87,7 +87,9 @@ func (m *tenantMW) serve(c echo.Context, next echo.HandlerFunc) error {
 	}
 	if m.cfg.DB != nil {
 		ctx, b := m.cfg.DB.Bind(r.Context(), id)
-		c.SetRequest(r.WithContext(ctx))
+		if ctx != r.Context() {
+			c.SetRequest(r.WithContext(ctx))
+		}
 		defer b.End()
 	}
 	return next(c)

@@ -50,7 +50,11 @@ func (m *tenancyMW) serve(c echo.Context, next echo.HandlerFunc) error {
 	if e != nil {
 		return m.onError(c, e)
 	}
-	c.SetRequest(r.WithContext(tenant.With(r.Context(), id)))
+	if s, ok := tenant.ScopeOf(r.Context()); ok {
+		s.SetTenant(id) // the server's request scope: no request copy
+	} else {
+		c.SetRequest(r.WithContext(tenant.With(r.Context(), id)))
+	}
 	return next(c)
 }
 

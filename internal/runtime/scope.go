@@ -1,0 +1,80 @@
+package runtime
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/tenant"
+)
+
+// requestScope is the server's one global middleware. It does, in this
+// order, what four would: the request id (the client's X-Request-ID, or a
+// new one, echoed on the response), panic recovery (a logged JSON 500), the
+// body limit (413 before reading when Content-Length says so, and
+// http.MaxBytesReader otherwise) and the request deadline (lazyDeadline:
+// its timer starts only if something waits on it), and it installs
+// the request's tenant.Scope, the one context copy a request makes.
+//
+// One middleware instead of four matters because Echo applies global
+// middleware per request: each layer is a closure allocation and a call,
+// and each context layer a copy of the *http.Request (BenchmarkChain).
+// requestIDHeader is echo.HeaderXRequestID in canonical form: a
+// non-canonical key makes every Header.Get and Set allocate a canonical
+// copy.
+const requestIDHeader = "X-Request-Id"
+
+type requestScope struct {
+	log     *slog.Logger
+	limit   int64
+	timeout time.Duration // 0: no deadline
+}
+
+func (rs *requestScope) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error { return rs.serve(c, next) }
+}
+
+func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error) {
+	req, res := c.Request(), c.Response()
+	id := req.Header.Get(requestIDHeader)
+	if id == "" {
+		id = newRequestID()
+	}
+	res.Header().Set(requestIDHeader, id)
+	defer rs.recover(c, id, &err)
+
+	if req.ContentLength > rs.limit {
+		return echo.ErrStatusRequestEntityTooLarge
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		// The server's own writer, so an overrun also closes the connection.
+		req.Body = http.MaxBytesReader(res.Writer, req.Body, rs.limit)
+	}
+
+	ctx := req.Context()
+	if rs.timeout > 0 {
+		dl := newLazyDeadline(ctx, rs.timeout)
+		defer dl.release()
+		ctx = dl
+	}
+	c.SetRequest(req.WithContext(tenant.NewScope(ctx)))
+	return next(c)
+}
+
+// recover turns a handler panic into a logged 500. The middleware inside
+// (bulkheads) release their permits in their own defers, which have run by
+// now, so no permit leaks. http.ErrAbortHandler is re-raised: it asks the
+// server to drop the connection.
+func (rs *requestScope) recover(c echo.Context, id string, err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if r == http.ErrAbortHandler {
+		panic(r)
+	}
+	rs.log.Error("handler panic", "panic", r, "path", c.Path(), "request_id", id)
+	*err = echo.NewHTTPError(http.StatusInternalServerError, "internal error")
+}
