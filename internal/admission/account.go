@@ -131,7 +131,11 @@ func (m *accountMap) stripe(h uint64) *stripe { return &m.stripes[h&(stripeCount
 
 // lookup finds an account without taking a lock.
 func (m *accountMap) lookup(h uint64, key string) *account {
-	t := m.stripe(h).tab.Load()
+	return m.stripe(h).tab.Load().find(h, key)
+}
+
+// find probes t (which may be nil: an empty stripe) for key.
+func (t *table) find(h uint64, key string) *account {
 	if t == nil {
 		return nil
 	}
@@ -195,21 +199,7 @@ func (s *stripe) rebuildLocked(want int) *table {
 }
 
 // lookupLocked is lookup for a caller holding s.mu.
-func (s *stripe) lookupLocked(h uint64, key string) *account {
-	t := s.tab.Load()
-	if t == nil {
-		return nil
-	}
-	for i := (h >> 8) & t.mask; ; i = (i + 1) & t.mask {
-		a := t.slots[i].Load()
-		if a == nil {
-			return nil
-		}
-		if a.hash == h && a != tombstone && a.key == key {
-			return a
-		}
-	}
-}
+func (s *stripe) lookupLocked(h uint64, key string) *account { return s.tab.Load().find(h, key) }
 
 // removeLocked replaces a's slot with a tombstone. Caller holds s.mu.
 func (s *stripe) removeLocked(a *account) {
