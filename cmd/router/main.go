@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -25,7 +26,18 @@ import (
 	"github.com/cellgate/cellgate/internal/runtime"
 )
 
+// routerGCPercent is the router's GC target when $GOGC is unset. A router
+// keeps almost nothing live (a slot map, pooled connections and buffers)
+// but allocates a few KiB per request, so with the default of 100 it
+// collects every few thousand requests; at 400 it collects a quarter as
+// often for a few MiB more heap, about a tenth less CPU per request
+// (BenchmarkRouterOverhead).
+const routerGCPercent = 400
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(routerGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

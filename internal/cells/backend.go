@@ -23,11 +23,16 @@ type backend struct {
 	name      string
 	url       string
 	target    *url.URL
-	nameValue []string // the cell header's value, shared read-only
-	transport *http.Transport
+	nameValue []string         // the cell header's value, shared read-only
+	transport *http.Transport  // bodies, upgrades, https and health checks
+	direct    *directTransport // lean path's pool; ReverseProxy's transport
 	proxy     *httputil.ReverseProxy
-	health    *http.Client
-	log       *slog.Logger
+	// lean: requests that forwardable accepts skip ReverseProxy (see
+	// forward.go); true for http cells without a base path.
+	lean        bool
+	writeHeadFn headWriter // b.writeHead, bound once
+	health      *http.Client
+	log         *slog.Logger
 
 	bodyDown, bodyBusy, bodyFrozen []byte
 
@@ -62,10 +67,11 @@ func newBackend(p *Proxy, c CellSpec, target *url.URL) *backend {
 	b.bodyDown = []byte(`{"error":"cell ` + c.Name + ` is unavailable","code":"cell_unavailable"}` + "\n")
 	b.bodyBusy = []byte(`{"error":"cell ` + c.Name + ` is at its concurrency limit","code":"cell_busy"}` + "\n")
 	b.bodyFrozen = []byte(`{"error":"tenant is moving to another cell","code":"cell_moving"}` + "\n")
+	dialer := net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
 	b.transport = &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dialer.DialContext,
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerCell,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleConnTimeout,
 		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 		TLSHandshakeTimeout:   cfg.DialTimeout,
 		ExpectContinueTimeout: time.Second,
@@ -73,10 +79,18 @@ func newBackend(p *Proxy, c CellSpec, target *url.URL) *backend {
 		// upgrades (WebSocket) working end to end.
 		DisableCompression: true,
 	}
+	b.lean = target.Scheme == "http" && (target.Path == "" || target.Path == "/") && target.RawPath == ""
+	b.writeHeadFn = b.writeHead
+	b.direct = newDirectTransport(target.Host, dialAddr(target), dialer, cfg.ResponseHeaderTimeout, cfg.MaxIdleConnsPerCell, b.transport)
 	b.proxy = &httputil.ReverseProxy{
-		Rewrite:        b.rewrite,
-		Transport:      b.transport,
-		FlushInterval:  -1, // flush every write: SSE and streams are never held back
+		Rewrite:   b.rewrite,
+		Transport: b.direct,
+		// 0, not -1: ReverseProxy flushes SSE and bodies of unknown length
+		// at once by itself, and Proxy.ServeHTTP's flushWriter flushes
+		// every other write. -1 would also start a timer per response
+		// whose goroutine writes the head on its own: a second write and
+		// a thread wake-up per request for nothing.
+		FlushInterval:  0,
 		ModifyResponse: b.onResponse,
 		ErrorHandler:   b.onError,
 		ErrorLog:       slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
@@ -87,30 +101,84 @@ func newBackend(p *Proxy, c CellSpec, target *url.URL) *backend {
 }
 
 // copyBuffers recycles ReverseProxy's body copy buffers, which it would
-// otherwise allocate (32 KiB) for every response.
-var copyBuffers = &bufferPool{sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}}
+// otherwise allocate (32 KiB) for every response. A buffered channel, not
+// a sync.Pool: a []byte put in a sync.Pool is boxed, one allocation per
+// response; a channel copies the slice header. It keeps at most 128
+// buffers (4 MiB); beyond that many copies at once, buffers are allocated
+// and dropped.
+var copyBuffers = make(bufferPool, 128)
 
-type bufferPool struct{ p sync.Pool }
+type bufferPool chan []byte
 
-func (bp *bufferPool) Get() []byte  { return *bp.p.Get().(*[]byte) }
-func (bp *bufferPool) Put(b []byte) { bp.p.Put(&b) }
+func (p bufferPool) Get() []byte {
+	select {
+	case b := <-p:
+		return b
+	default:
+		return make([]byte, 32<<10)
+	}
+}
+
+func (p bufferPool) Put(b []byte) {
+	select {
+	case p <- b:
+	default:
+	}
+}
+
+// dialAddr is the host:port to dial for a cell URL.
+func dialAddr(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
 
 func (b *backend) key() string { return b.name + "\x00" + b.url }
 
 // rewrite points the outgoing request at the cell. The Host header is kept:
 // with tenancy.source = "subdomain" the cell reads the tenant from it.
 // X-Forwarded-For keeps an incoming chain and appends the client.
+//
+// It sets the X-Forwarded headers as ProxyRequest.SetXForwarded does
+// (ReverseProxy has removed the client's before calling it), with one
+// allocation for both values and a shared "http"/"https".
 func (b *backend) rewrite(pr *httputil.ProxyRequest) {
-	prior := pr.In.Header["X-Forwarded-For"]
 	pr.SetURL(b.target)
 	pr.Out.Host = pr.In.Host
-	pr.SetXForwarded()
-	if len(prior) > 0 {
-		if ip := pr.Out.Header["X-Forwarded-For"]; len(ip) == 1 {
-			pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + ip[0]}
+	h := pr.Out.Header
+	vals := make([]string, 2)
+	vals[1] = pr.In.Host
+	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		vals[0] = ip
+		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+			vals[0] = strings.Join(prior, ", ") + ", " + ip
 		}
+		h["X-Forwarded-For"] = vals[0:1:1]
+	}
+	h["X-Forwarded-Host"] = vals[1:2:2]
+	if pr.In.TLS == nil {
+		h["X-Forwarded-Proto"] = protoHTTP
+	} else {
+		h["X-Forwarded-Proto"] = protoHTTPS
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		// What ReverseProxy would set next (no Go default User-Agent
+		// towards the cell), without its allocation.
+		h["User-Agent"] = noUserAgent
 	}
 }
+
+// Shared X-Forwarded-Proto values: set by reference, never modified.
+var (
+	protoHTTP   = []string{"http"}
+	protoHTTPS  = []string{"https"}
+	noUserAgent = []string{""}
+)
 
 // onResponse counts the cell's answer. Any answer, even a 5xx, proves the
 // cell is reachable: a cell's 500 or a tenant bulkhead's 503 is about one
@@ -212,7 +280,7 @@ func (b *backend) eject(active bool, err error) {
 	b.passiveFails.Store(0)
 	// Pooled connections to a dead cell are dead too; dropping them now
 	// keeps the first requests after its return from failing on them.
-	b.transport.CloseIdleConnections()
+	b.direct.closeIdle(0)
 	cause := "passive"
 	if active {
 		b.ejectActive.Add(1)
@@ -229,6 +297,7 @@ func (b *backend) eject(active bool, err error) {
 
 // check runs one active health check and applies its result.
 func (b *backend) check(ctx context.Context) {
+	b.direct.closeIdle(idleConnTimeout) // here, off the request path
 	err := b.probe(ctx)
 	if ctx.Err() != nil {
 		return // shutting down or removed: say nothing about the cell
@@ -299,5 +368,5 @@ func (b *backend) stop() {
 		b.cancel()
 		<-b.done
 	}
-	b.transport.CloseIdleConnections()
+	b.direct.close()
 }

@@ -300,8 +300,9 @@ var (
 
 const requestIDHeader = "X-Request-Id" // canonical form of X-Request-ID
 
-// ServeHTTP routes one request. The request path takes no lock: one
-// atomic load of the map, a slot lookup, and atomic counters.
+// ServeHTTP routes one request. Routing takes no lock: one atomic load of
+// the map, a slot lookup, and atomic counters; handing out and taking back
+// a pooled connection to the cell takes one short mutex.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := p.table.Load()
 	var b *backend
@@ -344,8 +345,40 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header[requestIDHeader] = []string{newRequestID()}
 	}
 	w.Header()[p.cellHeader] = b.nameValue
-	b.proxy.ServeHTTP(w, r)
+	if b.forwardable(r) {
+		b.forward(w, r)
+		return
+	}
+	fw := flushWriters.Get().(*flushWriter)
+	fw.ResponseWriter = w
+	b.proxy.ServeHTTP(fw, r)
+	fw.ResponseWriter = nil // a panic skips this and the Put: the GC takes it
+	flushWriters.Put(fw)
 }
+
+// flushWriter is the ReverseProxy path's ResponseWriter (the lean path
+// flushes the same way itself). It flushes every write of a body to the
+// client, so a body with a Content-Length that the cell sends slowly (a
+// download, long polling) is not held in the server's buffer;
+// ReverseProxy flushes SSE and bodies of unknown length itself. A small
+// answer is one write of the cell's body, so head and body still leave in
+// one packet. Unwrap lets ReverseProxy's ResponseController reach the
+// connection (hijack for upgrades, flush for trailers).
+type flushWriter struct{ http.ResponseWriter }
+
+var flushWriters = sync.Pool{New: func() any { return new(flushWriter) }}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	n, err := f.ResponseWriter.Write(p)
+	if err == nil {
+		// A failed flush is a gone client: the next write says so.
+		_ = http.NewResponseController(f.ResponseWriter).Flush()
+	}
+	return n, err
+}
+
+// Unwrap returns the server's ResponseWriter.
+func (f *flushWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
 
 // pickUp returns the next cell that is up, round-robin, or nil.
 func (t *table) pickUp() *backend {
