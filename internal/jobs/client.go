@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
@@ -58,7 +59,7 @@ type Client struct {
 	cfg     Config // effective
 	backend Backend
 	kinds   map[string]*registered
-	unknown kindMetrics
+	unknown int // kind index of unregistered kinds (after the registered ones)
 	logger  *slog.Logger
 	m       *metrics
 	lanes   int // ≥ 1: lane labels of the busy-workers gauge
@@ -82,14 +83,59 @@ type Client struct {
 	// a PostgreSQL backend still records jobs that end during a hard stop.
 	reportCtx context.Context
 	done      chan struct{}
+
+	tenantCtxs tenantCtxCache // handler contexts by tenant, under workCtx
 }
 
-// workerState is one worker's shared state, padded so workers updating their
-// own slot do not share a cache line.
+// tenantCtxCache keeps the handler context of recently seen tenants (the
+// work context with the tenant attached), so that running a job does not
+// allocate one: that is two of a no-op job's four allocations. It is a
+// two-way set-associative cache of tenantCtxSlots entries: a hit is a hash
+// and one or two string comparisons; a miss builds the context as before
+// and makes it the newest of its set. Its size bounds its memory whatever
+// the number of tenants. Contexts are immutable, so jobs of a tenant can
+// share one. Safe for concurrent use: racing misses may lose an entry, which
+// only costs a later miss.
+type tenantCtxCache struct {
+	seed  maphash.Seed
+	slots [tenantCtxSlots]atomic.Pointer[tenantCtx]
+}
+
+// tenantCtxSlots is the size of tenantCtxCache, a power of two.
+const tenantCtxSlots = 4096
+
+type tenantCtx struct {
+	id  string
+	ctx context.Context
+}
+
+// get returns tenant.With(base, id), from the cache when it holds it. base
+// must be the same for every call (the Client's work context).
+func (tc *tenantCtxCache) get(base context.Context, id string) context.Context {
+	i := maphash.String(tc.seed, id) & (tenantCtxSlots - 2)
+	newest, older := &tc.slots[i], &tc.slots[i+1]
+	if e := newest.Load(); e != nil && e.id == id {
+		return e.ctx
+	}
+	if e := older.Load(); e != nil && e.id == id {
+		return e.ctx
+	}
+	ctx := tenant.With(base, id)
+	older.Store(newest.Load())
+	newest.Store(&tenantCtx{id: id, ctx: ctx})
+	return ctx
+}
+
+// workerState is one worker's state, read by Stop and by metric scrapes
+// (see folder), padded so workers updating their own slot do not share a
+// cache line.
 type workerState struct {
-	current atomic.Int64 // id of the running job, 0 when idle
-	busy    prometheus.Gauge
-	_       [128 - 8 - 16]byte
+	current atomic.Int64 // id of the job being run or reported, 0 when idle
+	counts  []kindCounts // by kind index, written by this worker only
+	// The last kind run, to skip the map lookup for runs of one kind.
+	lastKind string
+	lastReg  *registered
+	_        [128 - 8 - 24 - 16 - 8]byte
 }
 
 // NewClient validates cfg, opens b with the effective settings and returns a
@@ -133,15 +179,20 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 		ws:      make([]workerState, eff.Workers),
 		done:    make(chan struct{}),
 	}
+	c.tenantCtxs.seed = maphash.MakeSeed()
+	kms := make([]kindMetrics, 0, len(w.kinds)+1)
 	for name, r := range w.kinds {
 		r2 := *r // the registry may back several clients; counters are per client
-		r2.m = c.m.forKind(name)
+		r2.idx = len(kms)
+		kms = append(kms, c.m.forKind(name))
 		c.kinds[name] = &r2
 	}
-	c.unknown = c.m.forKind(unknownKind)
+	c.unknown = len(kms)
+	kms = append(kms, c.m.forKind(unknownKind))
 	for i := range c.ws {
-		c.ws[i].busy = c.m.lane(i % c.lanes)
+		c.ws[i].counts = make([]kindCounts, len(kms))
 	}
+	c.m.folder = newFolder(c.m, c.ws, c.lanes, kms)
 	if o.Registry != nil {
 		if err := c.m.register(o.Registry); err != nil {
 			return nil, fmt.Errorf("jobs: register metrics: %w", err)
@@ -334,31 +385,34 @@ func (c *Client) loop(i int) {
 	}
 }
 
-// process runs one attempt and reports its outcome to the backend.
+// process runs one attempt and reports its outcome to the backend. The
+// running and lane gauges follow w.current, and the outcome is counted in w
+// (see folder).
 func (c *Client) process(w *workerState, row *JobRow) {
-	r := c.kinds[row.Kind]
-	km := c.unknown
-	if r != nil {
-		km = r.m
+	r := w.lastReg
+	if r == nil || row.Kind != w.lastKind {
+		if r = c.kinds[row.Kind]; r != nil {
+			w.lastKind, w.lastReg = row.Kind, r
+		}
 	}
-	c.m.running.Inc()
-	w.busy.Inc()
+	counts := &w.counts[c.unknown]
+	if r != nil {
+		counts = &w.counts[r.idx]
+	}
 	err := c.execute(r, row)
-	w.busy.Dec()
-	c.m.running.Dec()
 
 	// The backend may reuse row once it has the outcome: read it first.
 	ctx := c.reportCtx
 	id, kind, attempt := row.ID, row.Kind, row.Attempt
 	if err == nil {
-		km.completed.Inc()
+		counts.n[outcomeCompleted].Add(1)
 		if rerr := c.backend.Complete(ctx, row); rerr != nil {
 			c.reportErr(rerr, id)
 		}
 		return
 	}
 	if IsPermanent(err) || attempt >= row.MaxAttempts {
-		km.failed.Inc()
+		counts.n[outcomeFailed].Add(1)
 		c.logger.Error("jobs: job failed for good", "id", id, "kind", kind, "attempt", attempt, "err", err)
 		if rerr := c.backend.Fail(ctx, row, err.Error()); rerr != nil {
 			c.reportErr(rerr, id)
@@ -366,7 +420,7 @@ func (c *Client) process(w *workerState, row *JobRow) {
 		return
 	}
 	delay := c.cfg.Backoff(attempt, rand.Float64())
-	km.retried.Inc()
+	counts.n[outcomeRetried].Add(1)
 	c.logger.Warn("jobs: job failed, will retry", "id", id, "kind", kind, "attempt", attempt, "retry_in", delay, "err", err)
 	if rerr := c.backend.Retry(ctx, row, delay, err.Error()); rerr != nil {
 		c.reportErr(rerr, id)
@@ -393,7 +447,7 @@ func (c *Client) execute(r *registered, row *JobRow) (err error) {
 	}
 	ctx := c.workCtx
 	if row.Tenant != "" {
-		ctx = tenant.With(ctx, row.Tenant)
+		ctx = c.tenantCtxs.get(ctx, row.Tenant)
 	}
 	if t := r.spec.Timeout; t > 0 {
 		var cancel context.CancelFunc

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +18,12 @@ const unknownKind = "unknown"
 // metrics are the Client's collectors. None has a tenant label: tenants are
 // unbounded, and per-tenant numbers would leak one tenant's activity into
 // another's dashboards.
+//
+// The workers do not update running, laneBusy and the outcome counters per
+// job: shared counters would cost every job a few atomic read-modify-writes
+// on cache lines that bounce between cores. Each worker counts in its own
+// memory instead (workerState), and a scrape folds those counts into the
+// collectors first (see folder).
 type metrics struct {
 	running   prometheus.Gauge
 	completed *prometheus.CounterVec
@@ -23,6 +31,10 @@ type metrics struct {
 	retried   *prometheus.CounterVec
 	laneBusy  *prometheus.GaugeVec
 	depth     *depthCollector
+
+	// folder is set by the Client before the collectors are registered;
+	// nil when the metrics are used without workers.
+	folder *folder
 }
 
 // kindMetrics are one kind's counters, resolved once.
@@ -63,12 +75,103 @@ func newMetrics(b Backend, logger *slog.Logger) *metrics {
 }
 
 func (m *metrics) register(reg *prometheus.Registry) error {
-	for _, c := range []prometheus.Collector{m.running, m.completed, m.failed, m.retried, m.laneBusy, m.depth} {
-		if err := reg.Register(c); err != nil {
+	for _, c := range []prometheus.Collector{m.running, m.completed, m.failed, m.retried, m.laneBusy} {
+		if err := reg.Register(folding{Collector: c, m: m}); err != nil {
 			return err
 		}
 	}
-	return nil
+	return reg.Register(m.depth)
+}
+
+// folding is a collector that folds the workers' counts in before it is
+// collected, so every scrape sees them.
+type folding struct {
+	prometheus.Collector
+	m *metrics
+}
+
+func (f folding) Collect(ch chan<- prometheus.Metric) {
+	if f.m.folder != nil {
+		f.m.folder.fold()
+	}
+	f.Collector.Collect(ch)
+}
+
+// Outcomes a worker counts per kind.
+const (
+	outcomeCompleted = iota
+	outcomeFailed
+	outcomeRetried
+	numOutcomes
+)
+
+// kindCounts are one worker's outcome counts for one kind. Only that worker
+// adds to them; the padding keeps two workers' counts off one cache line.
+type kindCounts struct {
+	n [numOutcomes]atomic.Uint64
+	_ [64 - 8*numOutcomes]byte
+}
+
+// folder moves what the workers counted into the collectors. Counters get
+// what was counted since the last fold; the running and lane gauges are set
+// from the workers' current jobs (a worker is busy from the claim until the
+// outcome is recorded).
+type folder struct {
+	mu      sync.Mutex
+	ws      []workerState
+	lanes   []prometheus.Gauge    // by lane
+	kinds   []kindMetrics         // by kind index
+	added   [][numOutcomes]uint64 // by kind index: counts already added
+	running prometheus.Gauge
+	busy    []int // by lane, scratch
+}
+
+func newFolder(m *metrics, ws []workerState, lanes int, kinds []kindMetrics) *folder {
+	f := &folder{
+		ws:      ws,
+		lanes:   make([]prometheus.Gauge, lanes),
+		kinds:   kinds,
+		added:   make([][numOutcomes]uint64, len(kinds)),
+		running: m.running,
+		busy:    make([]int, lanes),
+	}
+	for l := range f.lanes {
+		f.lanes[l] = m.lane(l) // every lane has a series from the start
+	}
+	return f
+}
+
+// fold is safe for concurrent use (a registry collects in parallel).
+func (f *folder) fold() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, km := range f.kinds {
+		var sum [numOutcomes]uint64
+		for i := range f.ws {
+			c := &f.ws[i].counts[k]
+			for o := range sum {
+				sum[o] += c.n[o].Load()
+			}
+		}
+		for o, ctr := range [numOutcomes]prometheus.Counter{km.completed, km.failed, km.retried} {
+			if d := sum[o] - f.added[k][o]; d > 0 {
+				ctr.Add(float64(d))
+				f.added[k][o] = sum[o]
+			}
+		}
+	}
+	clear(f.busy)
+	running := 0
+	for i := range f.ws {
+		if f.ws[i].current.Load() != 0 {
+			running++
+			f.busy[i%len(f.busy)]++
+		}
+	}
+	f.running.Set(float64(running))
+	for l, g := range f.lanes {
+		g.Set(float64(f.busy[l]))
+	}
 }
 
 func (m *metrics) forKind(name string) kindMetrics {

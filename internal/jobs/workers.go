@@ -24,8 +24,9 @@ type registered struct {
 	// plain: the args type survives a JSON round trip unchanged, so an
 	// in-process backend may hand the enqueued value over (see plain.go).
 	plain bool
-	// Per-kind counters, resolved once so the hot path skips label lookups.
-	m kindMetrics
+	// idx is the kind's index in the Client's per-worker counts (see
+	// folder); set per Client.
+	idx int
 }
 
 // NewWorkers returns an empty registry.

@@ -5,8 +5,10 @@
 //     tenants that have a ready job (and a free slot). A worker takes the head
 //     tenant's oldest job and moves that tenant to the back of the ring. Jobs
 //     without a tenant form one more member of every ring. Rings are intrusive
-//     doubly linked lists, so joining, leaving and rotating are O(1) and a
-//     claim costs O(queues) whatever the number of tenants or the backlog.
+//     circular doubly linked lists and a tenant's line is a ring buffer, so
+//     joining, leaving and rotating are O(1), taking a job O(1) amortised,
+//     and a claim costs O(queues) whatever the number of tenants or the
+//     backlog.
 //   - Slots. A tenant with MaxConcurrent running jobs leaves every ring until
 //     one of its jobs finishes.
 //   - Lanes. Worker i serves lane i % Lanes; a tenant is a member of the rings
@@ -29,10 +31,19 @@
 // delayed) and a Complete push the job on a lock-free stack, and whoever next
 // holds the mutex applies the stacks (a Claim always does, before choosing).
 // A push takes the mutex itself only when a worker is parked, or when the
-// inbox holds inboxBatch inserts, which bounds every critical section. Idle
-// workers park on their own channel, and a push wakes only a worker whose lane
-// can serve the job. Clock.AfterFunc is called with the mutex held and must
-// not call back synchronously.
+// inbox holds inboxBatch inserts, which bounds every critical section. Insert
+// also looks up, without the mutex, what the drain would otherwise look up
+// while holding it (the tenant, the queue, the kind's cap). Idle workers park
+// on their own channel, and a push wakes only a worker whose lane can serve
+// the job. Clock.AfterFunc is called with the mutex held and must not call
+// back synchronously.
+//
+// Memory layout: with many tenants taking turns, a tenant's records and a
+// job's record are cold by the time they are used again, and the cache
+// misses on them, most of them under the mutex, are what a claim costs. The
+// records are therefore sized to aligned size classes with the fields used
+// together in the same cache line (see job, tenant, tq, queue and Backend;
+// TestRecordSizes pins the sizes).
 //
 // Jobs live in memory: Close (and the end of the process) drops every waiting
 // job, and a running job abandoned at shutdown is not run again.
@@ -43,6 +54,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,14 +69,31 @@ type Backend struct {
 	// whoever next holds mu applies them (drain). idleN counts parked
 	// workers; a push takes mu itself only when one is parked, since
 	// otherwise a busy worker's next Claim drains the stacks.
+	//
+	// These take the first cache line of the Backend (a large object, so
+	// page-aligned), and mu with the fields every locked operation writes
+	// the second: lock-free pushes on other cores then do not take the
+	// lock's line away from its holder.
 	inbox  stack // inserted jobs, not yet in their lines
 	inboxN atomic.Int32
 	done   stack // completed jobs, not yet released
 	idleN  atomic.Int32
 	status atomic.Int32 // statusNew, statusOpen, statusClosed
 	nextID atomic.Int64
+	_      [24]byte
 
-	mu       sync.Mutex
+	mu     sync.Mutex
+	steps  uint64 // ring heads inspected by next; the O(1) test reads it
+	queues []*queue
+	freed  *job    // dropped records, for unlock to pool
+	shared *tenant // jobs without a tenant, and every job when not isolated
+	_      [8]byte
+
+	// sysClock: clock is the system clock, and now reads it through
+	// wallBase (see now).
+	sysClock bool
+	wallBase atomic.Pointer[time.Time]
+
 	clock    jobs.Clock
 	isolated bool
 	maxConc  int // per-tenant slots, 0 = none
@@ -73,13 +102,23 @@ type Backend struct {
 
 	ws      []*worker
 	idle    [][]*worker // parked workers per lane
-	queues  []*queue
 	byName  map[string]*queue
 	tenants map[string]*tenant
+	// tenantCache lets Insert find a job's tenant without the lock, so
+	// that the drain holding it does not hash tenant ids: a cache of
+	// tenants (see tenantSlots), written under mu (tenant, makeIdle) and
+	// read by Insert. tenants stays the truth; an evicted tenant is
+	// marked, and admit checks the mark, so a hint that went stale between
+	// Insert and the drain is not used.
+	tenantCache [tenantSlots]atomic.Pointer[tenant]
+	tenantSeed  maphash.Seed
+	// queueSnap is a copy of queues for Insert, replaced under mu when a
+	// queue is added, so that admit need not read the queue's name from
+	// the job (a cache line the drain would otherwise not touch).
+	queueSnap atomic.Pointer[[]*queue]
 	// idle tenants (no jobs), oldest first; see maxIdleTenants.
 	idleHead, idleTail *tenant
 	idleTenants        int
-	shared             *tenant // jobs without a tenant, and every job when not isolated
 	kinds              map[string]*kind
 	unique             map[string]*job
 
@@ -87,8 +126,6 @@ type Backend struct {
 	timer    jobs.Timer
 	timerAt  time.Time
 	timerGen uint64
-
-	steps uint64 // ring heads inspected by next; the O(1) test reads it
 }
 
 const (
@@ -107,38 +144,44 @@ type worker struct {
 	wake  chan struct{} // capacity 1
 }
 
-type jobState uint8
-
-const (
-	stateWaiting   jobState = iota // in its tenant's line
-	stateScheduled                 // in the heap, waiting for runAt
-	stateParked                    // held by its kind's concurrency cap
-	stateRunning
-	stateDone
-)
-
+// job is the backend's record of a job: a 256-byte object, so 256-byte
+// aligned. In a long backlog a job is cold when it is claimed, and every
+// cache line of it that a job's life touches is a miss, so the layout keeps
+// them to three: the fields the backend uses come first, in the first line,
+// and the 40 bytes of them put the row's Handle in the third line with the
+// fields the Client reads; the fourth line holds what only unique and
+// scheduled jobs use. A claim without kind caps reads none of them under
+// the lock: tenant lines hold pointers to their jobs.
 type job struct {
-	row      jobs.JobRow
-	next     *job // tenant line or kind parking list
-	link     *job // inbox or done stack
+	// next links the job in at most one list: its kind's parking list,
+	// or the inbox or done stack.
+	next *job
+	tq   *tq
+	kind *kind // nil: no concurrency cap
+	// ten and qHint are Insert's lock-free look-ups of the job's tenant
+	// (see Backend.tenantCache) and queue (1 + its index, see
+	// Backend.queueSnap), for admit; nil and 0 when not found there.
+	ten      *tenant
+	reserved bool // handed kind capacity while parked
+	hasUniq  bool // uniq is set (saves reading it on every drop)
+	qHint    uint8
 	ending   atomic.Bool
-	tq       *tq
-	kind     *kind // nil: no concurrency cap
+	row      jobs.JobRow
 	uniq     string
 	runAt    time.Time
 	heapIdx  int
-	state    jobState
-	reserved bool // handed kind capacity while parked
+	_        [16]byte // to 256 bytes, a size class whose objects are aligned
 }
 
-// stack is a lock-free LIFO of jobs (a Treiber stack); the consumer takes
-// all of it at once, so there is no ABA problem.
+// stack is a lock-free LIFO of jobs (a Treiber stack) linked through next;
+// the consumer takes all of it at once, so there is no ABA problem. A job is
+// on a stack only when it is in no line (just inserted, or just finished).
 type stack struct{ head atomic.Pointer[job] }
 
 func (s *stack) push(j *job) {
 	for {
 		h := s.head.Load()
-		j.link = h
+		j.next = h
 		if s.head.CompareAndSwap(h, j) {
 			return
 		}
@@ -149,45 +192,141 @@ func (s *stack) takeAll() *job { return s.head.Swap(nil) }
 
 func (s *stack) empty() bool { return s.head.Load() == nil }
 
-// tenant is a tenant (or the shared member) across queues.
+// tenant is a tenant (or the shared member) across queues. With 1,000
+// tenants taking turns, a tenant's records are cold when its turn comes, so
+// they are laid out for few cache misses: what claims and drains use is in
+// the first cache line of a 128-byte (so 128-byte aligned) object.
 type tenant struct {
-	id      string
-	lanes   []int
-	running int
-	jobs    int   // jobs of the tenant in any state; at 0 it goes idle
-	tqs     []*tq // by queue index
+	running int32 // jobs running, at most Backend.maxConc
+	jobs    int32 // jobs of the tenant in any state; at 0 it goes idle
 	shared  bool
 	// idle: on the backend's idle list (no jobs), evicted beyond
-	// maxIdleTenants.
-	idle               bool
+	// maxIdleTenants; evicted: no longer in Backend.tenants, so a hint
+	// pointing to it is stale.
+	idle, evicted bool
+	// id is in the first line with the counters: Insert reads it to check
+	// a cache hit, mostly from a job of the same tenant that the same
+	// worker just claimed, so the line is already in that core's cache.
+	id   string
+	tqs0 [2]*tq // lines in the queues of index 0 and 1
+	_    [16]byte
+
+	tqsMore            []*tq // lines in the queues of index 2 and up
+	lanes              []int
 	idlePrev, idleNext *tenant
 }
 
-// tq is a tenant's line of ready jobs in one queue and its ring memberships.
+func newTenant(id string, lanes []int) *tenant { return &tenant{id: id, lanes: lanes} }
+
+// lineIn returns the tenant's line in the queue of index qi, or nil.
+func (t *tenant) lineIn(qi int) *tq {
+	if qi < len(t.tqs0) {
+		return t.tqs0[qi]
+	}
+	if qi -= len(t.tqs0); qi < len(t.tqsMore) {
+		return t.tqsMore[qi]
+	}
+	return nil
+}
+
+// tq is a tenant's line of ready jobs in one queue and its ring
+// memberships: a 128-byte object (so aligned), two adjacent cache lines
+// (for a tenant with 1 or 2 lanes; more lanes have their nodes apart).
+//
+// The line is a ring buffer of pointers to its jobs rather than a list
+// linked through them: appending a job then does not write to the previous
+// one, and taking one does not read it, which for a tenant whose jobs went
+// cold in a long backlog are cache misses under the lock.
 type tq struct {
-	ten        *tenant
-	q          *queue
-	head, tail *job
-	n          int
-	linked     bool
-	nodes      []ringNode // one per lane of the tenant; inline when they fit
-	inline     [2]ringNode
+	inline [2]ringNode // nodes of a tenant with 1 or 2 lanes
+	ten    *tenant
+	head   uint32 // index in buf of the oldest ready job
+	n      uint32 // ready jobs
+	buf    []*job // ring buffer; its length is 0 or a power of two
+	q      *queue
+	nodes  []ringNode // node i is in the ring of lane ten.lanes[i]
+	linked bool       // the nodes are in their rings
+	_      [7]byte    // to 128 bytes
+}
+
+// minLineBuf is the smallest length of a line's buffer.
+const minLineBuf = 4
+
+// pushBack appends j to the line.
+func (l *tq) pushBack(j *job) {
+	if int(l.n) == len(l.buf) {
+		l.resize(max(minLineBuf, 2*len(l.buf)))
+	}
+	l.buf[(l.head+l.n)&uint32(len(l.buf)-1)] = j
+	l.n++
+}
+
+// pushFront puts j first in the line.
+func (l *tq) pushFront(j *job) {
+	if int(l.n) == len(l.buf) {
+		l.resize(max(minLineBuf, 2*len(l.buf)))
+	}
+	l.head = (l.head - 1) & uint32(len(l.buf)-1)
+	l.buf[l.head] = j
+	l.n++
+}
+
+// pop takes the oldest job of a line that has one. The buffer halves when a
+// quarter of it is in use, so a burst does not pin its memory; growing and
+// shrinking copy at most as many jobs as were pushed or popped since the
+// last resize, so each costs O(1) amortised.
+func (l *tq) pop() *job {
+	j := l.buf[l.head]
+	l.buf[l.head] = nil // no stale pointer for the collector to follow
+	l.head = (l.head + 1) & uint32(len(l.buf)-1)
+	l.n--
+	if len(l.buf) > minLineBuf && int(l.n) < len(l.buf)/4 {
+		l.resize(len(l.buf) / 2)
+	}
+	return j
+}
+
+// resize moves the line's jobs to a buffer of length c (a power of two, at
+// least l.n).
+func (l *tq) resize(c int) {
+	buf := make([]*job, c)
+	mask := uint32(len(l.buf) - 1)
+	for i := range l.n {
+		buf[i] = l.buf[(l.head+i)&mask]
+	}
+	l.buf, l.head = buf, 0
 }
 
 type ringNode struct {
 	prev, next *ringNode
 	tq         *tq
-	lane       int
 }
 
-type ring struct{ head, tail *ringNode }
+// ring is a circular doubly linked list of ring nodes; head is the member
+// served next and head.prev the last. Serving the head and moving it to the
+// back is then one step, head = head.next, which writes no other node.
+type ring struct{ head *ringNode }
 
+// queue is one queue's scheduling state: its counters and the head of each
+// lane's ring, which every claim writes, share a cache line (a 128-byte
+// object, so aligned) for up to len(ring0) lanes.
 type queue struct {
-	name    string
-	idx     int
-	rings   []ring // by lane
-	waiting int
-	running int
+	waiting   int
+	running   int
+	ring0     [4]ring // rings of lanes 0-3
+	idx       int
+	_         [8]byte
+	name      string
+	ringsMore []ring // rings of lanes 4 and up
+	_         [24]byte
+}
+
+// ring returns the ring of lane.
+func (q *queue) ring(lane int) *ring {
+	if lane < len(q.ring0) {
+		return &q.ring0[lane]
+	}
+	return &q.ringsMore[lane-len(q.ring0)]
 }
 
 type kind struct {
@@ -222,6 +361,11 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	if b.clock == nil {
 		b.clock = jobs.SystemClock{}
 	}
+	if _, ok := b.clock.(jobs.SystemClock); ok {
+		b.sysClock = true
+		t := time.Now()
+		b.wallBase.Store(&t)
+	}
 	b.isolated = t.Isolated()
 	if b.isolated {
 		b.maxConc = t.MaxConcurrent
@@ -243,7 +387,9 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	for i := range all {
 		all[i] = i
 	}
-	b.shared = &tenant{lanes: all, shared: true}
+	b.shared = newTenant("", all)
+	b.shared.shared = true
+	b.tenantSeed = maphash.MakeSeed()
 	for _, k := range p.Kinds {
 		if k.Concurrency > 0 {
 			b.kinds[k.Name] = &kind{limit: k.Concurrency}
@@ -270,19 +416,10 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 	if err := b.usable(); err != nil {
 		return jobs.EnqueueResult{}, err
 	}
-	now := b.clock.Now()
-	j := jobPool.Get().(*job)
-	*j = job{row: jobs.JobRow{
-		Kind:        p.Kind,
-		Queue:       p.Queue,
-		Tenant:      p.Tenant,
-		EncodedArgs: p.EncodedArgs,
-		Args:        p.Args,
-		MaxAttempts: p.MaxAttempts,
-		EnqueuedAt:  now,
-	}, heapIdx: -1}
-	j.row.Handle = j
-	if p.UniqueKey == "" && !p.RunAt.After(now) {
+	now := b.now()
+	j := b.newJob(&p, now)
+	b.lookUp(j, &p)
+	if p.UniqueKey == "" && (p.RunAt.IsZero() || !p.RunAt.After(now)) {
 		id := jobs.JobID(b.nextID.Add(1))
 		j.row.ID = id
 		// From the push on, j may run, finish and be recycled at any time:
@@ -293,7 +430,7 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 			// for a backlog's worth of inserts.
 			b.mu.Lock()
 			b.drain()
-			b.mu.Unlock()
+			b.unlock()
 		} else {
 			b.kick()
 		}
@@ -301,6 +438,7 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 	}
 	if p.UniqueKey != "" {
 		j.uniq = p.Kind + "\x00" + p.Tenant + "\x00" + p.UniqueKey
+		j.hasUniq = true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -308,7 +446,7 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 		return jobs.EnqueueResult{}, err
 	}
 	b.drain() // a completion on the done stack may free the unique key
-	if j.uniq != "" {
+	if j.hasUniq {
 		if dup := b.unique[j.uniq]; dup != nil {
 			return jobs.EnqueueResult{ID: dup.row.ID, Duplicate: true}, nil
 		}
@@ -317,6 +455,79 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 	j.row.ID = jobs.JobID(b.nextID.Add(1))
 	b.admit(j, p.RunAt, now)
 	return jobs.EnqueueResult{ID: j.row.ID}, nil
+}
+
+// wallResync bounds how long now extrapolates the wall clock from one
+// reading of it.
+const wallResync = 100 * time.Millisecond
+
+// now returns the clock's time, for EnqueuedAt and RunAt. time.Now reads the
+// wall clock and the monotonic clock, two clock_gettime calls that cost some
+// 80ns in a VM, a visible part of a no-op job; with the system clock, now
+// reads the monotonic clock only and adds the time elapsed to the last full
+// reading, taken at most wallResync ago. The result is what time.Now would
+// return except when the wall clock was stepped or slewed since that
+// reading: a step shows within wallResync, a slew differs by at most its
+// rate × wallResync (50µs at NTP's maximum).
+func (b *Backend) now() time.Time {
+	if !b.sysClock {
+		return b.clock.Now()
+	}
+	base := b.wallBase.Load()
+	if d := time.Since(*base); d >= 0 && d < wallResync {
+		return base.Add(d)
+	}
+	t := time.Now()
+	b.wallBase.Store(&t)
+	return t
+}
+
+// newJob returns a record for a job inserted at now, from the pool. It sets
+// the fields one by one rather than assigning a whole record: that skips
+// clearing the record and the write barrier's pass over all of it, and the
+// fields it leaves are set before they are read (tq by admit,
+// runAt and heapIdx by schedule, ending by Claim; drop cleared uniq).
+func (b *Backend) newJob(p *jobs.InsertParams, now time.Time) *job {
+	j := jobPool.Get().(*job)
+	j.next = nil
+	j.kind = nil
+	j.ten = nil
+	j.qHint = 0
+	j.reserved = false
+	j.hasUniq = false
+	r := &j.row
+	r.Kind = p.Kind
+	r.Queue = p.Queue
+	r.Tenant = p.Tenant
+	r.EncodedArgs = p.EncodedArgs
+	r.Args = p.Args
+	r.Attempt = 0
+	r.MaxAttempts = p.MaxAttempts
+	r.EnqueuedAt = now
+	if r.Handle == nil { // a recycled record already points to itself
+		r.Handle = j
+	}
+	return j
+}
+
+// lookUp finds, without the lock, what admit would otherwise look up while
+// holding it: the job's tenant and queue when the caches have them, and its
+// kind's concurrency cap.
+func (b *Backend) lookUp(j *job, p *jobs.InsertParams) {
+	if b.isolated && p.Tenant != "" {
+		j.ten = b.cachedTenant(p.Tenant)
+	}
+	if qs := b.queueSnap.Load(); qs != nil && len(*qs) <= scanQueues {
+		for i, q := range *qs {
+			if q.name == p.Queue {
+				j.qHint = uint8(i + 1)
+				break
+			}
+		}
+	}
+	if len(b.kinds) > 0 { // read-only after Open
+		j.kind = b.kinds[p.Kind]
+	}
 }
 
 // inboxBatch caps the inserts waiting on the inbox: the insert that fills a
@@ -331,7 +542,7 @@ func (b *Backend) kick() {
 	if b.idleN.Load() > 0 {
 		b.mu.Lock()
 		b.drain()
-		b.mu.Unlock()
+		b.unlock()
 	}
 }
 
@@ -339,8 +550,8 @@ func (b *Backend) kick() {
 // inbox in insertion order. Callers hold mu.
 func (b *Backend) drain() {
 	for j := b.done.takeAll(); j != nil; {
-		nx := j.link
-		j.link = nil
+		nx := j.next
+		j.next = nil
 		b.finish(j)
 		b.drop(j)
 		j = nx
@@ -348,8 +559,8 @@ func (b *Backend) drain() {
 	var fifo *job
 	n := int32(0)
 	for j := b.inbox.takeAll(); j != nil; {
-		nx := j.link
-		j.link = fifo
+		nx := j.next
+		j.next = fifo
 		fifo = j
 		j = nx
 		n++
@@ -358,8 +569,8 @@ func (b *Backend) drain() {
 		b.inboxN.Add(-n)
 	}
 	for j := fifo; j != nil; {
-		nx := j.link
-		j.link = nil
+		nx := j.next
+		j.next = nil
 		if b.status.Load() == statusOpen {
 			b.admit(j, time.Time{}, time.Time{})
 		}
@@ -370,15 +581,23 @@ func (b *Backend) drain() {
 // admit files a new job under its queue, tenant and kind, and makes it
 // waiting (or scheduled when runAt is after now).
 func (b *Backend) admit(j *job, runAt, now time.Time) {
-	q := b.queue(j.row.Queue)
+	var q *queue
+	if h := j.qHint; h != 0 {
+		q = b.queues[h-1] // queues only grow: its index is stable
+	} else {
+		q = b.queue(j.row.Queue)
+	}
 	ten := b.shared
-	if b.isolated && j.row.Tenant != "" {
+	if t := j.ten; t != nil && !t.evicted {
+		if t.idle {
+			b.unidle(t)
+		}
+		ten = t
+	} else if b.isolated && j.row.Tenant != "" {
 		ten = b.tenant(j.row.Tenant)
 	}
+	j.ten = nil
 	j.tq = ten.line(q)
-	if len(b.kinds) > 0 {
-		j.kind = b.kinds[j.row.Kind]
-	}
 	ten.jobs++
 	q.waiting++
 	if runAt.After(now) {
@@ -409,7 +628,13 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 		}
 		b.drain()
 		if j := b.next(w); j != nil {
-			b.mu.Unlock()
+			b.unlock()
+			// The attempt is ours from here on: nothing else reads or
+			// writes these until the row comes back, so they are set
+			// outside the lock (they sit in the row's cache lines, which
+			// the worker is about to read anyway).
+			j.ending.Store(false)
+			j.row.Attempt++
 			return &j.row, nil
 		}
 		// Announce the park before the last look at the stacks: a pusher
@@ -535,41 +760,97 @@ func (b *Backend) ending(row *jobs.JobRow) (*job, error) {
 	return j, nil
 }
 
-// queue returns the queue named name, creating it.
+// queue returns the queue named name, creating it. An app has a handful of
+// queues, and a job's queue name is its kind's spec string, so a scan whose
+// comparisons mostly stop at the string pointers is cheaper than hashing.
 func (b *Backend) queue(name string) *queue {
-	if q := b.byName[name]; q != nil {
+	if len(b.queues) <= scanQueues {
+		for _, q := range b.queues {
+			if q.name == name {
+				return q
+			}
+		}
+	} else if q := b.byName[name]; q != nil {
 		return q
 	}
-	q := &queue{name: name, idx: len(b.queues), rings: make([]ring, b.nLanes)}
+	q := &queue{name: name, idx: len(b.queues)}
+	if b.nLanes > len(q.ring0) {
+		q.ringsMore = make([]ring, b.nLanes-len(q.ring0))
+	}
 	b.queues = append(b.queues, q)
 	b.byName[name] = q
+	qs := append([]*queue(nil), b.queues...) // published: never modified
+	b.queueSnap.Store(&qs)
 	return q
 }
 
+// scanQueues is the number of queues up to which queue scans them.
+const scanQueues = 8
+
 // tenant returns the state of tenant id, creating it with its lanes.
 func (b *Backend) tenant(id string) *tenant {
-	if t := b.tenants[id]; t != nil {
+	t := b.tenants[id]
+	if t != nil {
 		if t.idle {
 			b.unidle(t)
 		}
+	} else {
+		lanes := b.shared.lanes // one lane: lane 0
+		if b.lpt > 0 {
+			lanes = jobs.ShuffleShard(id, b.nLanes, b.lpt)
+		}
+		t = newTenant(id, lanes)
+		b.tenants[id] = t
+	}
+	b.cacheTenant(t)
+	return t
+}
+
+// tenantSlots is the size of tenantCache, a power of two. The cache is
+// two-way set-associative: a tenant has two slots, the newest entry of its
+// set first.
+const tenantSlots = 4096
+
+// tenantSet returns the two slots of id's set in tenantCache.
+func (b *Backend) tenantSet(id string) (newest, older *atomic.Pointer[tenant]) {
+	i := maphash.String(b.tenantSeed, id) & (tenantSlots - 2)
+	return &b.tenantCache[i], &b.tenantCache[i+1]
+}
+
+// cachedTenant returns the cached tenant id, or nil. It does not take the
+// lock (it reads only the tenant's id, which never changes): the caller must
+// check that the tenant was not evicted before using it under the lock
+// (admit does).
+func (b *Backend) cachedTenant(id string) *tenant {
+	newest, older := b.tenantSet(id)
+	if t := newest.Load(); t != nil && t.id == id {
 		return t
 	}
-	t := &tenant{id: id}
-	if b.lpt > 0 {
-		t.lanes = jobs.ShuffleShard(id, b.nLanes, b.lpt)
-	} else {
-		t.lanes = b.shared.lanes // one lane: lane 0
+	if t := older.Load(); t != nil && t.id == id {
+		return t
 	}
-	b.tenants[id] = t
-	return t
+	return nil
+}
+
+// cacheTenant makes t the newest entry of its set. Callers hold mu.
+func (b *Backend) cacheTenant(t *tenant) {
+	newest, older := b.tenantSet(t.id)
+	if n := newest.Load(); n != t {
+		older.Store(n)
+		newest.Store(t)
+	}
+}
+
+// uncacheTenant removes an evicted tenant from tenantCache. Callers hold mu.
+func (b *Backend) uncacheTenant(t *tenant) {
+	newest, older := b.tenantSet(t.id)
+	newest.CompareAndSwap(t, nil)
+	older.CompareAndSwap(t, nil)
 }
 
 // line returns the tenant's line in q, creating it.
 func (t *tenant) line(q *queue) *tq {
-	for len(t.tqs) <= q.idx {
-		t.tqs = append(t.tqs, nil)
-	}
-	if l := t.tqs[q.idx]; l != nil {
+	if l := t.lineIn(q.idx); l != nil {
 		return l
 	}
 	l := &tq{ten: t, q: q}
@@ -580,50 +861,42 @@ func (t *tenant) line(q *queue) *tq {
 	} else {
 		l.nodes = make([]ringNode, len(t.lanes))
 	}
-	for i, lane := range t.lanes {
-		l.nodes[i] = ringNode{tq: l, lane: lane}
+	for i := range l.nodes {
+		l.nodes[i].tq = l
 	}
-	t.tqs[q.idx] = l
+	if q.idx < len(t.tqs0) {
+		t.tqs0[q.idx] = l
+	} else {
+		for len(t.tqsMore) <= q.idx-len(t.tqs0) {
+			t.tqsMore = append(t.tqsMore, nil)
+		}
+		t.tqsMore[q.idx-len(t.tqs0)] = l
+	}
 	return l
 }
 
 // hasSlot reports whether the tenant may start another job.
 func (b *Backend) hasSlot(t *tenant) bool {
-	return t.shared || b.maxConc == 0 || t.running < b.maxConc
+	return t.shared || b.maxConc == 0 || int(t.running) < b.maxConc
 }
 
 // push appends a waiting job to its tenant's line and wakes a worker that can
 // run it.
 func (b *Backend) push(j *job) {
-	j.state = stateWaiting
-	l := j.tq
-	j.next = nil
-	if l.tail == nil {
-		l.head = j
-	} else {
-		l.tail.next = j
-	}
-	l.tail = j
-	b.queued(l)
+	j.tq.pushBack(j)
+	b.queued(j.tq)
 }
 
 // pushFront puts a job that was handed kind capacity back at the head of its
 // tenant's line.
 func (b *Backend) pushFront(j *job) {
-	j.state = stateWaiting
-	l := j.tq
-	j.next = l.head
-	l.head = j
-	if l.tail == nil {
-		l.tail = j
-	}
-	b.queued(l)
+	j.tq.pushFront(j)
+	b.queued(j.tq)
 }
 
-// queued counts a job just put on l and lets a worker see it: an already
-// linked line only needs a wake-up, an unlinked one may now be linkable.
+// queued lets a worker see a job just put on l: an already linked line only
+// needs a wake-up, an unlinked one may now be linkable.
 func (b *Backend) queued(l *tq) {
-	l.n++
 	if l.linked {
 		b.wakeOne(l)
 		return
@@ -632,28 +905,45 @@ func (b *Backend) queued(l *tq) {
 }
 
 // update links l into its rings when it has a ready job and its tenant a free
-// slot, and unlinks it otherwise. Linking wakes a worker in each of its lanes.
+// slot, and unlinks it otherwise.
 func (b *Backend) update(l *tq) {
 	want := l.n > 0 && b.hasSlot(l.ten)
-	if want == l.linked {
-		return
+	switch {
+	case want && !l.linked:
+		b.link(l)
+	case !want && l.linked:
+		b.unlink(l)
 	}
-	l.linked = want
-	rings := l.q.rings
+}
+
+// link puts l at the back of the ring of each of its lanes, and wakes a
+// worker in each.
+func (b *Backend) link(l *tq) {
+	l.linked = true
+	lanes := l.ten.lanes
 	for i := range l.nodes {
-		nd := &l.nodes[i]
-		if want {
-			rings[nd.lane].pushBack(nd)
-			b.wakeLane(nd.lane)
-		} else {
-			rings[nd.lane].remove(nd)
-		}
+		l.q.ring(lanes[i]).pushBack(&l.nodes[i])
+		b.wakeLane(lanes[i])
+	}
+}
+
+// unlink takes l out of its rings.
+func (b *Backend) unlink(l *tq) {
+	l.linked = false
+	lanes := l.ten.lanes
+	for i := range l.nodes {
+		l.q.ring(lanes[i]).remove(&l.nodes[i])
 	}
 }
 
 // updateTenant re-evaluates every line of t after its slot count changed.
 func (b *Backend) updateTenant(t *tenant) {
-	for _, l := range t.tqs {
+	for _, l := range t.tqs0 {
+		if l != nil {
+			b.update(l)
+		}
+	}
+	for _, l := range t.tqsMore {
 		if l != nil {
 			b.update(l)
 		}
@@ -670,42 +960,40 @@ func (b *Backend) next(w *worker) *job {
 			qi -= nq
 		}
 		q := b.queues[qi]
-		r := &q.rings[w.lane]
+		r := q.ring(w.lane)
 		for r.head != nil {
 			b.steps++
 			nd := r.head
 			l := nd.tq
-			j := l.head
-			l.head = j.next
-			if l.head == nil {
-				l.tail = nil
-			}
-			j.next = nil
-			l.n--
-			if k := j.kind; k != nil {
+			j := l.pop()
+			// l is linked, so its tenant has a slot: all that can take
+			// it out of the rings is its last ready job leaving, or
+			// the job taking the last slot.
+			if len(b.kinds) > 0 && j.kind != nil { // read j only with caps
+				k := j.kind
 				switch {
 				case j.reserved:
 					j.reserved = false
 					k.reserved--
 				case k.running+k.reserved >= k.limit:
 					k.park(j)
-					b.update(l)
+					if l.n == 0 {
+						b.unlink(l)
+					}
 					continue
 				}
 				k.running++
 			}
-			j.state = stateRunning
-			j.ending.Store(false)
-			j.row.Attempt++
 			t := l.ten
 			t.running++
 			q.waiting--
 			q.running++
-			r.moveToBack(nd)
-			if b.maxConc > 0 && !t.shared && t.running == b.maxConc {
+			r.head = nd.next // nd to the back of the round
+			switch {
+			case b.maxConc > 0 && !t.shared && int(t.running) == b.maxConc:
 				b.updateTenant(t) // out of slots: leave every ring
-			} else {
-				b.update(l)
+			case l.n == 0:
+				b.unlink(l)
 			}
 			w.qnext = qi + 1
 			if w.qnext == nq {
@@ -731,16 +1019,16 @@ func (b *Backend) finish(j *job) {
 		k.running--
 		b.unpark(k)
 	}
-	if b.maxConc > 0 && !t.shared && t.running == b.maxConc-1 {
+	if b.maxConc > 0 && !t.shared && int(t.running) == b.maxConc-1 {
 		b.updateTenant(t) // a slot came free: rejoin the rings
 	}
 }
 
 // drop forgets a job that completed or failed for good.
 func (b *Backend) drop(j *job) {
-	j.state = stateDone
-	if j.uniq != "" {
+	if j.hasUniq {
 		delete(b.unique, j.uniq)
+		j.uniq = ""
 	}
 	t := j.tq.ten
 	t.jobs--
@@ -749,8 +1037,25 @@ func (b *Backend) drop(j *job) {
 	}
 	// Nothing refers to j any more: the Client gave up its row with
 	// Complete or Fail (the Backend contract), and j has left every list,
-	// map and the heap.
-	jobPool.Put(j)
+	// map and the heap. It goes back to the pool after the lock is
+	// released (see unlock).
+	j.next = b.freed
+	b.freed = j
+}
+
+// unlock releases mu, then returns the records drop freed to the pool, so
+// that the pool's work is not done while other workers wait for the lock.
+// Paths that release mu otherwise leave them to the next unlock.
+func (b *Backend) unlock() {
+	f := b.freed
+	b.freed = nil
+	b.mu.Unlock()
+	for f != nil {
+		nx := f.next
+		f.next = nil
+		jobPool.Put(f)
+		f = nx
+	}
 }
 
 // jobPool recycles job records, which are most of what a job allocates in
@@ -778,7 +1083,9 @@ func (b *Backend) makeIdle(t *tenant) {
 	if b.idleTenants > maxIdleTenants {
 		old := b.idleHead
 		b.unidle(old)
+		old.evicted = true
 		delete(b.tenants, old.id)
+		b.uncacheTenant(old)
 	}
 }
 
@@ -801,7 +1108,6 @@ func (b *Backend) unidle(t *tenant) {
 
 // park holds j until the kind has capacity.
 func (k *kind) park(j *job) {
-	j.state = stateParked
 	j.next = nil
 	if k.btail == nil {
 		k.bhead = j
@@ -825,10 +1131,17 @@ func (b *Backend) unpark(k *kind) {
 	}
 }
 
-// wakeOne wakes one idle worker that serves one of l's lanes.
+// wakeOne wakes one idle worker that serves one of l's lanes. Callers hold
+// mu.
 func (b *Backend) wakeOne(l *tq) {
-	for i := range l.nodes {
-		if b.wakeLane(l.nodes[i].lane) {
+	if b.idleN.Load() == 0 {
+		// No worker is parked (idleN counts at least those on the idle
+		// lists): skip reading the tenant's lanes, a cache miss when all
+		// workers are busy.
+		return
+	}
+	for _, lane := range l.ten.lanes {
+		if b.wakeLane(lane) {
 			return
 		}
 	}
@@ -869,7 +1182,6 @@ func (b *Backend) removeIdle(w *worker) {
 
 // schedule parks j until at, arming the timer if at is the new earliest.
 func (b *Backend) schedule(j *job, at time.Time) {
-	j.state = stateScheduled
 	j.runAt = at
 	heap.Push(&b.sched, j)
 	if b.timer == nil || at.Before(b.timerAt) {
@@ -909,36 +1221,31 @@ func (b *Backend) fire(gen uint64) {
 	}
 }
 
+// pushBack makes n the last member of the round.
 func (r *ring) pushBack(n *ringNode) {
-	n.next = nil
-	n.prev = r.tail
-	if r.tail != nil {
-		r.tail.next = n
-	} else {
+	h := r.head
+	if h == nil {
+		n.prev, n.next = n, n
 		r.head = n
+		return
 	}
-	r.tail = n
+	last := h.prev
+	n.prev, n.next = last, h
+	last.next = n
+	h.prev = n
 }
 
 func (r *ring) remove(n *ringNode) {
-	if n.prev != nil {
+	if n.next == n {
+		r.head = nil
+	} else {
 		n.prev.next = n.next
-	} else {
-		r.head = n.next
-	}
-	if n.next != nil {
 		n.next.prev = n.prev
-	} else {
-		r.tail = n.prev
+		if r.head == n {
+			r.head = n.next
+		}
 	}
 	n.prev, n.next = nil, nil
-}
-
-func (r *ring) moveToBack(n *ringNode) {
-	if r.tail != n {
-		r.remove(n)
-		r.pushBack(n)
-	}
 }
 
 // schedHeap orders scheduled jobs by runAt, then id.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/jobstest"
@@ -343,6 +344,152 @@ func BenchmarkBackendCycle(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestRecordSizes pins the sizes the layout comments rely on: records whose
+// size is a size class of 128 or 256 bytes are aligned to it, so their first
+// cache line holds what a claim reads; and the Backend's lock-free atomics
+// have its first cache line to themselves.
+func TestRecordSizes(t *testing.T) {
+	var (
+		j  job
+		tn tenant
+		l  tq
+		q  queue
+		be Backend
+	)
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"job", unsafe.Sizeof(j), 256},
+		{"tenant", unsafe.Sizeof(tn), 128},
+		{"tq", unsafe.Sizeof(l), 128},
+		{"queue", unsafe.Sizeof(q), 128},
+		{"Backend's lock-free line", unsafe.Offsetof(be.mu), 64},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s is %d bytes, want %d (adjust its padding)", c.name, c.got, c.want)
+		}
+	}
+}
+
+// TestLineBuffer checks a tenant's line: FIFO order across growth and
+// wrap-around, pushFront, and a buffer that shrinks back after a burst.
+func TestLineBuffer(t *testing.T) {
+	var l tq
+	js := make([]*job, 1000)
+	for i := range js {
+		js[i] = &job{}
+	}
+	next, tail := 0, 0 // indexes in js of the oldest job in l and of the next to push
+	for round := range 3 {
+		for range 300 + round {
+			l.pushBack(js[tail%len(js)])
+			tail++
+		}
+		for range 200 {
+			if j := l.pop(); j != js[next%len(js)] {
+				t.Fatalf("round %d: popped job %p, want job %d", round, j, next%len(js))
+			}
+			next++
+		}
+	}
+	front := &job{}
+	l.pushFront(front)
+	if j := l.pop(); j != front {
+		t.Fatal("pushFront: the job is not first")
+	}
+	for l.n > 0 {
+		if j := l.pop(); j != js[next%len(js)] {
+			t.Fatalf("popped job %p, want job %d", j, next%len(js))
+		}
+		next++
+	}
+	if len(l.buf) > minLineBuf {
+		t.Errorf("empty line keeps a buffer of %d, want at most %d", len(l.buf), minLineBuf)
+	}
+	for _, j := range l.buf {
+		if j != nil {
+			t.Fatal("an empty line still points to a job")
+		}
+	}
+}
+
+// TestStaleTenantHint: a job whose tenant Insert found in the cache, but
+// which was evicted before the job was admitted, goes to a fresh record of
+// its tenant, not to the evicted one.
+func TestStaleTenantHint(t *testing.T) {
+	b := open(t, jobs.OpenParams{Workers: 1, Tenants: jobs.TenantConfig{MaxConcurrent: 1}})
+	ctx := context.Background()
+	run := func(tenant string) {
+		insert(t, b, jobs.InsertParams{Tenant: tenant})
+		row, err := b.Claim(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Complete(ctx, row); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("a") // a exists, idle and cached
+	p := jobs.InsertParams{Kind: "k", Queue: "default", Tenant: "a", MaxAttempts: 1}
+	j := b.newJob(&p, b.now())
+	b.lookUp(j, &p)
+	stale := j.ten
+	if stale == nil {
+		t.Fatal("tenant a is not in the cache")
+	}
+	for i := range maxIdleTenants { // a is the oldest idle tenant: evicted
+		run(fmt.Sprintf("t%d", i))
+	}
+	if _, err := b.Stats(ctx); err != nil { // applies the last completion
+		t.Fatal(err)
+	}
+	if !stale.evicted {
+		t.Fatal("tenant a was not evicted")
+	}
+	if b.cachedTenant("a") != nil {
+		t.Fatal("an evicted tenant is still in the cache")
+	}
+	j.row.ID = jobs.JobID(b.nextID.Add(1))
+	b.inbox.push(j)
+	b.inboxN.Add(1)
+	row, err := b.Claim(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := b.tenants["a"]
+	if row.Tenant != "a" || fresh == nil || fresh == stale || row.Handle.(*job).tq.ten != fresh {
+		t.Fatalf("job of a admitted under tenant %p (stale %p, current %p)", row.Handle.(*job).tq.ten, stale, fresh)
+	}
+	if err := b.Complete(ctx, row); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNowFollowsTheWallClock: with the system clock, now extrapolates the
+// wall clock from a recent reading; it must still read as time.Now would.
+func TestNowFollowsTheWallClock(t *testing.T) {
+	b := open(t, jobs.OpenParams{Workers: 1, Clock: jobs.SystemClock{}})
+	prev := b.now()
+	for i := range 1000 {
+		before := time.Now()
+		got := b.now()
+		after := time.Now()
+		// Wall clock readings (Round(0) drops the monotonic one), with a
+		// millisecond for clock adjustments since the last full reading.
+		if got.Round(0).Before(before.Round(0).Add(-time.Millisecond)) || got.Round(0).After(after.Round(0).Add(time.Millisecond)) {
+			t.Fatalf("call %d: now() = %v, outside [%v, %v]", i, got, before, after)
+		}
+		if got.Before(prev) {
+			t.Fatalf("call %d: now() went back from %v to %v", i, prev, got)
+		}
+		prev = got
+		if i%100 == 0 {
+			time.Sleep(wallResync / 4) // so that some calls follow a resync
 		}
 	}
 }
