@@ -50,15 +50,16 @@ type Backend struct {
 	readyOnce sync.Once
 
 	// Set by Open, read-only afterwards.
-	openCalled atomic.Bool
-	opened     atomic.Bool
-	clock      jobs.Clock
-	log        *slog.Logger
-	capKinds   []string
-	caps       []int32
-	capped     map[string]bool
-	queues     []string // of the registered kinds, reported by Stats even when empty
-	waiters    []waiter
+	openCalled  atomic.Bool
+	opened      atomic.Bool
+	clock       jobs.Clock
+	log         *slog.Logger
+	capKinds    []string
+	caps        []int32
+	capped      map[string]bool
+	maxPrefetch int
+	queues      []string // of the registered kinds, reported by Stats even when empty
+	waiters     []waiter
 
 	quit    chan struct{} // closed by Close
 	closeMu sync.Mutex
@@ -68,10 +69,13 @@ type Backend struct {
 	// Claim hand-off, guarded by mu.
 	mu        sync.Mutex
 	queue     []*waiter // workers blocked in Claim, oldest first
-	reserved  int       // of them, how many the fetchers' claims in flight are for
-	stash     []*jobs.JobRow
+	reserved  int       // jobs the claim in flight is for
+	stash     jobStash  // claimed jobs no worker has taken yet
+	handed    uint64    // jobs handed to workers so far
+	prefetch  int       // jobs to keep claimed ahead of the workers (see fetch.go)
 	cursor    string
 	hasCursor bool
+	ring      int                  // tenants with ready jobs, if the last fair claim saw them all (see quantumLocked)
 	running   map[jobs.JobID]int32 // claimed by this backend: id → attempt
 
 	demand chan struct{} // a worker started waiting
@@ -86,7 +90,8 @@ type Backend struct {
 	// Buffered completions, guarded by cmu.
 	cmu        sync.Mutex
 	done       []doneRec
-	doneClosed bool // Close has written the buffer; write each completion at once
+	doneSince  time.Time // when the buffer's oldest completion was added
+	doneClosed bool      // Close has written the buffer; write each completion at once
 	flushKick  chan struct{}
 	flushFull  chan struct{}
 
@@ -94,10 +99,11 @@ type Backend struct {
 	ntf   notifier
 
 	// The maintenance connection's loop.
-	leader     atomic.Bool
-	mmu        sync.Mutex
-	mreqs      []chan MaintenanceReport
-	waitCancel context.CancelFunc
+	lastAnalyze time.Time // of the table, by this backend's vacuum check
+	leader      atomic.Bool
+	mmu         sync.Mutex
+	mreqs       []chan MaintenanceReport
+	waitCancel  context.CancelFunc
 
 	logs logLimiter
 }
@@ -248,11 +254,17 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	for i := range b.waiters {
 		b.waiters[i].ch = make(chan *jobs.JobRow, 1)
 	}
-	b.wg.Add(3 + b.cfg.Fetchers + b.cfg.Inserters)
-	go b.notifyLoop()
-	for range b.cfg.Fetchers {
-		go b.fetchLoop()
+	switch b.cfg.Prefetch {
+	case 0:
+		b.maxPrefetch = p.Workers
+	case PrefetchOff:
+		b.maxPrefetch = 0
+	default:
+		b.maxPrefetch = b.cfg.Prefetch
 	}
+	b.wg.Add(4 + b.cfg.Inserters)
+	go b.notifyLoop()
+	go b.fetchLoop()
 	go b.flushLoop()
 	go b.connLoop()
 	for range b.cfg.Inserters {
@@ -330,8 +342,7 @@ func (b *Backend) Close(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("pgjobs: close %s: write completions (those jobs will be rescued and run again): %w", b.name, err))
 	}
 	b.mu.Lock()
-	stash := b.stash
-	b.stash = nil
+	stash := b.stash.drain()
 	b.mu.Unlock()
 	if err := b.release(ctx, stash); err != nil {
 		errs = append(errs, fmt.Errorf("pgjobs: close %s: hand back unstarted jobs: %w", b.name, err))

@@ -91,7 +91,7 @@ func TestCapAndUniquenessUnderConcurrency(t *testing.T) {
 		onceDone.Add(1)
 		return nil
 	})
-	cfg := Config{PollInterval: 5 * time.Millisecond, ClaimBatch: 2, ClaimLinger: time.Microsecond}
+	cfg := Config{PollInterval: 5 * time.Millisecond, ClaimBatch: 2}
 	// 16 workers on 4 backends: 4 fetchers race for the kind's capacity.
 	var cs []*jobs.Client
 	for range 4 {
@@ -470,7 +470,13 @@ func TestMigrationDownUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	for _, f := range []string{"000002_jobs.down.sql", "000002_jobs.up.sql"} {
+	var files []string
+	for i := len(jobsMigrationsUp) - 1; i >= 0; i-- {
+		files = append(files, strings.Replace(jobsMigrationsUp[i], ".up.", ".down.", 1))
+	}
+	lastDown := files[len(files)-1]
+	files = append(files, jobsMigrationsUp...)
+	for _, f := range files {
 		sql, err := fs.ReadFile(cgsql.Migrations, cgsql.MigrationsDir+"/"+f)
 		if err != nil {
 			t.Fatal(err)
@@ -478,7 +484,7 @@ func TestMigrationDownUp(t *testing.T) {
 		if _, err := conn.Exec(ctx, string(sql)); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if f == "000002_jobs.down.sql" {
+		if f == lastDown {
 			var n int
 			_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE 'cellgate_jobs%'`).Scan(&n)
 			var f int
@@ -525,7 +531,7 @@ func TestClaimCostIgnoresBacklog(t *testing.T) {
 		t.Helper()
 		var plan []string
 		rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
-SELECT * FROM cellgate_jobs_claim(now(), 32, $1, $2, '{}', '{}', 256, 'test', '{}', '{}')`, fair, cursor)
+SELECT * FROM cellgate_jobs_claim(now(), 32, $1, $2, '{}', '{}', 256, 'test', '{}', '{}', $3)`, fair, cursor, DefaultFairQuantum)
 		if err != nil {
 			t.Fatal(err)
 		}

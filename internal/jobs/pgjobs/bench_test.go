@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,102 +40,147 @@ const (
 	benchOutstanding = 2000
 )
 
+// benchRound alternates which claim order goes first in an iteration, over
+// the iterations of a run (-count), so neither always runs on a warmer or a
+// quieter machine.
+var benchRound int
+
 // BenchmarkPostgresJobs measures end-to-end throughput (enqueue, claim, run a
-// no-op handler, complete) in both claim orders in the same run:
+// no-op handler, complete) of one Backend with 32 workers:
 //
-//   - continuous: 64 producers enqueue (round-robin over 100 tenants)
-//     while 32 workers work, for PGJOBS_BENCH_SECONDS (default 3) per
-//     iteration; producers pause while 2,000 jobs wait, so jobs/s is the
-//     rate the system sustains;
-//   - backlog: workers drain PGJOBS_BENCH_BACKLOG (default 200000)
+//   - continuous: 64 producers enqueue, each job with its own Enqueue call
+//     (plain enqueues, coalesced by the backend), round-robin over 100
+//     tenants, while the workers work, for PGJOBS_BENCH_SECONDS (default 3);
+//     producers pause while 2,000 jobs are enqueued and not yet run, so
+//     jobs/s is the rate the system sustains, enqueue and work together;
+//   - backlog: the workers drain PGJOBS_BENCH_BACKLOG (default 200000)
 //     pre-inserted jobs, half of them from one noisy tenant.
 //
-// Run with -benchtime=1x; each iteration reports jobs/s.
+// PGJOBS_BENCH_FAIR_QUANTUM sets Config.FairQuantum for the fair runs.
+//
+// Every iteration runs the scenario with fair claims and with FIFO claims,
+// one right after the other, and the benchmark reports both rates and their
+// ratio (fair/fifo), so the ratio compares runs on the same machine state.
+// Run with -benchtime=1x and -count=3 or more.
 func BenchmarkPostgresJobs(b *testing.B) {
 	dsn := newMigratedDB(b)
 	for _, scenario := range []string{"continuous", "backlog"} {
 		b.Run(scenario, func(b *testing.B) {
-			for _, mode := range []ClaimMode{ClaimFair, ClaimFIFO} {
-				b.Run(string(mode), func(b *testing.B) {
-					b.ReportAllocs()
-					pool := newPool(b, dsn, "", 8)
-					var total, jobsDone float64
-					var pgCPU, goCPU time.Duration
-					for range b.N {
-						if _, err := pool.Exec(context.Background(), "TRUNCATE cellgate_jobs"); err != nil {
-							b.Fatal(err)
-						}
-						var r benchResult
-						if scenario == "continuous" {
-							r = benchContinuous(b, pool, mode)
-						} else {
-							r = benchBacklog(b, pool, mode)
-						}
-						total += r.rate
-						jobsDone += float64(r.jobs)
-						pgCPU += r.pgCPU
-						goCPU += r.goCPU
-					}
-					b.ReportMetric(total/float64(b.N), "jobs/s")
-					// CPU per job is steadier than jobs/s on a shared machine:
-					// PostgreSQL's (this database's backends, from /proc) and
-					// this process's.
-					if pgCPU > 0 {
-						b.ReportMetric(float64(pgCPU.Microseconds())/jobsDone, "pg-cpu-µs/job")
-					}
-					b.ReportMetric(float64(goCPU.Microseconds())/jobsDone, "go-cpu-µs/job")
-				})
+			pool := newPool(b, dsn, "", 8)
+			var sum [2]benchResult // fair, fifo
+			for range b.N {
+				modes := [2]ClaimMode{ClaimFair, ClaimFIFO}
+				for k := range 2 {
+					i := (k + benchRound) % 2
+					r := benchOnce(b, pool, scenario, modes[i])
+					sum[i].add(r)
+				}
+				benchRound++
+			}
+			fair, fifo := sum[0], sum[1]
+			b.ReportMetric(fair.rate/float64(b.N), "fair-jobs/s")
+			b.ReportMetric(fifo.rate/float64(b.N), "fifo-jobs/s")
+			b.ReportMetric(fair.rate/fifo.rate, "fair/fifo")
+			// CPU per job is steadier than jobs/s on a shared machine:
+			// PostgreSQL's (this database's backends, from /proc) and this
+			// process's.
+			for _, m := range []struct {
+				name string
+				r    benchResult
+			}{{"fair", fair}, {"fifo", fifo}} {
+				if m.r.pgCPU > 0 {
+					b.ReportMetric(float64(m.r.pgCPU.Microseconds())/float64(m.r.jobs), m.name+"-pg-µs/job")
+				}
+				b.ReportMetric(float64(m.r.goCPU.Microseconds())/float64(m.r.jobs), m.name+"-go-µs/job")
+				b.ReportMetric(float64(m.r.allocs)/float64(m.r.jobs), m.name+"-allocs/job")
 			}
 		})
 	}
 }
 
-func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64) (*jobs.Client, *Backend) {
+// benchOnce runs one scenario in one claim order on an empty table.
+func benchOnce(b *testing.B, pool *pgxpool.Pool, scenario string, mode ClaimMode) benchResult {
+	if _, err := pool.Exec(context.Background(), "TRUNCATE cellgate_jobs"); err != nil {
+		b.Fatal(err)
+	}
+	if scenario == "continuous" {
+		return benchContinuous(b, pool, mode)
+	}
+	return benchBacklog(b, pool, mode)
+}
+
+// benchClient returns a Client over a new Backend whose no-op handler counts
+// the jobs it runs in done and, if slots is not nil, frees one of them per
+// job.
+func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64, slots chan struct{}) *jobs.Client {
 	b.Helper()
-	be, err := New(pool, Config{Claim: mode}, Options{Logger: quietLogger()})
+	cfg := Config{Claim: mode, FairQuantum: benchEnv("PGJOBS_BENCH_FAIR_QUANTUM", 0)}
+	be, err := New(pool, cfg, Options{Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	w := jobs.NewWorkers()
 	jobs.Register(w, func(context.Context, *jobs.Job[benchArgs]) error {
 		done.Add(1)
+		if slots != nil {
+			<-slots
+		}
 		return nil
 	})
 	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: benchWorkers}, be, w, jobs.Options{Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	return c, be
+	return c
 }
 
-// benchResult is one measured run.
+// benchResult is one measured run, or the sum of several.
 type benchResult struct {
 	rate         float64 // jobs/s
 	jobs         int64
 	pgCPU, goCPU time.Duration
+	allocs       uint64 // heap allocations of this process
+}
+
+func (r *benchResult) add(o benchResult) {
+	r.rate += o.rate
+	r.jobs += o.jobs
+	r.pgCPU += o.pgCPU
+	r.goCPU += o.goCPU
+	r.allocs += o.allocs
 }
 
 // cpuMeter measures the CPU time of this process and of the PostgreSQL
 // backends serving the benchmark's database (read from /proc, so only when
-// the server runs on this machine; otherwise pg stays 0).
+// the server runs on this machine; otherwise pg stays 0), and this
+// process's heap allocations.
 type cpuMeter struct {
 	pool    *pgxpool.Pool
 	goStart time.Duration
 	pgStart map[int]time.Duration
+	mallocs uint64
 }
 
 func startCPU(pool *pgxpool.Pool) *cpuMeter {
-	m := &cpuMeter{pool: pool, goStart: processCPU()}
+	m := &cpuMeter{pool: pool, goStart: processCPU(), mallocs: mallocs()}
 	m.pgStart = m.backends()
 	return m
 }
 
-func (m *cpuMeter) stop() (pg, goCPU time.Duration) {
-	goCPU = processCPU() - m.goStart
+// stop ends the measurement of r's run: it fills r's CPU times and
+// allocations.
+func (m *cpuMeter) stop(r *benchResult) {
+	r.allocs = mallocs() - m.mallocs
+	r.goCPU = processCPU() - m.goStart
 	for pid, t := range m.backends() {
-		pg += t - m.pgStart[pid]
+		r.pgCPU += t - m.pgStart[pid]
 	}
-	return pg, goCPU
+}
+
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // backends returns the CPU time of every backend connected to the pool's
@@ -183,7 +229,11 @@ func processCPU() time.Duration {
 func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResult {
 	window := time.Duration(benchEnv("PGJOBS_BENCH_SECONDS", 3)) * time.Second
 	var done atomic.Int64
-	c, _ := benchClient(b, pool, mode, &done)
+	// A producer takes a slot before each enqueue and the handler frees it
+	// once the job ran: producers wait while benchOutstanding jobs are
+	// enqueued and not yet run.
+	slots := make(chan struct{}, benchOutstanding)
+	c := benchClient(b, pool, mode, &done, slots)
 	if err := c.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -191,46 +241,42 @@ func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResu
 	for i := range ctxs {
 		ctxs[i] = tenant.With(context.Background(), fmt.Sprintf("tenant-%03d", i))
 	}
-	var stop atomic.Bool
-	var enqueued atomic.Int64
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var enqErr atomic.Value
-	b.ResetTimer()
 	cpu := startCPU(pool)
 	start := time.Now()
 	for p := range benchProducers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; !stop.Load(); i++ {
-				// Steady state, not a growing backlog: producers hold back
-				// while benchOutstanding jobs wait, so the rate measured is
-				// the one the system sustains, enqueue and work together.
-				for enqueued.Load()-done.Load() >= benchOutstanding && !stop.Load() {
-					time.Sleep(100 * time.Microsecond)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case slots <- struct{}{}:
 				}
 				if _, err := c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i}); err != nil {
 					enqErr.Store(err)
 					return
 				}
-				enqueued.Add(1)
 			}
 		}()
 	}
 	time.Sleep(window)
 	n := done.Load()
 	elapsed := time.Since(start)
-	pgCPU, goCPU := cpu.stop()
-	stop.Store(true)
+	r := benchResult{rate: float64(n) / elapsed.Seconds(), jobs: n}
+	cpu.stop(&r)
+	close(stop)
 	wg.Wait()
-	b.StopTimer()
 	if err, _ := enqErr.Load().(error); err != nil {
 		b.Fatalf("Enqueue: %v", err)
 	}
 	if _, err := c.Stop(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	return benchResult{rate: float64(n) / elapsed.Seconds(), jobs: n, pgCPU: pgCPU, goCPU: goCPU}
+	return r
 }
 
 func benchBacklog(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResult {
@@ -250,8 +296,7 @@ FROM generate_series(1, $1::int) AS g`, n)
 		b.Fatal(err)
 	}
 	var done atomic.Int64
-	c, _ := benchClient(b, pool, mode, &done)
-	b.ResetTimer()
+	c := benchClient(b, pool, mode, &done, nil)
 	cpu := startCPU(pool)
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {
@@ -264,11 +309,10 @@ FROM generate_series(1, $1::int) AS g`, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	elapsed := time.Since(start)
-	pgCPU, goCPU := cpu.stop()
-	b.StopTimer()
+	r := benchResult{rate: float64(n) / time.Since(start).Seconds(), jobs: int64(n)}
+	cpu.stop(&r)
 	if _, err := c.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}
-	return benchResult{rate: float64(n) / elapsed.Seconds(), jobs: int64(n), pgCPU: pgCPU, goCPU: goCPU}
+	return r
 }

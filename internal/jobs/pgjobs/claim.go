@@ -38,12 +38,13 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 		b.mu.Unlock()
 		return nil, jobs.ErrClosed
 	}
-	if n := len(b.stash); n > 0 {
-		row := b.stash[0]
-		copy(b.stash, b.stash[1:])
-		b.stash[n-1] = nil
-		b.stash = b.stash[:n-1]
+	if row := b.stash.pop(); row != nil {
+		b.handed++
+		low := b.lowLocked()
 		b.mu.Unlock()
+		if low {
+			signal(b.demand)
+		}
 		return row, nil
 	}
 	w.queued = true
@@ -99,9 +100,10 @@ func (b *Backend) dequeue(w *waiter) {
 // the next Claim. b.mu must be held.
 func (b *Backend) handOffLocked(row *jobs.JobRow) {
 	if len(b.queue) == 0 {
-		b.stash = append(b.stash, row)
+		b.stash.push(row)
 		return
 	}
+	b.handed++
 	w := b.queue[0]
 	copy(b.queue, b.queue[1:])
 	b.queue[len(b.queue)-1] = nil
@@ -110,125 +112,13 @@ func (b *Backend) handOffLocked(row *jobs.JobRow) {
 	w.ch <- row // room for one: a queued waiter's channel is empty
 }
 
-// fetchLoop is one fetcher: it claims jobs for the waiting workers that no
-// other fetcher is claiming for, one round trip per batch, until Close.
-// Config.Fetchers of them run, so a slow round trip does not leave the
-// workers that come back meanwhile without a claim in flight.
-func (b *Backend) fetchLoop() {
-	defer b.wg.Done()
-	select {
-	case <-b.ready:
-	case <-b.quit:
-		return
-	}
-	poll := time.NewTimer(b.cfg.PollInterval)
-	defer poll.Stop()
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	// While busy, a claim waits up to ClaimLinger for half the workers to
-	// be back, so a round trip is not spent on one job while the rest of
-	// the batch is still finishing.
-	half := max(1, min(b.cfg.ClaimBatch, len(b.waiters))/(2*b.cfg.Fetchers))
-	busy := false
-	backoff := 50 * time.Millisecond
-	for {
-		n := b.unreserved()
-		if n == 0 {
-			select {
-			case <-b.demand:
-				continue
-			case <-b.quit:
-				return
-			}
-		}
-		if busy && n < half {
-			busy = false
-			linger.Reset(b.cfg.ClaimLinger)
-		wait:
-			for {
-				select {
-				case <-b.demand:
-					if n = b.unreserved(); n >= half {
-						if !linger.Stop() {
-							<-linger.C
-						}
-						break wait
-					}
-				case <-linger.C:
-					n = b.unreserved()
-					break wait
-				case <-b.quit:
-					return
-				}
-			}
-			if n == 0 {
-				continue
-			}
-		}
-		b.mu.Lock()
-		n = min(max(len(b.queue)-b.reserved, 0), b.cfg.ClaimBatch)
-		b.reserved += n
-		b.mu.Unlock()
-		if n == 0 {
-			continue
-		}
-		// Signals from here on mean work that this claim may not see.
-		select {
-		case <-b.wake:
-		default:
-		}
-		got, more, err := b.claimBatch(n)
-		b.mu.Lock()
-		b.reserved -= n
-		b.mu.Unlock()
-		if err != nil {
-			b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
-			select {
-			case <-time.After(backoff):
-			case <-b.quit:
-				return
-			}
-			backoff = min(2*backoff, 5*time.Second)
-			continue
-		}
-		backoff = 50 * time.Millisecond
-		busy = got > 0
-		if got > 0 || more {
-			// A short batch does not prove the table is drained: a fair
-			// round takes a bounded share per tenant, and jobs of a kind at
-			// its cap are trimmed. Only an empty claim does.
-			continue
-		}
-		// Nothing more to claim now: wait for news.
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
-		}
-		poll.Reset(b.cfg.PollInterval)
-		select {
-		case <-b.wake:
-		case <-poll.C:
-		case <-b.quit:
-			return
-		}
-	}
-}
-
-// unreserved is the number of waiting workers no fetcher is claiming for,
-// capped at a batch.
-func (b *Backend) unreserved() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return min(max(len(b.queue)-b.reserved, 0), b.cfg.ClaimBatch)
-}
-
 // claimBatch writes the buffered completions and claims up to n jobs in one
-// statement (one round trip, one transaction), then hands the jobs to the waiting
-// workers. It returns how many it claimed, and whether a fair claim stopped
-// early with more tenants to look at.
-func (b *Backend) claimBatch(n int) (int, bool, error) {
+// statement (one round trip, one transaction), then hands the jobs to the
+// waiting workers and stashes the rest. n was reserved at mark (see
+// fetchLoop); claimBatch gives the reservation back. It returns how many
+// jobs it claimed, and whether a fair claim stopped early with more tenants
+// to look at.
+func (b *Backend) claimBatch(n int, mark flightMark) (int, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	done := b.takeDone()
@@ -240,8 +130,9 @@ func (b *Backend) claimBatch(n int) (int, bool, error) {
 		c := b.cursor
 		cursor = &c
 	}
+	quantum := b.quantumLocked(n)
 	b.mu.Unlock()
-	rows, err := b.pool.Query(ctx, sqlClaim, now, n, b.fair, cursor, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy, ids, attempts)
+	rows, err := b.pool.Query(ctx, sqlClaim, now, n, b.fair, cursor, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy, ids, attempts, int32(quantum))
 	var rowsOut []*jobs.JobRow
 	var hint *string
 	if err == nil {
@@ -251,28 +142,79 @@ func (b *Backend) claimBatch(n int) (int, bool, error) {
 		// The statement's transaction rolled back: the completions are
 		// still to be written, and no job was claimed.
 		b.putBackDone(done)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.landedLocked(n, mark)
+	if err != nil {
 		return 0, false, fmt.Errorf("pgjobs: claim on %s: %w", b.name, err)
 	}
 	if len(rowsOut) == 0 {
 		if hint != nil {
-			b.mu.Lock()
 			b.cursor, b.hasCursor = *hint, true
-			b.mu.Unlock()
 			return 0, true, nil
 		}
 		return 0, false, nil
 	}
-	b.mu.Lock()
 	if b.fair {
-		b.cursor = rowsOut[len(rowsOut)-1].Tenant
-		b.hasCursor = true
+		b.ring = b.ringAfter(rowsOut, n, quantum, cursor)
+		b.cursor, b.hasCursor = rowsOut[len(rowsOut)-1].Tenant, true
+		if hint != nil {
+			// Where the walk ended when some of the jobs it found went to
+			// another claimer: go on from there, and look again at once
+			// (the claim came back short without the ring being done).
+			b.cursor, b.ring = *hint, 0
+		}
 	}
 	for _, r := range rowsOut {
 		b.running[r.ID] = int32(r.Attempt)
 		b.handOffLocked(r)
 	}
-	b.mu.Unlock()
-	return len(rowsOut), false, nil
+	return len(rowsOut), hint != nil, nil
+}
+
+// quantumLocked is the fair claim's quantum for a claim of n jobs: the
+// configured one, or, while the ring of tenants with ready jobs is shorter
+// than the batch, an equal share of the batch for each of them, so the walk
+// takes each tenant's share in its one descent. b.mu must be held.
+func (b *Backend) quantumLocked(n int) int {
+	q := b.cfg.FairQuantum
+	if b.ring > 0 {
+		q = max(q, (n+b.ring-1)/b.ring)
+	}
+	return q
+}
+
+// ringAfter returns the length of the ring of tenants with ready jobs, as
+// far as a fair claim of n jobs with quantum q from cursor that returned
+// rows shows it, or 0 when the ring may be longer than the batch.
+//
+// The claim saw the whole ring when it came back short, or gave a tenant
+// more than q jobs (an equal share). A claim with a quantum raised for a
+// short ring (q above the configured one) saw it whole if it went round
+// past its cursor; if it did not, tenants have joined, and the configured
+// quantum walks the ring again. With per-kind caps a claim also comes back
+// short when it trims jobs of kinds at their cap, so the ring is not
+// estimated.
+func (b *Backend) ringAfter(rows []*jobs.JobRow, n, q int, cursor *string) int {
+	if len(b.capKinds) > 0 {
+		return 0
+	}
+	per := make(map[string]int, len(rows))
+	most, wrapped := 0, false
+	for _, r := range rows {
+		per[r.Tenant]++
+		most = max(most, per[r.Tenant])
+		wrapped = wrapped || (cursor != nil && r.Tenant <= *cursor)
+	}
+	switch {
+	case len(rows) < n || most > q:
+		return len(per)
+	case q > b.cfg.FairQuantum && wrapped:
+		return len(per)
+	default:
+		return 0
+	}
 }
 
 func (b *Backend) readClaim(rows pgx.Rows) ([]*jobs.JobRow, *string, error) {
@@ -311,7 +253,7 @@ func (b *Backend) readClaim(rows pgx.Rows) ([]*jobs.JobRow, *string, error) {
 
 const sqlClaim = `
 SELECT job_id, job_kind, job_queue, job_tenant, job_args, job_attempt, job_max_attempts, job_created_at, job_ord
-FROM cellgate_jobs_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+FROM cellgate_jobs_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 // release hands claimed jobs that never started back to the queue, without
 // counting the attempt.

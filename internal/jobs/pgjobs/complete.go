@@ -50,6 +50,9 @@ func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
 	}
 	b.done = append(b.done, doneRec{id: int64(row.ID), attempt: int32(row.Attempt)})
 	n := len(b.done)
+	if n == 1 {
+		b.doneSince = time.Now()
+	}
 	b.cmu.Unlock()
 	switch {
 	case n >= b.cfg.CompleteBatch:
@@ -170,6 +173,9 @@ func (b *Backend) putBackDone(d []doneRec) {
 		return
 	}
 	b.cmu.Lock()
+	if len(b.done) == 0 {
+		b.doneSince = time.Now()
+	}
 	b.done = append(b.done, d...)
 	b.cmu.Unlock()
 	signal(b.flushKick)
@@ -219,29 +225,37 @@ func (b *Backend) closeDone(ctx context.Context) error {
 	return err
 }
 
-// flushLoop writes completions CompleteFlush after the first one of a batch
-// is buffered, or at once when CompleteBatch are buffered.
+// flushLoop writes the completions that have waited CompleteFlush, or at
+// once when CompleteBatch are buffered. Claims take the buffer along as they
+// go, so while workers are busy the completions ride on claims and the loop
+// rarely has anything old enough to write.
 func (b *Backend) flushLoop() {
 	defer b.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	backoff := 50 * time.Millisecond
 	for {
-		select {
-		case <-b.flushKick:
-		case <-b.flushFull:
-		case <-b.quit:
-			return // Close writes what is left
-		}
-		t.Reset(b.cfg.CompleteFlush)
-		select {
-		case <-t.C:
-		case <-b.flushFull:
-			if !t.Stop() {
-				<-t.C
+		wait := b.flushWait()
+		if wait < 0 {
+			// Empty: wait for the first completion.
+			select {
+			case <-b.flushKick:
+			case <-b.flushFull:
+			case <-b.quit:
+				return // Close writes what is left
 			}
-		case <-b.quit:
-			return
+			continue
+		}
+		if wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-t.C:
+			case <-b.flushFull:
+				t.Stop()
+			case <-b.quit:
+				return
+			}
+			continue // a claim may have taken the buffer meanwhile
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 		err := b.flushDone(ctx)
@@ -258,4 +272,18 @@ func (b *Backend) flushLoop() {
 		}
 		backoff = 50 * time.Millisecond
 	}
+}
+
+// flushWait is how long the oldest buffered completion may still wait: 0
+// to write the buffer now, negative when it is empty.
+func (b *Backend) flushWait() time.Duration {
+	b.cmu.Lock()
+	defer b.cmu.Unlock()
+	if len(b.done) == 0 {
+		return -1
+	}
+	if len(b.done) >= b.cfg.CompleteBatch {
+		return 0
+	}
+	return max(b.cfg.CompleteFlush-time.Since(b.doneSince), 0)
 }

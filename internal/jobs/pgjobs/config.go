@@ -28,18 +28,21 @@ const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerCooldown = 10 * time.Second
 	DefaultPollInterval    = time.Second
-	DefaultClaimBatch      = 32
-	DefaultClaimLinger     = 2 * time.Millisecond
-	DefaultFetchers        = 2
+	DefaultClaimBatch      = 128
+	DefaultFairQuantum     = 1
 	DefaultCompleteBatch   = 512
 	DefaultCompleteFlush   = 5 * time.Millisecond
 	DefaultInsertBatch     = 256
-	DefaultInserters       = 2
+	DefaultInserters       = 1
 	DefaultCapLookahead    = 256
 	DefaultRetentionEvery  = time.Minute
-	DefaultVacuumEvery     = 5 * time.Second
-	DefaultVacuumDeadRows  = 20000
+	DefaultVacuumEvery     = time.Second
+	DefaultVacuumDeadRows  = 10000
 )
+
+// PrefetchOff as Config.Prefetch makes every claim take jobs only for the
+// workers waiting in Claim.
+const PrefetchOff = -1
 
 // Config is the PostgreSQL job backend's configuration (`jobs.postgres`,
 // plus tuning knobs the spec does not expose). The zero value is valid:
@@ -72,17 +75,22 @@ type Config struct {
 	// notification before it looks for work again (jobs scheduled by other
 	// processes, a lost LISTEN connection). 0 means DefaultPollInterval.
 	PollInterval time.Duration
-	// ClaimBatch caps the jobs one claim round trip takes (one per idle
-	// worker). 0 means DefaultClaimBatch.
+	// FairQuantum is how many jobs of one tenant a fair claim takes per
+	// turn of the round-robin (while the turn's tenant has that many ready
+	// jobs): a quiet tenant waits for at most this many jobs of each other
+	// tenant with ready work. Each turn costs one index descent, so 1 (one
+	// job per tenant per turn) costs the most per job; see
+	// docs/jobs-postgres.md. 0 means DefaultFairQuantum.
+	FairQuantum int
+	// ClaimBatch caps the jobs one claim round trip takes (one per waiting
+	// worker, plus the prefetch). 0 means DefaultClaimBatch.
 	ClaimBatch int
-	// Fetchers is the number of claim round trips in flight at once per
-	// backend (each holds a pool connection meanwhile). 0 means
-	// DefaultFetchers.
-	Fetchers int
-	// ClaimLinger is how long a busy fetcher waits for more workers to
-	// come back before it claims for fewer than half a batch. 0 means
-	// DefaultClaimLinger.
-	ClaimLinger time.Duration
+	// Prefetch caps the jobs claimed ahead of the workers, which the
+	// backend sizes to what its workers asked for during the previous
+	// claim's round trip (see fetch.go). They are 'running' in the table
+	// (and count toward per-kind caps) while they wait in this process.
+	// 0 means one per worker; PrefetchOff turns prefetching off.
+	Prefetch int
 	// CompleteBatch is the number of buffered completions that triggers a
 	// flush. 0 means DefaultCompleteBatch.
 	CompleteBatch int
@@ -144,8 +152,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.BreakerCooldown, DefaultBreakerCooldown)
 	def(&c.PollInterval, DefaultPollInterval)
 	defInt(&c.ClaimBatch, DefaultClaimBatch)
-	def(&c.ClaimLinger, DefaultClaimLinger)
-	defInt(&c.Fetchers, DefaultFetchers)
+	defInt(&c.FairQuantum, DefaultFairQuantum)
 	defInt(&c.CompleteBatch, DefaultCompleteBatch)
 	def(&c.CompleteFlush, DefaultCompleteFlush)
 	defInt(&c.InsertBatch, DefaultInsertBatch)
@@ -181,8 +188,10 @@ func (c Config) Validate() error {
 	pos("jobs.postgres.breaker_cooldown", c.BreakerCooldown)
 	pos("jobs.postgres.poll_interval", c.PollInterval)
 	posInt("jobs.postgres.claim_batch", c.ClaimBatch)
-	pos("jobs.postgres.claim_linger", c.ClaimLinger)
-	posInt("jobs.postgres.fetchers", c.Fetchers)
+	posInt("jobs.postgres.fair_quantum", c.FairQuantum)
+	if c.Prefetch < PrefetchOff {
+		errs = append(errs, fmt.Errorf("jobs.postgres.prefetch: must be >= 0 (or PrefetchOff), got %d", c.Prefetch))
+	}
 	posInt("jobs.postgres.complete_batch", c.CompleteBatch)
 	pos("jobs.postgres.complete_flush", c.CompleteFlush)
 	posInt("jobs.postgres.insert_batch", c.InsertBatch)

@@ -1,5 +1,5 @@
 // Package pgjobs is the PostgreSQL job backend: a jobs.Backend over the
-// cellgate_jobs table (sql/migrations/000002_jobs.up.sql), and Runtime, which
+// cellgate_jobs table (sql/migrations/000002_jobs.up.sql and 000003), and Runtime, which
 // runs one such backend on the control database and, with shard_local, one
 // per shard behind a single jobs.Client.
 //
@@ -12,10 +12,11 @@
 //     Uniqueness is a partial unique index over active jobs. On the control
 //     database plain enqueues pass a circuit breaker.
 //   - Claim: one goroutine per Backend (the fetcher) claims, in one round
-//     trip, a job for every worker waiting in Claim (cellgate_jobs_claim:
-//     FOR UPDATE SKIP LOCKED, fair or FIFO order, per-kind caps under an
-//     advisory lock). Idle, it waits for a NOTIFY, a local insert, a
-//     scheduled time or the poll interval.
+//     trip, a job for every worker waiting in Claim plus a prefetch sized
+//     to what the workers asked for during the previous round trip
+//     (cellgate_jobs_claim: FOR UPDATE SKIP LOCKED, fair or FIFO order,
+//     per-kind caps under an advisory lock); see fetch.go. Idle, it waits
+//     for a NOTIFY, a local insert, a scheduled time or the poll interval.
 //   - Complete is buffered and written in batches (piggybacked on the next
 //     claim, or after CompleteFlush): at-least-once, a completion lost in a
 //     crash means the job runs again after it is rescued.

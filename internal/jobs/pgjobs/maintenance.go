@@ -301,13 +301,28 @@ func (b *Backend) vacuum(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	if dead < int64(b.cfg.VacuumDeadRows) {
 		return false, nil
 	}
-	// ANALYZE too: with autovacuum off nothing else keeps the planner's
-	// statistics of the table current.
-	if _, err := conn.Exec(ctx, "VACUUM (ANALYZE) cellgate_jobs"); err != nil {
+	// ANALYZE too, now and then: with autovacuum off nothing else keeps the
+	// planner's statistics of the table current, but they need no refresh
+	// at every vacuum (the claim functions' plans are pinned). TRUNCATE
+	// false: handing the table's empty tail back to the OS takes a lock
+	// that stops claims and enqueues for a moment, and a queue table soon
+	// needs the space again.
+	analyze := time.Since(b.lastAnalyze) >= analyzeEvery
+	stmt := "VACUUM (TRUNCATE false) cellgate_jobs"
+	if analyze {
+		stmt = "VACUUM (TRUNCATE false, ANALYZE) cellgate_jobs"
+	}
+	if _, err := conn.Exec(ctx, stmt); err != nil {
 		return false, fmt.Errorf("pgjobs: vacuum %s: %w", b.name, err)
+	}
+	if analyze {
+		b.lastAnalyze = time.Now()
 	}
 	return true, nil
 }
+
+// analyzeEvery is the least time between two ANALYZEs by the vacuum check.
+const analyzeEvery = time.Minute
 
 const sqlDeadRows = `
 SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'cellgate_jobs'::regclass), 0)`

@@ -20,6 +20,12 @@ import (
 // found by the poll (Config.PollInterval).
 var txNotifyDelays = [...]time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond}
 
+// notifyGap is the least time between two NOTIFYs of one backend. Under load
+// every inserted batch asks for one; what they say (there is work) needs
+// saying once per gap, and each costs a statement here and a wake-up in
+// every listening process. This process's own fetcher is woken at once.
+const notifyGap = 5 * time.Millisecond
+
 type notifier struct {
 	mu   sync.Mutex
 	now  bool
@@ -29,6 +35,7 @@ type notifier struct {
 
 // notifyNow asks for a NOTIFY as soon as possible (coalesced with others).
 func (b *Backend) notifyNow() {
+	signal(b.wake) // this process's fetcher needs no round trip
 	b.ntf.mu.Lock()
 	b.ntf.now = true
 	b.ntf.mu.Unlock()
@@ -55,6 +62,7 @@ func (b *Backend) notifyLoop() {
 	defer b.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	var last time.Time
 	for {
 		b.ntf.mu.Lock()
 		now := time.Now()
@@ -75,6 +83,19 @@ func (b *Backend) notifyLoop() {
 		if due {
 			// This process's workers need no round trip.
 			signal(b.wake)
+			if gap := notifyGap - time.Since(last); gap > 0 {
+				// Requests made meanwhile share this NOTIFY.
+				t.Reset(gap)
+				select {
+				case <-t.C:
+				case <-b.quit:
+					return
+				}
+				b.ntf.mu.Lock()
+				b.ntf.now = false
+				b.ntf.mu.Unlock()
+			}
+			last = time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_, err := b.pool.Exec(ctx, sqlNotify)
 			cancel()

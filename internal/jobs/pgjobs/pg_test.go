@@ -104,18 +104,24 @@ func newSchema(tb testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
 	pool := newPool(tb, dsn, schema, maxConns)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	up, err := fs.ReadFile(cgsql.Migrations, cgsql.MigrationsDir+"/000002_jobs.up.sql")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, string(up)); err != nil {
-		tb.Fatalf("jobs migration in schema %s: %v", schema, err)
+	for _, f := range jobsMigrationsUp {
+		up, err := fs.ReadFile(cgsql.Migrations, cgsql.MigrationsDir+"/"+f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, string(up)); err != nil {
+			tb.Fatalf("jobs migration %s in schema %s: %v", f, schema, err)
+		}
 	}
 	return pool
 }
+
+// jobsMigrationsUp are the migrations that make the jobs table and its
+// functions, in order; the down files undo them in reverse.
+var jobsMigrationsUp = []string{"000002_jobs.up.sql", "000003_jobs_claim_quantum.up.sql"}
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
