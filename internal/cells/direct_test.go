@@ -209,8 +209,8 @@ func TestDirectPassesInformationalAndTrailers(t *testing.T) {
 		t.Errorf("trailer %q", got)
 	}
 	// ReverseProxy clears the answer's header after a 1xx, the cell
-	// header with it; the lean path sets it again.
-	if got := resp.Header.Get("X-Cellgate-Cell"); got != "cell-2" && !reverseProxyOnly {
+	// header with it; both paths set it again.
+	if got := resp.Header.Get("X-Cellgate-Cell"); got != "cell-2" {
 		t.Errorf("cell header after a 1xx: %q", got)
 	}
 	// The connection went back to the pool after the trailers.

@@ -350,9 +350,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fw := flushWriters.Get().(*flushWriter)
-	fw.ResponseWriter = w
+	fw.ResponseWriter, fw.cellHeader, fw.cellValue = w, p.cellHeader, b.nameValue
 	b.proxy.ServeHTTP(fw, r)
-	fw.ResponseWriter = nil // a panic skips this and the Put: the GC takes it
+	fw.ResponseWriter, fw.cellValue = nil, nil // a panic skips this and the Put: the GC takes it
 	flushWriters.Put(fw)
 }
 
@@ -363,8 +363,25 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // ReverseProxy flushes SSE and bodies of unknown length itself. A small
 // answer is one write of the cell's body, so head and body still leave in
 // one packet. Unwrap lets ReverseProxy's ResponseController reach the
-// connection (hijack for upgrades, flush for trailers).
-type flushWriter struct{ http.ResponseWriter }
+// connection (hijack for upgrades, flush for trailers). It also puts the
+// cell header back on the final answer: ReverseProxy clears the whole
+// header after passing on a 1xx answer (103 Early Hints), the cell header
+// with it.
+type flushWriter struct {
+	http.ResponseWriter
+	cellHeader string
+	cellValue  []string
+}
+
+// WriteHeader restores the cell header before a final answer's head.
+func (f *flushWriter) WriteHeader(code int) {
+	if code >= 200 {
+		if h := f.Header(); len(h[f.cellHeader]) == 0 {
+			h[f.cellHeader] = f.cellValue
+		}
+	}
+	f.ResponseWriter.WriteHeader(code)
+}
 
 var flushWriters = sync.Pool{New: func() any { return new(flushWriter) }}
 
