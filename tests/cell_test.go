@@ -148,6 +148,29 @@ func (c *cell) do(t testing.TB, method, path, tenant, body string) (int, []byte)
 	return resp.StatusCode, b
 }
 
+// doChunked POSTs body without a Content-Length (chunked) and returns the
+// status.
+func (c *cell) doChunked(t testing.TB, path, tenant, body string) int {
+	t.Helper()
+	// A reader of unknown length makes the client send chunks.
+	req, err := http.NewRequest("POST", c.url+path, io.MultiReader(strings.NewReader(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Tenant-ID", tenant)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if req.ContentLength != 0 {
+		t.Fatalf("request had Content-Length %d, want chunked", req.ContentLength)
+	}
+	return resp.StatusCode
+}
+
 // TestCellBootsServesAndDrains boots the example cell on fresh databases:
 // /healthz within 2 s of the process start, /readyz once migrated, the
 // example sign-up on the tenant's shard, linted metrics, and a clean exit
@@ -192,6 +215,15 @@ func TestCellBootsServesAndDrains(t *testing.T) {
 	}
 	if code, _ := c.do(t, "GET", "/", "", ""); code != 200 {
 		t.Fatalf("public route: %d", code)
+	}
+	// A body over server.body_limit_bytes (1 MiB by default) is 413, whether
+	// its Content-Length says so or it is chunked and found out by reading.
+	big := `{"email":"` + strings.Repeat("a", 2<<20) + `"}`
+	if code, body := c.do(t, "POST", "/signup", "acme", big); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized signup with Content-Length: %d %s", code, body)
+	}
+	if code := c.doChunked(t, "/signup", "acme", big); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized chunked signup: %d", code)
 	}
 
 	resp, err := http.Get(c.url + "/metrics")
