@@ -71,7 +71,7 @@ type Backend struct {
 	queue     []*waiter // workers blocked in Claim, oldest first
 	reserved  int       // jobs the claim in flight is for
 	stash     jobStash  // claimed jobs no worker has taken yet
-	handed    uint64    // jobs handed to workers so far
+	returned  uint64    // Claims by workers back from a job (see landedLocked)
 	prefetch  int       // jobs to keep claimed ahead of the workers (see fetch.go)
 	cursor    string
 	hasCursor bool
@@ -113,6 +113,7 @@ type Backend struct {
 type waiter struct {
 	ch     chan *jobs.JobRow
 	queued bool
+	called bool // Claim was called before: the worker comes back from a job
 }
 
 type doneRec struct {

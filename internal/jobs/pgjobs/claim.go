@@ -38,8 +38,11 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 		b.mu.Unlock()
 		return nil, jobs.ErrClosed
 	}
+	if w.called {
+		b.returned++
+	}
+	w.called = true
 	if row := b.stash.pop(); row != nil {
-		b.handed++
 		low := b.lowLocked()
 		b.mu.Unlock()
 		if low {
@@ -103,7 +106,6 @@ func (b *Backend) handOffLocked(row *jobs.JobRow) {
 		b.stash.push(row)
 		return
 	}
-	b.handed++
 	w := b.queue[0]
 	copy(b.queue, b.queue[1:])
 	b.queue[len(b.queue)-1] = nil

@@ -60,8 +60,7 @@ func (s *jobStash) drain() []*jobs.JobRow {
 // flightMark records, when a claim is sent, what the prefetch estimate is
 // measured against when it lands.
 type flightMark struct {
-	handed  uint64
-	waiting int
+	returned uint64
 }
 
 // wantLocked is how many jobs to claim now: enough for every waiting worker
@@ -84,14 +83,16 @@ func (b *Backend) lowLocked() bool {
 }
 
 // landedLocked ends the reservation of a claim of n jobs sent at mark and
-// sets the prefetch to the jobs the workers asked for meanwhile (those
-// handed to them from the stash, and those they now wait for), or lets it
-// decay by a quarter if they asked for fewer: one quick round trip must
-// not shrink the next claims to a few jobs each. b.mu must be held, and
-// the claim's jobs not handed out yet.
+// sets the prefetch to the jobs the workers asked for meanwhile, or lets
+// it decay by a quarter if they asked for fewer: one quick round trip must
+// not shrink the next claims to a few jobs each. Only workers back from a
+// job count: a worker's first Claim (at start) says nothing of how fast
+// jobs finish, and counting it would claim ahead of workers that are about
+// to be busy for a long time (TestLongJobsAreNotPrefetched). b.mu must be
+// held, and the claim's jobs not handed out yet.
 func (b *Backend) landedLocked(n int, mark flightMark) {
 	b.reserved -= n
-	asked := int(b.handed-mark.handed) + len(b.queue) - mark.waiting
+	asked := int(b.returned - mark.returned)
 	b.prefetch = min(max(asked, b.prefetch-(b.prefetch+3)/4, 0), b.maxPrefetch)
 }
 
@@ -110,7 +111,7 @@ func (b *Backend) fetchLoop() {
 		b.mu.Lock()
 		n := b.wantLocked()
 		b.reserved += n
-		mark := flightMark{handed: b.handed, waiting: len(b.queue)}
+		mark := flightMark{returned: b.returned}
 		b.mu.Unlock()
 		if n == 0 {
 			select {
