@@ -1,6 +1,7 @@
 package cells
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -74,33 +75,15 @@ var DefaultProxyConfig = ProxyConfig{
 
 func (c ProxyConfig) withDefaults() ProxyConfig {
 	d := DefaultProxyConfig
-	if c.HealthPath == "" {
-		c.HealthPath = d.HealthPath
-	}
-	if c.HealthInterval == 0 {
-		c.HealthInterval = d.HealthInterval
-	}
-	if c.HealthTimeout == 0 {
-		c.HealthTimeout = d.HealthTimeout
-	}
-	if c.FailAfter == 0 {
-		c.FailAfter = d.FailAfter
-	}
-	if c.DialTimeout == 0 {
-		c.DialTimeout = d.DialTimeout
-	}
-	if c.ResponseHeaderTimeout == 0 {
-		c.ResponseHeaderTimeout = d.ResponseHeaderTimeout
-	}
-	if c.MaxInFlightPerCell == 0 {
-		c.MaxInFlightPerCell = d.MaxInFlightPerCell
-	}
-	if c.MaxIdleConnsPerCell == 0 {
-		c.MaxIdleConnsPerCell = d.MaxIdleConnsPerCell
-	}
-	if c.CellHeader == "" {
-		c.CellHeader = d.CellHeader
-	}
+	c.HealthPath = cmp.Or(c.HealthPath, d.HealthPath)
+	c.HealthInterval = cmp.Or(c.HealthInterval, d.HealthInterval)
+	c.HealthTimeout = cmp.Or(c.HealthTimeout, d.HealthTimeout)
+	c.FailAfter = cmp.Or(c.FailAfter, d.FailAfter)
+	c.DialTimeout = cmp.Or(c.DialTimeout, d.DialTimeout)
+	c.ResponseHeaderTimeout = cmp.Or(c.ResponseHeaderTimeout, d.ResponseHeaderTimeout)
+	c.MaxInFlightPerCell = cmp.Or(c.MaxInFlightPerCell, d.MaxInFlightPerCell)
+	c.MaxIdleConnsPerCell = cmp.Or(c.MaxIdleConnsPerCell, d.MaxIdleConnsPerCell)
+	c.CellHeader = cmp.Or(c.CellHeader, d.CellHeader)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -233,7 +233,7 @@ func (b *Backend) flushLoop() {
 	defer b.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	backoff := 50 * time.Millisecond
+	retry := newBackoff(50*time.Millisecond, 5*time.Second)
 	for {
 		wait := b.flushWait()
 		if wait < 0 {
@@ -262,15 +262,12 @@ func (b *Backend) flushLoop() {
 		cancel()
 		if err != nil {
 			b.logErr("complete", "pgjobs: writing completions failed; retrying", err)
-			select {
-			case <-time.After(backoff):
-			case <-b.quit:
+			if !retry.wait(b.quit) {
 				return
 			}
-			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		retry.reset()
 	}
 }
 

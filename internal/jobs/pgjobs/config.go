@@ -1,6 +1,7 @@
 package pgjobs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -133,34 +134,22 @@ func FromConfig(c config.JobsPostgres) Config {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	defInt := func(d *int, v int) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	if c.Claim == "" {
-		c.Claim = DefaultClaim
-	}
-	def(&c.RescueAfter, DefaultRescueAfter)
-	def(&c.Retention, DefaultRetention)
-	defInt(&c.BreakerFailures, DefaultBreakerFailures)
-	def(&c.BreakerCooldown, DefaultBreakerCooldown)
-	def(&c.PollInterval, DefaultPollInterval)
-	defInt(&c.ClaimBatch, DefaultClaimBatch)
-	defInt(&c.FairQuantum, DefaultFairQuantum)
-	defInt(&c.CompleteBatch, DefaultCompleteBatch)
-	def(&c.CompleteFlush, DefaultCompleteFlush)
-	defInt(&c.InsertBatch, DefaultInsertBatch)
-	defInt(&c.Inserters, DefaultInserters)
-	defInt(&c.CapLookahead, DefaultCapLookahead)
-	def(&c.RetentionEvery, DefaultRetentionEvery)
-	def(&c.VacuumEvery, DefaultVacuumEvery)
-	defInt(&c.VacuumDeadRows, DefaultVacuumDeadRows)
+	c.Claim = cmp.Or(c.Claim, DefaultClaim)
+	c.RescueAfter = cmp.Or(c.RescueAfter, DefaultRescueAfter)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	c.BreakerFailures = cmp.Or(c.BreakerFailures, DefaultBreakerFailures)
+	c.BreakerCooldown = cmp.Or(c.BreakerCooldown, DefaultBreakerCooldown)
+	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
+	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
+	c.FairQuantum = cmp.Or(c.FairQuantum, DefaultFairQuantum)
+	c.CompleteBatch = cmp.Or(c.CompleteBatch, DefaultCompleteBatch)
+	c.CompleteFlush = cmp.Or(c.CompleteFlush, DefaultCompleteFlush)
+	c.InsertBatch = cmp.Or(c.InsertBatch, DefaultInsertBatch)
+	c.Inserters = cmp.Or(c.Inserters, DefaultInserters)
+	c.CapLookahead = cmp.Or(c.CapLookahead, DefaultCapLookahead)
+	c.RetentionEvery = cmp.Or(c.RetentionEvery, DefaultRetentionEvery)
+	c.VacuumEvery = cmp.Or(c.VacuumEvery, DefaultVacuumEvery)
+	c.VacuumDeadRows = cmp.Or(c.VacuumDeadRows, DefaultVacuumDeadRows)
 	return c
 }
 

@@ -106,7 +106,7 @@ func (b *Backend) fetchLoop() {
 	}
 	poll := time.NewTimer(b.cfg.PollInterval)
 	defer poll.Stop()
-	backoff := 50 * time.Millisecond
+	retry := newBackoff(50*time.Millisecond, 5*time.Second)
 	for {
 		b.mu.Lock()
 		n := b.wantLocked()
@@ -129,15 +129,12 @@ func (b *Backend) fetchLoop() {
 		got, more, err := b.claimBatch(n, mark)
 		if err != nil {
 			b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
-			select {
-			case <-time.After(backoff):
-			case <-b.quit:
+			if !retry.wait(b.quit) {
 				return
 			}
-			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		retry.reset()
 		if got > 0 || more {
 			// A short batch does not prove the table is drained: a fair
 			// round takes a bounded share per tenant, and jobs of a kind at

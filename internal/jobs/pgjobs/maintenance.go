@@ -65,11 +65,11 @@ func (b *Backend) connLoop() {
 	case <-b.quit:
 		return
 	}
-	backoff := 100 * time.Millisecond
+	retry := newBackoff(100*time.Millisecond, 5*time.Second)
 	for !b.isClosed() {
 		conn, err := b.connect()
 		if err == nil {
-			backoff = 100 * time.Millisecond
+			retry.reset()
 			err = b.serveConn(conn)
 			b.leader.Store(false)
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -82,12 +82,9 @@ func (b *Backend) connLoop() {
 		if err != nil {
 			b.logErr("conn", "pgjobs: maintenance/LISTEN connection failed; reconnecting", err)
 		}
-		select {
-		case <-time.After(backoff):
-		case <-b.quit:
+		if !retry.wait(b.quit) {
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

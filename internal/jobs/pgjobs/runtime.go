@@ -156,7 +156,7 @@ func (r *Runtime) Start(ctx context.Context) error {
 // migrateUntilReady applies the migrations to one database until it works
 // or ctx ends, then marks its backend ready.
 func (r *Runtime) migrateUntilReady(ctx context.Context, b *Backend, dsn string) {
-	delay := 200 * time.Millisecond
+	retry := newBackoff(200*time.Millisecond, 10*time.Second)
 	for {
 		err := r.migrate(ctx, dsn)
 		if err == nil {
@@ -168,13 +168,10 @@ func (r *Runtime) migrateUntilReady(ctx context.Context, b *Backend, dsn string)
 		if ctx.Err() != nil {
 			return
 		}
-		r.log.Warn("pgjobs: migrating the jobs table failed; retrying", "jobs_db", b.name, "err", err, "in", delay)
-		select {
-		case <-ctx.Done():
+		r.log.Warn("pgjobs: migrating the jobs table failed; retrying", "jobs_db", b.name, "err", err, "in", retry.next)
+		if !retry.wait(ctx.Done()) {
 			return
-		case <-time.After(delay):
 		}
-		delay = min(2*delay, 10*time.Second)
 	}
 }
 
