@@ -22,6 +22,7 @@ import (
 	"github.com/cellgate/cellgate/gen/db"
 	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/runtime/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
@@ -80,17 +81,6 @@ func (a *App) Index(c echo.Context) error {
 	})
 }
 
-// badBody is the answer to a body that did not bind (err) or did not
-// validate (err nil): 400 with msg, except for a body over
-// server.body_limit_bytes, which keeps its error so the server answers
-// 413 (Echo's Bind would otherwise turn it into a 400).
-func badBody(err error, msg string) error {
-	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-		return err
-	}
-	return echo.NewHTTPError(http.StatusBadRequest, msg)
-}
-
 // signUpRequest is the body of POST /signup.
 type signUpRequest struct {
 	Email string `json:"email"`
@@ -102,7 +92,7 @@ type signUpRequest struct {
 func (a *App) SignUp(c echo.Context) error {
 	var req signUpRequest
 	if err := c.Bind(&req); err != nil || req.Email == "" {
-		return badBody(err, "body must be JSON with a non-empty email")
+		return runtime.BadBody(err, "body must be JSON with a non-empty email")
 	}
 	ctx := c.Request().Context()
 	sh, err := a.shard(ctx)
@@ -160,7 +150,7 @@ type createOrderRequest struct {
 func (a *App) CreateOrder(c echo.Context) error {
 	var req createOrderRequest
 	if err := c.Bind(&req); err != nil || req.AccountID <= 0 || req.AmountCents < 0 {
-		return badBody(err, "body must be JSON with account_id > 0 and amount_cents >= 0")
+		return runtime.BadBody(err, "body must be JSON with account_id > 0 and amount_cents >= 0")
 	}
 	ctx := c.Request().Context()
 	sh, err := a.shard(ctx)

@@ -45,6 +45,19 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	}
 }
 
+// BadBody is what a handler returns for a request body that did not bind
+// (err from echo.Context.Bind) or did not validate (err nil): 400 with msg
+// for the client, except for a body over server.body_limit_bytes, whose
+// error is kept so the server answers 413. Echo's Bind wraps every read
+// error in a 400, so a handler that answers its own 400 would otherwise
+// hide the limit from a client that sent a chunked body.
+func BadBody(err error, msg string) error {
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		return err
+	}
+	return echo.NewHTTPError(http.StatusBadRequest, msg)
+}
+
 // errorStatus is the status and client message jsonErrorHandler gives err;
 // the HTTP metrics use it to label a response the handler has not written.
 // known is false for an unexpected error (500, logged).

@@ -229,3 +229,15 @@ func TestLazyDeadlineBehavesLikeWithTimeout(t *testing.T) {
 		t.Fatalf("Err after parent cancel = %v", short.Err())
 	}
 }
+
+// TestBadBody: a validation failure is the handler's 400; a body over the
+// limit keeps its 413 even wrapped the way Echo's Bind wraps it.
+func TestBadBody(t *testing.T) {
+	if status, msg, _ := errorStatus(BadBody(nil, "need an email")); status != 400 || msg != "need an email" {
+		t.Fatalf("validation failure: %d %q", status, msg)
+	}
+	bound := echo.NewHTTPError(http.StatusBadRequest, "bind").SetInternal(&http.MaxBytesError{Limit: 16})
+	if status, _, _ := errorStatus(BadBody(bound, "need an email")); status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized body: %d, want 413", status)
+	}
+}
