@@ -35,6 +35,7 @@ type CellgateJob struct {
 	HeartbeatAt pgtype.Timestamptz `json:"heartbeat_at"`
 	FinishedAt  pgtype.Timestamptz `json:"finished_at"`
 	ClaimedBy   pgtype.Text        `json:"claimed_by"`
+	Vtime       pgtype.Int8        `json:"vtime"`
 }
 
 type Order struct {

@@ -67,16 +67,15 @@ type Backend struct {
 	wg      sync.WaitGroup
 
 	// Claim hand-off, guarded by mu.
-	mu        sync.Mutex
-	queue     []*waiter // workers blocked in Claim, oldest first
-	reserved  int       // jobs the claim in flight is for
-	stash     jobStash  // claimed jobs no worker has taken yet
-	returned  uint64    // Claims by workers back from a job (see landedLocked)
-	prefetch  int       // jobs to keep claimed ahead of the workers (see fetch.go)
-	cursor    string
-	hasCursor bool
-	ring      int                  // tenants with ready jobs, if the last fair claim saw them all (see quantumLocked)
-	running   map[jobs.JobID]int32 // claimed by this backend: id → attempt
+	mu       sync.Mutex
+	queue    []*waiter            // workers blocked in Claim, oldest first
+	reserved int                  // jobs the claim in flight is for
+	stash    jobStash             // claimed jobs no worker has taken yet
+	returned uint64               // Claims by workers back from a job (see landedLocked)
+	prefetch int                  // jobs to keep claimed ahead of the workers (see fetch.go)
+	running  map[jobs.JobID]int32 // claimed by this backend: id → attempt
+	claims   uint64               // claim statements sent (for benchmarks: jobs per claim)
+	claimed  uint64               // jobs they returned
 
 	demand chan struct{} // a worker started waiting
 	wake   chan struct{} // there may be new work

@@ -201,8 +201,8 @@ SELECT 'plain', 'default', 'noisy', '{"n": 1}', 5, now() - interval '1 minute', 
 }
 
 // TestFairSkipsTenantsHeldByCaps: when every ready job of many tenants is
-// of a kind at its cap, a fair claim walks past them (over several claims,
-// via the cursor hint) to the tenant that has other work.
+// of a kind at its cap, a fair claim looks past them (within CapLookahead
+// places) to the tenant that has other work.
 func TestFairSkipsTenantsHeldByCaps(t *testing.T) {
 	pool := newSchema(t, newDB(t), 3)
 	ctx := context.Background()
@@ -527,11 +527,11 @@ func TestConfig(t *testing.T) {
 func TestClaimCostIgnoresBacklog(t *testing.T) {
 	dsn := newDB(t)
 	ctx := context.Background()
-	buffers := func(pool *pgxpool.Pool, fair bool, cursor *string) int {
+	buffers := func(pool *pgxpool.Pool, fair bool) int {
 		t.Helper()
 		var plan []string
 		rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
-SELECT * FROM cellgate_jobs_claim(now(), 32, $1, $2, '{}', '{}', 256, 'test', '{}', '{}', $3)`, fair, cursor, DefaultFairQuantum)
+SELECT * FROM cellgate_jobs_claim(now(), 32, $1, '{}', '{}', 256, 'test', '{}', '{}', 256)`, fair)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -569,7 +569,6 @@ SELECT * FROM cellgate_jobs_claim(now(), 32, $1, $2, '{}', '{}', 256, 'test', '{
 		// One connection, whose plans are made while no job is available,
 		// as in a process that starts before the backlog builds up.
 		pool := newSchema(t, dsn, 1)
-		noisy := "noisy"
 		// Statistics of a drained queue (every job completed), what a
 		// process finds after a quiet night: no job looks available.
 		if _, err := pool.Exec(ctx, `
@@ -581,20 +580,23 @@ SELECT 'k', 'default', 't' || (g % 100), '{}', 5, 'completed', 1, now(), now(), 
 			t.Fatal(err)
 		}
 		for range 3 {
-			buffers(pool, true, nil)
-			buffers(pool, true, &noisy)
-			buffers(pool, false, nil)
+			buffers(pool, true)
+			buffers(pool, false)
 		}
+		// The backlog, then 5 quiet tenants' jobs, enqueued as the backend
+		// does (placed in the fair order).
 		if _, err := pool.Exec(ctx, `
-INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at)
-SELECT 'k', 'default', CASE WHEN g <= $1 THEN 'noisy' ELSE 'quiet-' || g END, '{}', 5,
-       CASE WHEN g <= $1 THEN now() - interval '1 hour' ELSE now() END, now()
-FROM generate_series(1, $1::int + 5) g`, backlog); err != nil {
+SELECT count(*) FROM cellgate_jobs_insert_many(
+    array_fill('k'::text, ARRAY[$1::int + 5]), array_fill('default'::text, ARRAY[$1::int + 5]),
+    ARRAY(SELECT CASE WHEN g <= $1 THEN 'noisy' ELSE 'quiet-' || g END FROM generate_series(1, $1::int + 5) g),
+    array_fill('{}'::text, ARRAY[$1::int + 5]), array_fill(5, ARRAY[$1::int + 5]),
+    ARRAY(SELECT CASE WHEN g <= $1 THEN now() - interval '1 hour' ELSE now() END FROM generate_series(1, $1::int + 5) g),
+    now())`, backlog); err != nil {
 			t.Fatal(err)
 		}
-		buffers(pool, true, nil) // first claims touch the new pages' hint bits
-		buffers(pool, false, nil)
-		cost[backlog] = [2]int{buffers(pool, true, &noisy), buffers(pool, false, nil)}
+		buffers(pool, true) // first claims touch the new pages' hint bits
+		buffers(pool, false)
+		cost[backlog] = [2]int{buffers(pool, true), buffers(pool, false)}
 	}
 	t.Logf("buffers per claim of 32 (fair, fifo): 1,000 backlog %v, 100,000 backlog %v", cost[1000], cost[100000])
 	for i, mode := range []string{"fair", "fifo"} {

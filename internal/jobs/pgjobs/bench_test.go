@@ -56,8 +56,6 @@ var benchRound int
 //   - backlog: the workers drain PGJOBS_BENCH_BACKLOG (default 200000)
 //     pre-inserted jobs, half of them from one noisy tenant.
 //
-// PGJOBS_BENCH_FAIR_QUANTUM sets Config.FairQuantum for the fair runs.
-//
 // Every iteration runs the scenario with fair claims and with FIFO claims,
 // one right after the other, and the benchmark reports both rates and their
 // ratio (fair/fifo), so the ratio compares runs on the same machine state.
@@ -93,6 +91,9 @@ func BenchmarkPostgresJobs(b *testing.B) {
 				}
 				b.ReportMetric(float64(m.r.goCPU.Microseconds())/float64(m.r.jobs), m.name+"-go-µs/job")
 				b.ReportMetric(float64(m.r.allocs)/float64(m.r.jobs), m.name+"-allocs/job")
+				if m.r.claims > 0 {
+					b.ReportMetric(float64(m.r.claimed)/float64(m.r.claims), m.name+"-jobs/claim")
+				}
 			}
 		})
 	}
@@ -112,9 +113,9 @@ func benchOnce(b *testing.B, pool *pgxpool.Pool, scenario string, mode ClaimMode
 // benchClient returns a Client over a new Backend whose no-op handler counts
 // the jobs it runs in done and, if slots is not nil, frees one of them per
 // job.
-func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64, slots chan struct{}) *jobs.Client {
+func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64, slots chan struct{}) (*jobs.Client, *Backend) {
 	b.Helper()
-	cfg := Config{Claim: mode, FairQuantum: benchEnv("PGJOBS_BENCH_FAIR_QUANTUM", 0)}
+	cfg := Config{Claim: mode}
 	be, err := New(pool, cfg, Options{Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
@@ -131,7 +132,7 @@ func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.
 	if err != nil {
 		b.Fatal(err)
 	}
-	return c
+	return c, be
 }
 
 // benchResult is one measured run, or the sum of several.
@@ -140,6 +141,8 @@ type benchResult struct {
 	jobs         int64
 	pgCPU, goCPU time.Duration
 	allocs       uint64 // heap allocations of this process
+	claims       uint64 // claim statements
+	claimed      uint64 // jobs they returned
 }
 
 func (r *benchResult) add(o benchResult) {
@@ -148,6 +151,15 @@ func (r *benchResult) add(o benchResult) {
 	r.pgCPU += o.pgCPU
 	r.goCPU += o.goCPU
 	r.allocs += o.allocs
+	r.claims += o.claims
+	r.claimed += o.claimed
+}
+
+// claimStats copies be's claim counters into r.
+func (r *benchResult) claimStats(be *Backend) {
+	be.mu.Lock()
+	r.claims, r.claimed = be.claims, be.claimed
+	be.mu.Unlock()
 }
 
 // cpuMeter measures the CPU time of this process and of the PostgreSQL
@@ -233,7 +245,7 @@ func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResu
 	// once the job ran: producers wait while benchOutstanding jobs are
 	// enqueued and not yet run.
 	slots := make(chan struct{}, benchOutstanding)
-	c := benchClient(b, pool, mode, &done, slots)
+	c, be := benchClient(b, pool, mode, &done, slots)
 	if err := c.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -268,6 +280,7 @@ func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResu
 	elapsed := time.Since(start)
 	r := benchResult{rate: float64(n) / elapsed.Seconds(), jobs: n}
 	cpu.stop(&r)
+	r.claimStats(be)
 	close(stop)
 	wg.Wait()
 	if err, _ := enqErr.Load().(error); err != nil {
@@ -283,12 +296,15 @@ func benchBacklog(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResult 
 	n := benchEnv("PGJOBS_BENCH_BACKLOG", 200000)
 	ctx := context.Background()
 	// Half the backlog is one noisy tenant's; the rest is spread over 99.
+	// Inserted with the backend's batched enqueue statement, in one call.
 	_, err := pool.Exec(ctx, `
-INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at)
-SELECT 'bench_noop', 'default',
-       CASE WHEN g % 2 = 0 THEN 'noisy' ELSE 'tenant-' || lpad((g % 99)::text, 3, '0') END,
-       jsonb_build_object('n', g), 5, now() - interval '1 minute', now()
-FROM generate_series(1, $1::int) AS g`, n)
+SELECT count(*) FROM cellgate_jobs_insert_many(
+    array_fill('bench_noop'::text, ARRAY[$1::int]), array_fill('default'::text, ARRAY[$1::int]),
+    ARRAY(SELECT CASE WHEN g % 2 = 0 THEN 'noisy' ELSE 'tenant-' || lpad((g % 99)::text, 3, '0') END
+          FROM generate_series(1, $1::int) AS g ORDER BY g),
+    ARRAY(SELECT jsonb_build_object('n', g)::text FROM generate_series(1, $1::int) AS g ORDER BY g),
+    array_fill(5, ARRAY[$1::int]), array_fill(now() - interval '1 minute', ARRAY[$1::int]),
+    now())`, n)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -296,7 +312,7 @@ FROM generate_series(1, $1::int) AS g`, n)
 		b.Fatal(err)
 	}
 	var done atomic.Int64
-	c := benchClient(b, pool, mode, &done, nil)
+	c, be := benchClient(b, pool, mode, &done, nil)
 	cpu := startCPU(pool)
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {
@@ -311,6 +327,7 @@ FROM generate_series(1, $1::int) AS g`, n)
 	}
 	r := benchResult{rate: float64(n) / time.Since(start).Seconds(), jobs: int64(n)}
 	cpu.stop(&r)
+	r.claimStats(be)
 	if _, err := c.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}

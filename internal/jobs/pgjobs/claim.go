@@ -118,27 +118,17 @@ func (b *Backend) handOffLocked(row *jobs.JobRow) {
 // statement (one round trip, one transaction), then hands the jobs to the
 // waiting workers and stashes the rest. n was reserved at mark (see
 // fetchLoop); claimBatch gives the reservation back. It returns how many
-// jobs it claimed, and whether a fair claim stopped early with more tenants
-// to look at.
-func (b *Backend) claimBatch(n int, mark flightMark) (int, bool, error) {
+// jobs it claimed.
+func (b *Backend) claimBatch(n int, mark flightMark) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	done := b.takeDone()
 	ids, attempts := splitDone(done)
-	now := b.now()
-	b.mu.Lock()
-	var cursor *string
-	if b.fair && b.hasCursor {
-		c := b.cursor
-		cursor = &c
-	}
-	quantum := b.quantumLocked(n)
-	b.mu.Unlock()
-	rows, err := b.pool.Query(ctx, sqlClaim, now, n, b.fair, cursor, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy, ids, attempts, int32(quantum))
+	rows, err := b.pool.Query(ctx, sqlClaim, b.now(), n, b.fair, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy,
+		ids, attempts, int32(placePerClaim*b.cfg.ClaimBatch))
 	var rowsOut []*jobs.JobRow
-	var hint *string
 	if err == nil {
-		rowsOut, hint, err = b.readClaim(rows)
+		rowsOut, err = b.readClaim(rows)
 	}
 	if err != nil {
 		// The statement's transaction rolled back: the completions are
@@ -148,114 +138,56 @@ func (b *Backend) claimBatch(n int, mark flightMark) (int, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.landedLocked(n, mark)
+	b.claims++
+	b.claimed += uint64(len(rowsOut))
 	if err != nil {
-		return 0, false, fmt.Errorf("pgjobs: claim on %s: %w", b.name, err)
-	}
-	if len(rowsOut) == 0 {
-		if hint != nil {
-			b.cursor, b.hasCursor = *hint, true
-			return 0, true, nil
-		}
-		return 0, false, nil
-	}
-	if b.fair {
-		b.ring = b.ringAfter(rowsOut, n, quantum, cursor)
-		b.cursor, b.hasCursor = rowsOut[len(rowsOut)-1].Tenant, true
-		if hint != nil {
-			// Where the walk ended when some of the jobs it found went to
-			// another claimer: go on from there, and look again at once
-			// (the claim came back short without the ring being done).
-			b.cursor, b.ring = *hint, 0
-		}
+		return 0, fmt.Errorf("pgjobs: claim on %s: %w", b.name, err)
 	}
 	for _, r := range rowsOut {
 		b.running[r.ID] = int32(r.Attempt)
 		b.handOffLocked(r)
 	}
-	return len(rowsOut), hint != nil, nil
+	return len(rowsOut), nil
 }
 
-// quantumLocked is the fair claim's quantum for a claim of n jobs: the
-// configured one, or, while the ring of tenants with ready jobs is shorter
-// than the batch, an equal share of the batch for each of them, so the walk
-// takes each tenant's share in its one descent. b.mu must be held.
-func (b *Backend) quantumLocked(n int) int {
-	q := b.cfg.FairQuantum
-	if b.ring > 0 {
-		q = max(q, (n+b.ring-1)/b.ring)
-	}
-	return q
-}
+// placePerClaim × ClaimBatch is how many due jobs without a place in the
+// fair order (jobs that were scheduled, retried or rescued) a fair claim
+// places before it claims: more than a claim can take, so a backlog of such
+// jobs is placed faster than it is claimed, and few enough that one claim
+// stays short (placing costs about as much per job as claiming).
+const placePerClaim = 2
 
-// ringAfter returns the length of the ring of tenants with ready jobs, as
-// far as a fair claim of n jobs with quantum q from cursor that returned
-// rows shows it, or 0 when the ring may be longer than the batch.
-//
-// The claim saw the whole ring when it came back short, or gave a tenant
-// more than q jobs (an equal share). A claim with a quantum raised for a
-// short ring (q above the configured one) saw it whole if it went round
-// past its cursor; if it did not, tenants have joined, and the configured
-// quantum walks the ring again. With per-kind caps a claim also comes back
-// short when it trims jobs of kinds at their cap, so the ring is not
-// estimated.
-func (b *Backend) ringAfter(rows []*jobs.JobRow, n, q int, cursor *string) int {
-	if len(b.capKinds) > 0 {
-		return 0
-	}
-	per := make(map[string]int, len(rows))
-	most, wrapped := 0, false
-	for _, r := range rows {
-		per[r.Tenant]++
-		most = max(most, per[r.Tenant])
-		wrapped = wrapped || (cursor != nil && r.Tenant <= *cursor)
-	}
-	switch {
-	case len(rows) < n || most > q:
-		return len(per)
-	case q > b.cfg.FairQuantum && wrapped:
-		return len(per)
-	default:
-		return 0
-	}
-}
-
-func (b *Backend) readClaim(rows pgx.Rows) ([]*jobs.JobRow, *string, error) {
+func (b *Backend) readClaim(rows pgx.Rows) ([]*jobs.JobRow, error) {
 	defer rows.Close()
 	type ordered struct {
 		row *jobs.JobRow
 		ord int32
 	}
 	var out []ordered
-	var hint *string
 	for rows.Next() {
 		r := &jobs.JobRow{Handle: b}
 		var id int64
 		var attempt, maxAttempts, ord int32
 		if err := rows.Scan(&id, &r.Kind, &r.Queue, &r.Tenant, &r.EncodedArgs, &attempt, &maxAttempts, &r.EnqueuedAt, &ord); err != nil {
-			return nil, nil, err
-		}
-		if id == 0 { // a cursor hint, not a job
-			t := r.Tenant
-			hint = &t
-			continue
+			return nil, err
 		}
 		r.ID, r.Attempt, r.MaxAttempts = jobs.JobID(id), int(attempt), int(maxAttempts)
 		out = append(out, ordered{r, ord})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ord < out[j].ord })
 	res := make([]*jobs.JobRow, len(out))
 	for i := range out {
 		res[i] = out[i].row
 	}
-	return res, hint, nil
+	return res, nil
 }
 
 const sqlClaim = `
 SELECT job_id, job_kind, job_queue, job_tenant, job_args, job_attempt, job_max_attempts, job_created_at, job_ord
-FROM cellgate_jobs_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+FROM cellgate_jobs_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // release hands claimed jobs that never started back to the queue, without
 // counting the attempt.

@@ -137,7 +137,7 @@ func truncate(s string) string {
 
 const sqlRetry = `
 UPDATE cellgate_jobs
-SET state = 'available', run_at = $3,
+SET state = 'available', run_at = $3, vtime = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', $5::text))
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 

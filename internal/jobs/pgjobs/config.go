@@ -13,8 +13,9 @@ import (
 type ClaimMode string
 
 const (
-	// ClaimFair hands out jobs round-robin across the tenants that have a
-	// ready job, each tenant's oldest first.
+	// ClaimFair hands out jobs round-robin across the tenants that have
+	// ready jobs: one job of each such tenant per round, each tenant's jobs
+	// in the order they became ready.
 	ClaimFair ClaimMode = "fair"
 	// ClaimFIFO hands out the oldest ready job first, whatever its tenant.
 	ClaimFIFO ClaimMode = "fifo"
@@ -30,7 +31,6 @@ const (
 	DefaultBreakerCooldown = 10 * time.Second
 	DefaultPollInterval    = time.Second
 	DefaultClaimBatch      = 128
-	DefaultFairQuantum     = 1
 	DefaultCompleteBatch   = 512
 	DefaultCompleteFlush   = 5 * time.Millisecond
 	DefaultInsertBatch     = 256
@@ -76,13 +76,6 @@ type Config struct {
 	// notification before it looks for work again (jobs scheduled by other
 	// processes, a lost LISTEN connection). 0 means DefaultPollInterval.
 	PollInterval time.Duration
-	// FairQuantum is how many jobs of one tenant a fair claim takes per
-	// turn of the round-robin (while the turn's tenant has that many ready
-	// jobs): a quiet tenant waits for at most this many jobs of each other
-	// tenant with ready work. Each turn costs one index descent, so 1 (one
-	// job per tenant per turn) costs the most per job; see
-	// docs/jobs-postgres.md. 0 means DefaultFairQuantum.
-	FairQuantum int
 	// ClaimBatch caps the jobs one claim round trip takes (one per waiting
 	// worker, plus the prefetch). 0 means DefaultClaimBatch.
 	ClaimBatch int
@@ -141,7 +134,6 @@ func (c Config) WithDefaults() Config {
 	c.BreakerCooldown = cmp.Or(c.BreakerCooldown, DefaultBreakerCooldown)
 	c.PollInterval = cmp.Or(c.PollInterval, DefaultPollInterval)
 	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
-	c.FairQuantum = cmp.Or(c.FairQuantum, DefaultFairQuantum)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, DefaultCompleteBatch)
 	c.CompleteFlush = cmp.Or(c.CompleteFlush, DefaultCompleteFlush)
 	c.InsertBatch = cmp.Or(c.InsertBatch, DefaultInsertBatch)
@@ -177,7 +169,6 @@ func (c Config) Validate() error {
 	pos("jobs.postgres.breaker_cooldown", c.BreakerCooldown)
 	pos("jobs.postgres.poll_interval", c.PollInterval)
 	posInt("jobs.postgres.claim_batch", c.ClaimBatch)
-	posInt("jobs.postgres.fair_quantum", c.FairQuantum)
 	if c.Prefetch < PrefetchOff {
 		errs = append(errs, fmt.Errorf("jobs.postgres.prefetch: must be >= 0 (or PrefetchOff), got %d", c.Prefetch))
 	}

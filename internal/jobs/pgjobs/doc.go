@@ -1,5 +1,5 @@
 // Package pgjobs is the PostgreSQL job backend: a jobs.Backend over the
-// cellgate_jobs table (sql/migrations/000002_jobs.up.sql and 000003), and Runtime, which
+// cellgate_jobs table (sql/migrations/000002_jobs.up.sql and later), and Runtime, which
 // runs one such backend on the control database and, with shard_local, one
 // per shard behind a single jobs.Client.
 //
@@ -15,7 +15,9 @@
 //     trip, a job for every worker waiting in Claim plus a prefetch sized
 //     to what the workers asked for during the previous round trip
 //     (cellgate_jobs_claim: FOR UPDATE SKIP LOCKED, fair or FIFO order,
-//     per-kind caps under an advisory lock); see fetch.go. Idle, it waits
+//     per-kind caps under an advisory lock); see fetch.go. Fair order is
+//     a place (vtime) each ready job gets when it is enqueued, so a fair
+//     claim reads one index in order, as a FIFO claim does. Idle, it waits
 //     for a NOTIFY, a local insert, a scheduled time or the poll interval.
 //   - Complete is buffered and written in batches (piggybacked on the next
 //     claim, or after CompleteFlush): at-least-once, a completion lost in a

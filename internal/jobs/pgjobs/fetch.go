@@ -21,8 +21,8 @@ import (
 // heartbeats, count toward per-kind caps, and Close hands them back.
 //
 // A single fetcher also keeps a backend's claims from racing each other:
-// two fair claims in flight from the same cursor walk the same tenants and
-// skip each other's locked rows. (Measured with two: more CPU per job and
+// two claims in flight read the same head of the claim order and skip each
+// other's locked rows. (Measured with two: more CPU per job and
 // fewer jobs per second, in both claim orders.)
 
 // jobStash is a FIFO of claimed jobs that no worker has taken yet.
@@ -126,7 +126,7 @@ func (b *Backend) fetchLoop() {
 		case <-b.wake:
 		default:
 		}
-		got, more, err := b.claimBatch(n, mark)
+		got, err := b.claimBatch(n, mark)
 		if err != nil {
 			b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
 			if !retry.wait(b.quit) {
@@ -135,10 +135,9 @@ func (b *Backend) fetchLoop() {
 			continue
 		}
 		retry.reset()
-		if got > 0 || more {
-			// A short batch does not prove the table is drained: a fair
-			// round takes a bounded share per tenant, and jobs of a kind at
-			// its cap are trimmed. Only an empty claim does.
+		if got > 0 {
+			// A short batch does not prove the table is drained: jobs of a
+			// kind at its cap are trimmed. Only an empty claim does.
 			continue
 		}
 		// Nothing more to claim now: wait for news.

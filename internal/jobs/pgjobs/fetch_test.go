@@ -15,41 +15,34 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 )
 
-// claimOnce calls cellgate_jobs_claim in tx and returns the claimed jobs as
-// tenant+n strings in hand-out order, and the hint row's tenant ("" if none).
-func claimOnce(t *testing.T, tx pgx.Tx, limit int, fair bool, cursor *string, quantum int) ([]string, string) {
+// claimOnce calls cellgate_jobs_claim in tx at now+at and returns the
+// claimed jobs as tenant+n strings in hand-out order.
+func claimOnce(t *testing.T, tx pgx.Tx, at time.Duration, limit int, fair bool) []string {
 	t.Helper()
 	rows, err := tx.Query(context.Background(), `
-SELECT job_id, job_tenant, coalesce(job_args->>'n', ''), job_ord
-FROM cellgate_jobs_claim(now(), $1, $2, $3, '{}', '{}', 256, 'test', '{}', '{}', $4)
-ORDER BY job_ord`, limit, fair, cursor, quantum)
+SELECT job_tenant, coalesce(job_args->>'n', '')
+FROM cellgate_jobs_claim(now() + $1 * interval '1 microsecond', $2, $3, '{}', '{}', 256, 'test', '{}', '{}', 256)
+ORDER BY job_ord`, at.Microseconds(), limit, fair)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	var got []string
-	hint := ""
 	for rows.Next() {
-		var id int64
 		var tn, n string
-		var ord int32
-		if err := rows.Scan(&id, &tn, &n, &ord); err != nil {
+		if err := rows.Scan(&tn, &n); err != nil {
 			t.Fatal(err)
-		}
-		if id == 0 {
-			hint = tn
-			continue
 		}
 		got = append(got, tn+n)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return got, hint
+	return got
 }
 
 // seedTenants inserts per jobs for each tenant, each tenant's job n older
-// than its job n+1.
+// than its job n+1, by hand (without places: fair claims place them).
 func seedTenants(t *testing.T, pool *pgxpool.Pool, tenants []string, per int) {
 	t.Helper()
 	if _, err := pool.Exec(context.Background(), `
@@ -60,44 +53,63 @@ FROM generate_series(1, $2::int) g, unnest($1::text[]) t`, tenants, per); err !=
 	}
 }
 
-// TestFairClaimSQL pins the fair claim's order: one job per tenant per turn
-// from the cursor (or p_quantum), the ring wrapping round, an equal share
-// when the ring is shorter than the batch, and, when another claimer holds
-// some of the jobs the walk found, the others plus a hint row that moves
-// the cursor to the end of the walk.
+// enqueueSQL inserts jobs through cellgate_jobs_insert_many, the batched
+// enqueue: for each "tenant:from-to" spec, that tenant's jobs n = from..to,
+// in that order, due after runIn.
+func enqueueSQL(t *testing.T, pool *pgxpool.Pool, runIn time.Duration, specs ...string) {
+	t.Helper()
+	var kinds, queues, tenants, args []string
+	var maxAttempts []int32
+	var runAts []time.Time
+	now := time.Now()
+	for _, spec := range specs {
+		var tn string
+		var from, to int
+		if _, err := fmt.Sscanf(strings.Replace(spec, ":", " ", 1), "%s %d-%d", &tn, &from, &to); err != nil {
+			t.Fatalf("spec %q: %v", spec, err)
+		}
+		for n := from; n <= to; n++ {
+			kinds, queues, tenants = append(kinds, "plain"), append(queues, "default"), append(tenants, tn)
+			args = append(args, fmt.Sprintf(`{"n": %d}`, n))
+			maxAttempts, runAts = append(maxAttempts, 5), append(runAts, now.Add(runIn))
+		}
+	}
+	if _, err := pool.Exec(context.Background(), sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFairClaimSQL pins the fair order: every tenant with waiting jobs gets
+// one job per round, a tenant that joins (or comes back) joins the round
+// being served, a backlog holds one place per job, and a scheduled job is
+// placed when a claim finds it due.
 func TestFairClaimSQL(t *testing.T) {
 	pool := newSchema(t, newDB(t), 3)
 	ctx := context.Background()
-	seedTenants(t, pool, []string{"a", "b", "c", "d", "e", "f"}, 4)
-	b := "b"
-	e := "e"
-	check := func(name string, limit int, cursor *string, quantum int, want, wantHint string) {
+	claim := func(name string, at time.Duration, limit int, want string) {
 		t.Helper()
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		got, hint := claimOnce(t, tx, limit, true, cursor, quantum)
-		if strings.Join(got, " ") != want || hint != wantHint {
-			t.Errorf("%s: got %q hint %q, want %q hint %q", name, strings.Join(got, " "), hint, want, wantHint)
+		if got := strings.Join(claimOnce(t, tx, at, limit, true), " "); got != want {
+			t.Fatalf("%s: got %q, want %q", name, got, want)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
-	check("one per tenant from the cursor", 4, &b, 1, "c1 d1 e1 f1", "")
-	check("wraps round", 4, &e, 1, "f1 a1 b1 c1", "")
-	check("quantum 2", 5, &b, 2, "c1 c2 d1 d2 e1", "")
-	check("equal share of a short ring", 12, nil, 1, "a1 b1 c1 d1 e1 f1 a2 b2 c2 d2 e2 f2", "")
-
-	// Another claimer holds d1 and e1.
-	hold, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = hold.Rollback(ctx) }()
-	if _, err := hold.Exec(ctx, `SELECT id FROM cellgate_jobs WHERE tenant IN ('d', 'e') AND args->>'n' = '1' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	check("skips held jobs, hints the walk's end", 4, &b, 1, "c1 f1", "f")
+	enqueueSQL(t, pool, 0, "a:1-4", "b:1-4", "c:1-1")
+	claim("round 0: each tenant's first job, in enqueue order", 0, 3, "a1 b1 c1")
+	enqueueSQL(t, pool, 0, "d:1-1", "c:2-2")
+	claim("a new tenant and a returning one join the round being served", 0, 4, "a2 b2 d1 c2")
+	enqueueSQL(t, pool, 0, "noisy:1-300")
+	enqueueSQL(t, pool, 0, "q:1-1")
+	claim("a quiet job behind a backlog waits one round", 0, 4, "a3 b3 noisy1 q1")
+	enqueueSQL(t, pool, time.Hour, "s:1-1")
+	claim("a scheduled job waits", 0, 3, "a4 b4 noisy2")
+	claim("and is placed in the round being served once due", 2*time.Hour, 3, "noisy3 s1 noisy4")
 }
 
 // TestFairClaimsAcrossBackends: four backends (as four processes) claim
@@ -158,37 +170,5 @@ func TestLongJobsAreNotPrefetched(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // polls and claims that would prefetch
 	if n := count(t, pool, `SELECT count(*) FROM cellgate_jobs WHERE state = 'running'`); n != 4 {
 		t.Fatalf("%d jobs running in the table with 4 busy workers, want 4", n)
-	}
-}
-
-// TestRingAfter: the ring estimate that raises the fair quantum for a short
-// ring is set only when a claim saw the whole ring, and dropped when
-// tenants may have joined.
-func TestRingAfter(t *testing.T) {
-	b := &Backend{cfg: Config{FairQuantum: 1}}
-	rows := func(tenants ...string) []*jobs.JobRow {
-		var out []*jobs.JobRow
-		for _, tn := range tenants {
-			out = append(out, &jobs.JobRow{Tenant: tn})
-		}
-		return out
-	}
-	c := "c"
-	for _, tc := range []struct {
-		name   string
-		rows   []*jobs.JobRow
-		n, q   int
-		cursor *string
-		want   int
-	}{
-		{"full batch, one per tenant", rows("d", "e", "f"), 3, 1, &c, 0},
-		{"short claim", rows("d", "a"), 3, 1, &c, 2},
-		{"equal share", rows("a", "b", "a", "b"), 4, 1, nil, 2},
-		{"raised quantum, went round", rows("d", "d", "a", "a"), 4, 2, &c, 2},
-		{"raised quantum, did not go round", rows("d", "d", "e", "e"), 4, 2, &c, 0},
-	} {
-		if got := b.ringAfter(tc.rows, tc.n, tc.q, tc.cursor); got != tc.want {
-			t.Errorf("%s: ring %d, want %d", tc.name, got, tc.want)
-		}
 	}
 }

@@ -278,10 +278,6 @@ func readIDs(rows pgx.Rows, n int) ([]int64, error) {
 	return ids, nil
 }
 
-const sqlInsertMany = `
-INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at)
-SELECT u.kind, u.queue, u.tenant, u.args::jsonb, u.max_attempts, u.run_at, $7
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::timestamptz[])
-     WITH ORDINALITY AS u(kind, queue, tenant, args, max_attempts, run_at, ord)
-ORDER BY u.ord
-RETURNING id`
+// sqlInsertMany inserts a batch and places its ready jobs in the fair
+// order (cellgate_jobs_insert_many); ids come back in input order.
+const sqlInsertMany = `SELECT job_id FROM cellgate_jobs_insert_many($1, $2, $3, $4, $5, $6, $7)`

@@ -347,6 +347,7 @@ UPDATE cellgate_jobs
 SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END,
     finished_at = CASE WHEN attempt >= max_attempts THEN $1::timestamptz END,
     run_at = $1,
+    vtime = NULL,
     heartbeat_at = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'at', $1::timestamptz,

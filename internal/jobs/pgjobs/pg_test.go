@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
+	"path"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -120,8 +122,19 @@ func newSchema(tb testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
 }
 
 // jobsMigrationsUp are the migrations that make the jobs table and its
-// functions, in order; the down files undo them in reverse.
-var jobsMigrationsUp = []string{"000002_jobs.up.sql", "000003_jobs_claim_quantum.up.sql"}
+// functions (every up file named *_jobs*), in order; the down files undo
+// them in reverse.
+var jobsMigrationsUp = func() []string {
+	names, err := fs.Glob(cgsql.Migrations, cgsql.MigrationsDir+"/*_jobs*.up.sql")
+	if err != nil || len(names) == 0 {
+		panic(fmt.Sprintf("no jobs migrations embedded: %v", err))
+	}
+	for i, n := range names {
+		names[i] = path.Base(n)
+	}
+	sort.Strings(names)
+	return names
+}()
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
