@@ -47,6 +47,7 @@ END;
 $$;
 
 DROP FUNCTION cellgate_jobs_vtimes(text[], timestamptz[], timestamptz);
+DROP TABLE cellgate_jobs_head;
 
 CREATE INDEX cellgate_jobs_fair_idx ON cellgate_jobs (tenant, run_at, id)
     WHERE state = 'available' AND tenant IS NOT NULL;

@@ -80,9 +80,10 @@ func enqueueSQL(t *testing.T, pool *pgxpool.Pool, runIn time.Duration, specs ...
 }
 
 // TestFairClaimSQL pins the fair order: every tenant with waiting jobs gets
-// one job per round, a tenant that joins (or comes back) joins the round
-// being served, a backlog holds one place per job, and a scheduled job is
-// placed when a claim finds it due.
+// one job per round, a tenant that joins (or comes back) joins the next
+// round, a backlog holds one place per job, a scheduled job is placed when
+// a claim finds it due, and a tenant that keeps coming back with one job
+// at a time does not starve a backlog.
 func TestFairClaimSQL(t *testing.T) {
 	pool := newSchema(t, newDB(t), 3)
 	ctx := context.Background()
@@ -103,13 +104,20 @@ func TestFairClaimSQL(t *testing.T) {
 	enqueueSQL(t, pool, 0, "a:1-4", "b:1-4", "c:1-1")
 	claim("round 0: each tenant's first job, in enqueue order", 0, 3, "a1 b1 c1")
 	enqueueSQL(t, pool, 0, "d:1-1", "c:2-2")
-	claim("a new tenant and a returning one join the round being served", 0, 4, "a2 b2 d1 c2")
+	claim("a new tenant and a returning one join the next round", 0, 4, "a2 b2 d1 c2")
 	enqueueSQL(t, pool, 0, "noisy:1-300")
 	enqueueSQL(t, pool, 0, "q:1-1")
 	claim("a quiet job behind a backlog waits one round", 0, 4, "a3 b3 noisy1 q1")
 	enqueueSQL(t, pool, time.Hour, "s:1-1")
 	claim("a scheduled job waits", 0, 3, "a4 b4 noisy2")
-	claim("and is placed in the round being served once due", 2*time.Hour, 3, "noisy3 s1 noisy4")
+	claim("and is placed in the next round once due", 2*time.Hour, 3, "noisy3 s1 noisy4")
+	// A tenant that enqueues its next job whenever the last one was taken
+	// joins the next round each time: it does not hold the head's place
+	// while the backlog behind it waits.
+	for k := 1; k <= 3; k++ {
+		enqueueSQL(t, pool, 0, fmt.Sprintf("loop:%d-%d", k, k))
+		claim("a tenant that keeps coming back", 2*time.Hour, 2, fmt.Sprintf("noisy%d loop%d", k+4, k))
+	}
 }
 
 // TestFairClaimsAcrossBackends: four backends (as four processes) claim
