@@ -38,6 +38,11 @@ type CellgateJob struct {
 	Vtime       pgtype.Int8        `json:"vtime"`
 }
 
+type CellgateJobsHead struct {
+	One   bool  `json:"one"`
+	Vtime int64 `json:"vtime"`
+}
+
 type Order struct {
 	TenantID    string             `json:"tenant_id"`
 	ID          int64              `json:"id"`
