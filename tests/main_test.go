@@ -15,6 +15,7 @@ import (
 var serverBin string
 
 func TestMain(m *testing.M) {
+	runRelayIfAsked() // as BenchmarkRouterOverhead's relay process, it never returns
 	dir, err := os.MkdirTemp("", "cellgate-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	failAfter := fs.Int("fail-after", d.FailAfter, "consecutive failed checks or transport errors that mark a cell down")
 	maxInFlight := fs.Int("max-in-flight", d.MaxInFlightPerCell, "requests in flight per cell before 503 (-1: no cap)")
 	headerTimeout := fs.Duration("response-header-timeout", d.ResponseHeaderTimeout, "longest wait for a cell's response head")
+	netHTTPOnly := fs.Bool("net-http-only", false, "serve every connection with net/http's server, not the router's own loop for plain GETs (same answers, more thread wake-ups per request)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,6 +75,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		SlotMapFile:    *slotMap,
 		ReloadInterval: *reload,
 		Logger:         log,
+		NetHTTPOnly:    *netHTTPOnly,
 		Proxy: cells.ProxyConfig{
 			HealthInterval:        *hInterval,
 			HealthTimeout:         *hTimeout,

@@ -287,36 +287,57 @@ const requestIDHeader = "X-Request-Id" // canonical form of X-Request-ID
 // the map, a slot lookup, and atomic counters; handing out and taking back
 // a pooled connection to the cell takes one short mutex.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.serve(w, r, false, nil)
+}
+
+// serve is ServeHTTP. With leanOnly (the front server's own loop, whose
+// ResponseWriter cannot serve ReverseProxy) it returns false, having done
+// nothing, for a request that would take the ReverseProxy path; otherwise
+// it calls begin, when not nil, before its first effect and serves r.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, leanOnly bool, begin func()) bool {
 	t := p.table.Load()
 	var b *backend
+	frozen := false
 	if p.x != nil {
 		if tenant, err := p.x.Extract(r); err == nil {
 			slot := mustSlot(tenant)
 			b = t.backends[t.r.m.Owner(slot)]
-			if t.r.frozen != nil && t.r.frozen.has(slot) {
-				b.rejectFrozen.Add(1)
-				b.refuse(w, r, retryOne, b.bodyFrozen)
-				return
-			}
+			frozen = t.r.frozen != nil && t.r.frozen.has(slot)
 		}
 	}
-	if b == nil {
-		if b = t.pickUp(); b == nil {
-			p.m.noCell.Add(1)
-			setRequestID(w, r)
-			h := w.Header()
-			h["Content-Type"] = jsonContentType
-			h["Retry-After"] = p.retryAfter
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write(bodyNoCell)
-			return
-		}
+	if b == nil && !frozen {
+		b = t.pickUp()
 	}
-	if !b.up.Load() {
+	lean := b != nil && b.forwardable(r)
+	if leanOnly && b != nil && !frozen && !lean {
+		return false
+	}
+	if begin != nil {
+		begin()
+	}
+	switch {
+	case frozen:
+		b.rejectFrozen.Add(1)
+		b.refuse(w, r, retryOne, b.bodyFrozen)
+	case b == nil:
+		p.m.noCell.Add(1)
+		setRequestID(w, r)
+		h := w.Header()
+		h["Content-Type"] = jsonContentType
+		h["Retry-After"] = p.retryAfter
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(bodyNoCell)
+	case !b.up.Load():
 		b.rejectDown.Add(1)
 		b.refuse(w, r, p.retryAfter, b.bodyDown)
-		return
+	default:
+		p.send(w, r, b, lean)
 	}
+	return true
+}
+
+// send forwards r to b's cell within the per-cell cap.
+func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bool) {
 	n := b.inflight.Add(1)
 	defer b.inflight.Add(-1) // also runs when the proxy aborts a stream with a panic
 	if limit := p.cfg.MaxInFlightPerCell; limit > 0 && n > int64(limit) {
@@ -328,7 +349,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header[requestIDHeader] = []string{newRequestID()}
 	}
 	w.Header()[p.cellHeader] = b.nameValue
-	if b.forwardable(r) {
+	if lean {
 		b.forward(w, r)
 		return
 	}

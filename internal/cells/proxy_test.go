@@ -124,8 +124,13 @@ func newFixture(tb testing.TB, cfg ProxyConfig) *fixture {
 			be.lean = false
 		}
 	}
-	front := httptest.NewServer(p)
-	tb.Cleanup(front.Close)
+	var front *httptest.Server
+	if ownLoop {
+		front = serveOwnLoop(tb, p, cfg.Logger)
+	} else {
+		front = httptest.NewServer(p)
+		tb.Cleanup(front.Close)
+	}
 	return &fixture{p: p, reg: reg, router: front, cells: []*testCell{c1, c2}}
 }
 
