@@ -66,7 +66,7 @@ func (t *directTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.takes(req) {
 		return t.fallback.RoundTrip(req)
 	}
-	return t.send(req, writeOutgoing, nil)
+	return t.send(req, writeOutgoing, nil, false)
 }
 
 // headWriter writes the head of the request for req to a cell connection;
@@ -82,14 +82,17 @@ func writeOutgoing(bw *bufio.Writer, req *http.Request) error { return req.Write
 // send writes a request head with write and returns the final answer;
 // info nil gives 1xx answers to req's httptrace hook. req's context bounds
 // the exchange, and its method tells whether the answer has a body.
-func (t *directTransport) send(req *http.Request, write headWriter, info infoHandler) (*http.Response, error) {
+// headerFirst says the caller is done with the answer's Header before it
+// reads the body, so a plain head may be parsed into the connection's
+// reused header map (leanhead.go).
+func (t *directTransport) send(req *http.Request, write headWriter, info infoHandler, headerFirst bool) (*http.Response, error) {
 	ctx := req.Context()
 	for {
 		pc, err := t.get(ctx)
 		if err != nil {
 			return nil, err
 		}
-		resp, err := pc.roundTrip(req, write, info)
+		resp, err := pc.roundTrip(req, write, info, headerFirst)
 		if err == nil {
 			return resp, nil
 		}
@@ -207,6 +210,7 @@ type directConn struct {
 	nothingRead bool // no byte of an answer arrived yet
 	headLeft    int  // bytes the head may still take; noHeadLimit for the body
 	aborted     atomic.Bool
+	rp          responseParser // plain answer heads (leanhead.go)
 }
 
 // maxHeadBytes bounds what is read for an answer's head, 1xx answers
@@ -260,11 +264,16 @@ func (pc *directConn) close() { _ = pc.conn.Close() }
 
 // roundTrip writes req and reads the head of the final answer. On success
 // the body holds the connection until it is read or closed.
-func (pc *directConn) roundTrip(req *http.Request, write headWriter, info infoHandler) (*http.Response, error) {
+func (pc *directConn) roundTrip(req *http.Request, write headWriter, info infoHandler, headerFirst bool) (*http.Response, error) {
 	pc.nothingRead = true
 	pc.aborted.Store(false)
-	stop := context.AfterFunc(req.Context(), pc.abortFn)
-	resp, err := pc.exchange(req, write, info)
+	var stop func() bool
+	if cc, ok := req.Context().(*connContext); ok {
+		stop = cc.afterFunc(pc.abortFn) // the own loop's: no allocation
+	} else {
+		stop = context.AfterFunc(req.Context(), pc.abortFn)
+	}
+	resp, err := pc.exchange(req, write, info, headerFirst)
 	if err != nil {
 		stop()
 		return nil, err
@@ -273,7 +282,7 @@ func (pc *directConn) roundTrip(req *http.Request, write headWriter, info infoHa
 	return resp, nil
 }
 
-func (pc *directConn) exchange(req *http.Request, write headWriter, info infoHandler) (*http.Response, error) {
+func (pc *directConn) exchange(req *http.Request, write headWriter, info infoHandler, headerFirst bool) (*http.Response, error) {
 	if err := write(pc.bw, req); err != nil {
 		return nil, err
 	}
@@ -287,7 +296,7 @@ func (pc *directConn) exchange(req *http.Request, write headWriter, info infoHan
 		pc.setReadDeadline(time.Now().Add(d))
 	}
 	pc.headLeft = pc.t.maxHead
-	resp, err := pc.readHead(req, info)
+	resp, err := pc.readHead(req, info, headerFirst)
 	pc.headLeft = noHeadLimit
 	if pc.t.headerTimeout > 0 {
 		pc.setReadDeadline(time.Time{})
@@ -302,8 +311,14 @@ var (
 )
 
 // readHead reads answers until the final one, giving 1xx answers to info,
-// or to the request's httptrace hook when info is nil.
-func (pc *directConn) readHead(req *http.Request, info infoHandler) (*http.Response, error) {
+// or to the request's httptrace hook when info is nil. With headerFirst a
+// plain final answer is parsed by the connection's own parser.
+func (pc *directConn) readHead(req *http.Request, info infoHandler, headerFirst bool) (*http.Response, error) {
+	if headerFirst {
+		if resp, ok := pc.readPlainHead(req); ok {
+			return resp, nil
+		}
+	}
 	for n := 0; ; n++ {
 		resp, err := http.ReadResponse(pc.br, req)
 		if err != nil {
@@ -329,6 +344,33 @@ func (pc *directConn) readHead(req *http.Request, info infoHandler) (*http.Respo
 			if err := info(code, resp.Header); err != nil {
 				return nil, err
 			}
+		}
+	}
+}
+
+// readPlainHead parses the answer's head with pc.rp if it is plain and
+// fits in the read buffer, consuming it. Otherwise (or on a read error) it
+// consumes nothing and returns false: http.ReadResponse then reads the
+// same bytes, and the same error.
+func (pc *directConn) readPlainHead(req *http.Request) (*http.Response, bool) {
+	br := pc.br
+	if _, err := br.Peek(1); err != nil {
+		return nil, false
+	}
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if end := headEnd(buf); end >= 0 {
+			resp, ok := pc.rp.parse(buf[:end], req, br)
+			if ok {
+				_, _ = br.Discard(end)
+			}
+			return resp, ok
+		}
+		if len(buf) == br.Size() {
+			return nil, false
+		}
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			return nil, false
 		}
 	}
 }

@@ -62,7 +62,7 @@ func (b *backend) forward(w http.ResponseWriter, r *http.Request) {
 		clear(h)
 		h[b.p.cellHeader] = b.nameValue
 		return nil
-	})
+	}, true) // resp.Header is copied to h before the body is read
 	if err != nil {
 		b.onError(w, r, err)
 		return

@@ -241,8 +241,10 @@ type frontConn struct {
 	remote string
 	br     *bufio.Reader // reads from the frontConn (see Read)
 	w      leanWriter
-	hr     *bufio.Reader // parses a head already in br's buffer
+	hr     *bufio.Reader // parses a head already in br's buffer (net/http's parser)
 	head   bytes.Reader
+	rp     requestParser // parses plain heads (leanhead.go)
+	ctx    *connContext  // the context of every request on the connection
 
 	headLen   int    // bytes of the current request's head in br
 	beginFn   func() // fc.begin, bound once
@@ -255,10 +257,10 @@ type frontConn struct {
 	watchMu   sync.Mutex
 	watching  atomic.Bool // claimed: by the sweep (watch runs) or by the request's end
 	watchDone chan struct{}
-	stopWatch atomic.Bool // the request ended: the watch's read error means nothing
-	cancel    context.CancelFunc
-	gone      atomic.Bool // the watch saw the client close or fail
-	extra     [1]byte     // a byte the watch read (a pipelined request)
+	stopWatch atomic.Bool        // the request ended: the watch's read error means nothing
+	cancel    context.CancelFunc // ctx.cancel, bound once
+	gone      atomic.Bool        // the watch saw the client close or fail
+	extra     [1]byte            // a byte the watch read (a pipelined request)
 	hasExtra  bool
 }
 
@@ -269,6 +271,9 @@ func newFrontConn(s *frontServer, c net.Conn) *frontConn {
 	fc.w.bw = bufio.NewWriterSize(c, 4<<10)
 	fc.w.header = http.Header{}
 	fc.beginFn = fc.begin
+	fc.ctx = newConnContext()
+	fc.cancel = fc.ctx.cancel
+	fc.rp.blank = *new(http.Request).WithContext(fc.ctx)
 	fc.setState(connNew)
 	return fc
 }
@@ -322,7 +327,8 @@ func (fc *frontConn) serve() {
 
 // readRequest waits for a request and parses its head without consuming
 // it. It returns a nil request for a head the own loop leaves to net/http
-// (too large, malformed), and n, the head's length.
+// (too large, malformed), and n, the head's length. The request, in
+// fc.ctx, is valid until the next call: the parser reuses it.
 func (fc *frontConn) readRequest() (*http.Request, int, error) {
 	if _, err := fc.br.Peek(1); err != nil {
 		return nil, 0, err
@@ -345,13 +351,16 @@ func (fc *frontConn) readRequest() (*http.Request, int, error) {
 		}
 	}
 	buf, _ := fc.br.Peek(end)
+	if req, ok := fc.rp.parse(buf); ok {
+		return req, end, nil
+	}
 	fc.head.Reset(buf)
 	fc.hr.Reset(&fc.head)
 	req, err := http.ReadRequest(fc.hr)
 	if err != nil {
 		return nil, 0, nil // net/http answers it (400 and the like)
 	}
-	return req, end, nil
+	return req.WithContext(fc.ctx), end, nil
 }
 
 // headEnd returns the length of the request head at the start of buf (up
@@ -388,13 +397,10 @@ func (fc *frontConn) handOver() bool {
 // over with the request still unread. keep reports whether the connection
 // may carry another request.
 func (fc *frontConn) serveOne(req *http.Request, headLen int) (keep, ok bool) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req = req.WithContext(ctx)
+	defer fc.ctx.end() // after endWatch: the watch may still cancel until then
 	req.RemoteAddr = fc.remote
 	w := &fc.w
 	w.reset(req.Method == http.MethodHead)
-	fc.cancel = cancel
 	fc.stopWatch.Store(false)
 	fc.watching.Store(false)
 	fc.headLen = headLen
