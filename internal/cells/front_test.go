@@ -22,6 +22,30 @@ var ownLoop bool
 // lastFront is the front server newFixture started last with ownLoop.
 var lastFront *frontServer
 
+// newOwnLoopFixture is newFixture with the router served by the own loop,
+// and that loop's front server.
+func newOwnLoopFixture(t *testing.T) (*fixture, *frontServer) {
+	t.Helper()
+	ownLoop = true
+	defer func() { ownLoop = false }()
+	f := newFixture(t, ProxyConfig{})
+	return f, lastFront
+}
+
+// dialRouter opens a raw connection to f's router, closed when the test
+// ends, with a deadline so a missing answer fails the test instead of
+// hanging it.
+func dialRouter(t *testing.T, f *fixture) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.router.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	return conn
+}
+
 // serveOwnLoop serves p on a loopback port with a frontServer.
 func serveOwnLoop(tb testing.TB, p *Proxy, log *slog.Logger) *httptest.Server {
 	tb.Helper()
@@ -119,10 +143,7 @@ var frontCases = map[string]http.HandlerFunc{
 // connection each (so framing errors show in the next answer).
 func TestOwnLoopMatchesNetHTTP(t *testing.T) {
 	net1 := newFixture(t, ProxyConfig{})
-	ownLoop = true
-	own := newFixture(t, ProxyConfig{})
-	front := lastFront
-	ownLoop = false
+	own, front := newOwnLoopFixture(t)
 	for _, f := range []*fixture{net1, own} {
 		for _, c := range f.cells {
 			c.extra = func(w http.ResponseWriter, r *http.Request) {
@@ -194,10 +215,7 @@ func rawExchange(t *testing.T, url string, heads []string) []string {
 // take (a body, HTTP/1.0, a probe path, a malformed head) go to net/http,
 // which answers them as before and keeps serving the connection.
 func TestOwnLoopHandsOver(t *testing.T) {
-	ownLoop = true
-	f := newFixture(t, ProxyConfig{})
-	front := lastFront
-	ownLoop = false
+	f, front := newOwnLoopFixture(t)
 	for _, tc := range []struct{ name, head, status string }{
 		{"post", "POST /x HTTP/1.1\r\nHost: r\r\nX-Tenant-ID: " + tenant2 + "\r\nContent-Length: 2\r\n\r\n{}", "HTTP/1.1 200 OK"},
 		{"http10", "GET /x HTTP/1.0\r\nHost: r\r\nX-Tenant-ID: " + tenant2 + "\r\n\r\n", "HTTP/1.0 200 OK"},
@@ -205,12 +223,7 @@ func TestOwnLoopHandsOver(t *testing.T) {
 		{"nohost", "GET /x HTTP/1.1\r\nX-Tenant-ID: " + tenant2 + "\r\n\r\n", "HTTP/1.1 400 Bad Request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn, err := net.Dial("tcp", strings.TrimPrefix(f.router.URL, "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			conn := dialRouter(t, f)
 			// A lean request first, served by the own loop, then the one
 			// it hands over, on the same connection.
 			before := front.handed.Load()
@@ -240,16 +253,8 @@ func TestOwnLoopHandsOver(t *testing.T) {
 // TestOwnLoopBareLF: a request head whose lines end in LF alone, which
 // net/http accepts, is served too (the loop must find where it ends).
 func TestOwnLoopBareLF(t *testing.T) {
-	ownLoop = true
-	f := newFixture(t, ProxyConfig{})
-	front := lastFront
-	ownLoop = false
-	conn, err := net.Dial("tcp", strings.TrimPrefix(f.router.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	f, front := newOwnLoopFixture(t)
+	conn := dialRouter(t, f)
 	before := front.served.Load()
 	_, _ = io.WriteString(conn, "GET /x HTTP/1.1\nHost: r\nX-Tenant-ID: "+tenant2+"\n\n")
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -265,10 +270,7 @@ func TestOwnLoopBareLF(t *testing.T) {
 // TestOwnLoopShutdown: Shutdown closes idle connections at once and lets
 // a request in flight finish.
 func TestOwnLoopShutdown(t *testing.T) {
-	ownLoop = true
-	f := newFixture(t, ProxyConfig{})
-	front := lastFront
-	ownLoop = false
+	f, front := newOwnLoopFixture(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	f.cells[1].extra = func(w http.ResponseWriter, r *http.Request) {
 		close(entered)
