@@ -86,20 +86,9 @@ func enqueueSQL(t *testing.T, pool *pgxpool.Pool, runIn time.Duration, specs ...
 // at a time does not starve a backlog.
 func TestFairClaimSQL(t *testing.T) {
 	pool := newSchema(t, newDB(t), 3)
-	ctx := context.Background()
 	claim := func(name string, at time.Duration, limit int, want string) {
 		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		if got := strings.Join(claimOnce(t, tx, at, limit, true), " "); got != want {
-			t.Fatalf("%s: got %q, want %q", name, got, want)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
+		fairClaimCommitted(t, pool, name, at, limit, want)
 	}
 	enqueueSQL(t, pool, 0, "a:1-4", "b:1-4", "c:1-1")
 	claim("round 0: each tenant's first job, in enqueue order", 0, 3, "a1 b1 c1")
@@ -118,6 +107,33 @@ func TestFairClaimSQL(t *testing.T) {
 		enqueueSQL(t, pool, 0, fmt.Sprintf("loop:%d-%d", k, k))
 		claim("a tenant that keeps coming back", 2*time.Hour, 2, fmt.Sprintf("noisy%d loop%d", k+4, k))
 	}
+}
+
+// fairClaimCommitted makes a fair claim of limit jobs at now+at, checks
+// the jobs it hands out (tenant+n, in order) against want, and commits it.
+func fairClaimCommitted(t *testing.T, pool *pgxpool.Pool, name string, at time.Duration, limit int, want string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if got := strings.Join(claimOnce(t, tx, at, limit, true), " "); got != want {
+		t.Fatalf("%s: got %q, want %q", name, got, want)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPlacesFollowTheTenantsLine: several jobs of one tenant enqueued in
+// one batch go after that tenant's waiting jobs, one place each.
+func TestPlacesFollowTheTenantsLine(t *testing.T) {
+	pool := newSchema(t, newDB(t), 3)
+	enqueueSQL(t, pool, 0, "a:1-2", "b:1-1")
+	enqueueSQL(t, pool, 0, "a:3-4", "b:2-2")
+	fairClaimCommitted(t, pool, "two batches", 0, 6, "a1 b1 a2 b2 a3 a4")
 }
 
 // TestFairClaimsAcrossBackends: four backends (as four processes) claim
