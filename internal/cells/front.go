@@ -302,11 +302,11 @@ func (fc *frontConn) serve() {
 		fc.s.untrack(fc)
 	}()
 	for {
-		req, n, err := fc.readRequest()
+		req, n, plain, err := fc.readRequest()
 		if err != nil {
 			return // closed, timed out, or garbage: net/http also just closes on read errors
 		}
-		if req == nil || !fc.s.lean(req) {
+		if req == nil || !fc.s.lean(req, plain) {
 			handedOver = fc.handOver()
 			return
 		}
@@ -327,14 +327,14 @@ func (fc *frontConn) serve() {
 
 // readRequest waits for a request and parses its head without consuming
 // it. It returns a nil request for a head the own loop leaves to net/http
-// (too large, malformed), and n, the head's length. The request, in
-// fc.ctx, is valid until the next call: the parser reuses it.
-func (fc *frontConn) readRequest() (*http.Request, int, error) {
+// (too large, malformed), n, the head's length, and plain, whether the
+// lean parser took the head (so it is known to pass plainRequest).
+func (fc *frontConn) readRequest() (req *http.Request, n int, plain bool, err error) {
 	if _, err := fc.br.Peek(1); err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	if !fc.state.CompareAndSwap(connIdle, connHead) && !fc.state.CompareAndSwap(connNew, connHead) {
-		return nil, 0, net.ErrClosed // Shutdown or the sweep closed it
+		return nil, 0, false, net.ErrClosed // Shutdown or the sweep closed it
 	}
 	fc.since.Store(time.Now().UnixNano())
 	var end int
@@ -344,23 +344,23 @@ func (fc *frontConn) readRequest() (*http.Request, int, error) {
 			break
 		}
 		if len(buf) == fc.br.Size() {
-			return nil, 0, nil // larger than the buffer: net/http's case
+			return nil, 0, false, nil // larger than the buffer: net/http's case
 		}
 		if _, err := fc.br.Peek(len(buf) + 1); err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 	}
 	buf, _ := fc.br.Peek(end)
 	if req, ok := fc.rp.parse(buf); ok {
-		return req, end, nil
+		return req, end, true, nil
 	}
 	fc.head.Reset(buf)
 	fc.hr.Reset(&fc.head)
-	req, err := http.ReadRequest(fc.hr)
+	req, err = http.ReadRequest(fc.hr)
 	if err != nil {
-		return nil, 0, nil // net/http answers it (400 and the like)
+		return nil, 0, false, nil // net/http answers it (400 and the like)
 	}
-	return req.WithContext(fc.ctx), end, nil
+	return req.WithContext(fc.ctx), end, false, nil
 }
 
 // headEnd returns the length of the request head at the start of buf (up
@@ -477,22 +477,37 @@ func (fc *frontConn) endWatch() {
 	_ = fc.conn.SetReadDeadline(time.Time{})
 }
 
-// lean reports whether the own loop may take req: see frontServer.
-func (s *frontServer) lean(r *http.Request) bool {
-	if r.ProtoMajor != 1 || r.ProtoMinor != 1 || len(r.RequestURI) == 0 || r.RequestURI[0] != '/' ||
-		r.Close || r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
+// lean reports whether the own loop may take req: see frontServer. plain
+// says the lean parser took its head, which already rules out what
+// plainRequest checks.
+func (s *frontServer) lean(r *http.Request, plain bool) bool {
+	if !plain && !plainRequest(r) {
 		return false
 	}
 	switch r.URL.Path {
 	case HealthPath, ReadyPath, MetricsPath:
 		return false
 	}
-	if !plainHost(r.Host) { // ReadRequest moved the one Host header there
+	if !plainHost(r.Host) { // the parsers moved the one Host header there
+		return false
+	}
+	_, expect := r.Header["Expect"]
+	_, upgrade := r.Header["Upgrade"]
+	return !expect && !upgrade
+}
+
+// plainRequest reports whether a head net/http parsed is one the lean
+// parser would also have taken as far as framing goes: HTTP/1.1, an
+// origin-form target, no body, no Connection but keep-alive, header names
+// that are tokens and values without control characters.
+func plainRequest(r *http.Request) bool {
+	if r.ProtoMajor != 1 || r.ProtoMinor != 1 || len(r.RequestURI) == 0 || r.RequestURI[0] != '/' ||
+		r.Close || r.ContentLength != 0 || len(r.TransferEncoding) > 0 {
 		return false
 	}
 	for k, vv := range r.Header {
 		switch k {
-		case "Expect", "Upgrade", "Content-Length", "Transfer-Encoding":
+		case "Content-Length", "Transfer-Encoding":
 			return false
 		case "Connection":
 			if !onlyKeepAlive(vv) {
