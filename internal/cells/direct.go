@@ -353,26 +353,15 @@ func (pc *directConn) readHead(req *http.Request, info infoHandler, headerFirst 
 // consumes nothing and returns false: http.ReadResponse then reads the
 // same bytes, and the same error.
 func (pc *directConn) readPlainHead(req *http.Request) (*http.Response, bool) {
-	br := pc.br
-	if _, err := br.Peek(1); err != nil {
+	head, err := peekHead(pc.br)
+	if err != nil || head == nil {
 		return nil, false
 	}
-	for {
-		buf, _ := br.Peek(br.Buffered())
-		if end := headEnd(buf); end >= 0 {
-			resp, ok := pc.rp.parse(buf[:end], req, br)
-			if ok {
-				_, _ = br.Discard(end)
-			}
-			return resp, ok
-		}
-		if len(buf) == br.Size() {
-			return nil, false
-		}
-		if _, err := br.Peek(len(buf) + 1); err != nil {
-			return nil, false
-		}
+	resp, ok := pc.rp.parse(head, req, pc.br)
+	if ok {
+		_, _ = pc.br.Discard(len(head))
 	}
+	return resp, ok
 }
 
 // directBody is an answer's body on a direct connection: reading it to the

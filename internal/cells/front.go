@@ -337,20 +337,11 @@ func (fc *frontConn) readRequest() (req *http.Request, n int, plain bool, err er
 		return nil, 0, false, net.ErrClosed // Shutdown or the sweep closed it
 	}
 	fc.since.Store(time.Now().UnixNano())
-	var end int
-	for {
-		buf, _ := fc.br.Peek(fc.br.Buffered())
-		if end = headEnd(buf); end >= 0 {
-			break
-		}
-		if len(buf) == fc.br.Size() {
-			return nil, 0, false, nil // larger than the buffer: net/http's case
-		}
-		if _, err := fc.br.Peek(len(buf) + 1); err != nil {
-			return nil, 0, false, err
-		}
+	buf, err := peekHead(fc.br)
+	if err != nil || buf == nil {
+		return nil, 0, false, err // nil, nil: larger than the buffer, net/http's case
 	}
-	buf, _ := fc.br.Peek(end)
+	end := len(buf)
 	if req, ok := fc.rp.parse(buf); ok {
 		return req, end, true, nil
 	}
@@ -361,6 +352,25 @@ func (fc *frontConn) readRequest() (req *http.Request, n int, plain bool, err er
 		return nil, 0, false, nil // net/http answers it (400 and the like)
 	}
 	return req.WithContext(fc.ctx), end, false, nil
+}
+
+// peekHead waits until br holds a whole head (up to and including the
+// empty line that ends it) and returns it without consuming it: valid
+// until br's next read. It returns nil and no error for a head larger than
+// br's buffer.
+func peekHead(br *bufio.Reader) ([]byte, error) {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if end := headEnd(buf); end >= 0 {
+			return buf[:end], nil
+		}
+		if len(buf) == br.Size() {
+			return nil, nil
+		}
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // headEnd returns the length of the request head at the start of buf (up
