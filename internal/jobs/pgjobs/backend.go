@@ -96,6 +96,9 @@ type Backend struct {
 
 	insCh chan *insertReq
 	ntf   notifier
+	// Plain-enqueue statements the inserter sent and the jobs they wrote
+	// (for benchmarks: jobs per insert).
+	inserts, insertedJobs atomic.Uint64
 
 	// The maintenance connection's loop.
 	lastAnalyze time.Time // of the table, by this backend's vacuum check

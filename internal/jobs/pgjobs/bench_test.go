@@ -94,6 +94,9 @@ func BenchmarkPostgresJobs(b *testing.B) {
 				if m.r.claims > 0 {
 					b.ReportMetric(float64(m.r.claimed)/float64(m.r.claims), m.name+"-jobs/claim")
 				}
+				if m.r.inserts > 0 {
+					b.ReportMetric(float64(m.r.inserted)/float64(m.r.inserts), m.name+"-jobs/insert")
+				}
 			}
 		})
 	}
@@ -143,6 +146,8 @@ type benchResult struct {
 	allocs       uint64 // heap allocations of this process
 	claims       uint64 // claim statements
 	claimed      uint64 // jobs they returned
+	inserts      uint64 // plain-enqueue statements
+	inserted     uint64 // jobs they wrote
 }
 
 func (r *benchResult) add(o benchResult) {
@@ -153,13 +158,16 @@ func (r *benchResult) add(o benchResult) {
 	r.allocs += o.allocs
 	r.claims += o.claims
 	r.claimed += o.claimed
+	r.inserts += o.inserts
+	r.inserted += o.inserted
 }
 
-// claimStats copies be's claim counters into r.
-func (r *benchResult) claimStats(be *Backend) {
+// roundTrips copies be's claim and insert counters into r.
+func (r *benchResult) roundTrips(be *Backend) {
 	be.mu.Lock()
 	r.claims, r.claimed = be.claims, be.claimed
 	be.mu.Unlock()
+	r.inserts, r.inserted = be.inserts.Load(), be.insertedJobs.Load()
 }
 
 // cpuMeter measures the CPU time of this process and of the PostgreSQL
@@ -280,7 +288,7 @@ func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResu
 	elapsed := time.Since(start)
 	r := benchResult{rate: float64(n) / elapsed.Seconds(), jobs: n}
 	cpu.stop(&r)
-	r.claimStats(be)
+	r.roundTrips(be)
 	close(stop)
 	wg.Wait()
 	if err, _ := enqErr.Load().(error); err != nil {
@@ -327,7 +335,7 @@ SELECT count(*) FROM cellgate_jobs_insert_many(
 	}
 	r := benchResult{rate: float64(n) / time.Since(start).Seconds(), jobs: int64(n)}
 	cpu.stop(&r)
-	r.claimStats(be)
+	r.roundTrips(be)
 	if _, err := c.Stop(ctx); err != nil {
 		b.Fatal(err)
 	}

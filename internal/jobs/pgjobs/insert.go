@@ -216,6 +216,8 @@ func (b *Backend) insertBatch(batch []*insertReq) {
 			fail(err)
 			return
 		}
+		b.inserts.Add(1)
+		b.insertedJobs.Add(1)
 		b.inserted(runAt, now)
 		batch[0].res <- insertRes{id: jobs.JobID(id)}
 		return
@@ -246,6 +248,8 @@ func (b *Backend) insertBatch(batch []*insertReq) {
 		fail(err)
 		return
 	}
+	b.inserts.Add(1)
+	b.insertedJobs.Add(uint64(n))
 	// Identity values follow the insert order, which is the input order.
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	for i, r := range batch {
