@@ -9,37 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 )
-
-// claimOnce calls cellgate_jobs_claim in tx at now+at and returns the
-// claimed jobs as tenant+n strings in hand-out order.
-func claimOnce(t *testing.T, tx pgx.Tx, at time.Duration, limit int, fair bool) []string {
-	t.Helper()
-	rows, err := tx.Query(context.Background(), `
-SELECT job_tenant, coalesce(job_args->>'n', '')
-FROM cellgate_jobs_claim(now() + $1 * interval '1 microsecond', $2, $3, '{}', '{}', 256, 'test', '{}', '{}', 256)
-ORDER BY job_ord`, at.Microseconds(), limit, fair)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var got []string
-	for rows.Next() {
-		var tn, n string
-		if err := rows.Scan(&tn, &n); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, tn+n)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
 
 // seedTenants inserts per jobs for each tenant, each tenant's job n older
 // than its job n+1, by hand (without places: fair claims place them).
@@ -110,7 +83,8 @@ func TestFairClaimSQL(t *testing.T) {
 }
 
 // fairClaimCommitted makes a fair claim of limit jobs at now+at, checks
-// the jobs it hands out (tenant+n, in order) against want, and commits it.
+// the jobs it hands out (tenant+n, in hand-out order) against want, and
+// commits it.
 func fairClaimCommitted(t *testing.T, pool *pgxpool.Pool, name string, at time.Duration, limit int, want string) {
 	t.Helper()
 	ctx := context.Background()
@@ -119,8 +93,27 @@ func fairClaimCommitted(t *testing.T, pool *pgxpool.Pool, name string, at time.D
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if got := strings.Join(claimOnce(t, tx, at, limit, true), " "); got != want {
-		t.Fatalf("%s: got %q, want %q", name, got, want)
+	rows, err := tx.Query(ctx, `
+SELECT job_tenant, coalesce(job_args->>'n', '')
+FROM cellgate_jobs_claim(now() + $1 * interval '1 microsecond', $2, true, '{}', '{}', 256, 'test', '{}', '{}', 256)
+ORDER BY job_ord`, at.Microseconds(), limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var tn, n string
+		if err := rows.Scan(&tn, &n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, tn+n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if g := strings.Join(got, " "); g != want {
+		t.Fatalf("%s: got %q, want %q", name, g, want)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
