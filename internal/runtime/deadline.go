@@ -66,6 +66,15 @@ func (l *lazyDeadline) Done() <-chan struct{} { return l.arm().Done() }
 // Err arms the deadline (so Err and Done always agree) and returns its error.
 func (l *lazyDeadline) Err() error { return l.arm().Err() }
 
-// Value asks the parent; the deadline carries no values of its own. (The
-// context package's own lookups go through Done, which arms.)
-func (l *lazyDeadline) Value(key any) any { return l.parent.Value(key) }
+// Value asks the armed context once there is one, else the parent; the
+// deadline carries no values of its own. The context package, deriving a
+// child (WithCancel, WithTimeout, AfterFunc), calls Done, which arms, and
+// then looks up the cancelCtx behind it through Value: it must find the
+// armed one, whose channel Done returned, or it watches the parent with
+// a goroutine per derived context.
+func (l *lazyDeadline) Value(key any) any {
+	if a := l.armed.Load(); a != nil {
+		return a.ctx.Value(key)
+	}
+	return l.parent.Value(key)
+}

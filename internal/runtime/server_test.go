@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +228,36 @@ func TestLazyDeadlineBehavesLikeWithTimeout(t *testing.T) {
 	<-short.Done()
 	if !errors.Is(short.Err(), context.Canceled) {
 		t.Fatalf("Err after parent cancel = %v", short.Err())
+	}
+}
+
+// TestLazyDeadlineChildrenNeedNoGoroutine: a context derived from the
+// request deadline, directly or through the request's tenant.Scope, is
+// linked to it as to any WithTimeout, not watched by a goroutine of its own.
+func TestLazyDeadlineChildrenNeedNoGoroutine(t *testing.T) {
+	for name, parent := range map[string]func(*lazyDeadline) context.Context{
+		"deadline": func(l *lazyDeadline) context.Context { return l },
+		"scope":    func(l *lazyDeadline) context.Context { return tenant.NewScope(l) },
+	} {
+		l := newLazyDeadline(context.Background(), time.Hour)
+		before := goruntime.NumGoroutine()
+		var cancels []context.CancelFunc
+		for range 100 {
+			_, cancel := context.WithCancel(parent(l))
+			cancels = append(cancels, cancel)
+		}
+		if extra := goruntime.NumGoroutine() - before; extra > 10 {
+			t.Errorf("%s: %d goroutines for 100 derived contexts", name, extra)
+		}
+		for _, cancel := range cancels {
+			cancel()
+		}
+		l.release()
+		// Watchers (if any) end with their children: count the next case
+		// from a settled number.
+		for deadline := time.Now().Add(time.Second); goruntime.NumGoroutine() > before && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
