@@ -48,14 +48,12 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 // BadBody is what a handler returns for a request body that did not bind
 // (err from echo.Context.Bind) or did not validate (err nil): 400 with msg
 // for the client, except for a body over server.body_limit_bytes, whose
-// error is kept so the server answers 413. Echo's Bind wraps every read
-// error in a 400, so a handler that answers its own 400 would otherwise
-// hide the limit from a client that sent a chunked body.
+// error is kept (as the 400's cause, which errorStatus looks through) so
+// the server answers 413. Echo's Bind wraps every read error in a 400, so a
+// handler that answers its own 400 without the cause would hide the limit
+// from a client that sent a chunked body.
 func BadBody(err error, msg string) error {
-	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
-		return err
-	}
-	return echo.NewHTTPError(http.StatusBadRequest, msg)
+	return echo.NewHTTPError(http.StatusBadRequest, msg).SetInternal(err)
 }
 
 // errorStatus is the status and client message jsonErrorHandler gives err;

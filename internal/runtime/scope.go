@@ -10,6 +10,11 @@ import (
 	"github.com/cellgate/cellgate/internal/tenant"
 )
 
+// requestIDHeader is echo.HeaderXRequestID in canonical form: a
+// non-canonical key makes every Header.Get and Set allocate a canonical
+// copy.
+const requestIDHeader = "X-Request-Id"
+
 // requestScope is the server's one global middleware. It does, in this
 // order, what four would: the request id (the client's X-Request-ID, or a
 // new one, echoed on the response), panic recovery (a logged JSON 500), the
@@ -21,11 +26,6 @@ import (
 // One middleware instead of four matters because Echo applies global
 // middleware per request: each layer is a closure allocation and a call,
 // and each context layer a copy of the *http.Request (BenchmarkChain).
-// requestIDHeader is echo.HeaderXRequestID in canonical form: a
-// non-canonical key makes every Header.Get and Set allocate a canonical
-// copy.
-const requestIDHeader = "X-Request-Id"
-
 type requestScope struct {
 	log     *slog.Logger
 	limit   int64

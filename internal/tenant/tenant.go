@@ -2,8 +2,9 @@
 //
 // It is the one place where the tenancy middleware (which finds the tenant of a
 // request) meets the code that needs it later: the job runtime stamps enqueued
-// jobs with it, the shard accessor picks a shard with it. It holds no state and
-// is safe for concurrent use.
+// jobs with it, the shard accessor picks a shard with it. The package holds no
+// state and is safe for concurrent use; a Scope is written only by the
+// goroutine serving its request, before the handler runs (see Scope).
 package tenant
 
 import "context"
