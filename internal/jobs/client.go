@@ -405,14 +405,14 @@ func (c *Client) process(w *workerState, row *JobRow) {
 	ctx := c.reportCtx
 	id, kind, attempt := row.ID, row.Kind, row.Attempt
 	if err == nil {
-		counts.n[outcomeCompleted].Add(1)
+		counts.inc(outcomeCompleted)
 		if rerr := c.backend.Complete(ctx, row); rerr != nil {
 			c.reportErr(rerr, id)
 		}
 		return
 	}
 	if IsPermanent(err) || attempt >= row.MaxAttempts {
-		counts.n[outcomeFailed].Add(1)
+		counts.inc(outcomeFailed)
 		c.logger.Error("jobs: job failed for good", "id", id, "kind", kind, "attempt", attempt, "err", err)
 		if rerr := c.backend.Fail(ctx, row, err.Error()); rerr != nil {
 			c.reportErr(rerr, id)
@@ -420,7 +420,7 @@ func (c *Client) process(w *workerState, row *JobRow) {
 		return
 	}
 	delay := c.cfg.Backoff(attempt, rand.Float64())
-	counts.n[outcomeRetried].Add(1)
+	counts.inc(outcomeRetried)
 	c.logger.Warn("jobs: job failed, will retry", "id", id, "kind", kind, "attempt", attempt, "retry_in", delay, "err", err)
 	if rerr := c.backend.Retry(ctx, row, delay, err.Error()); rerr != nil {
 		c.reportErr(rerr, id)

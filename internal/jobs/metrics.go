@@ -46,7 +46,7 @@ func newMetrics(b Backend, logger *slog.Logger) *metrics {
 	return &metrics{
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cellgate_jobs_running",
-			Help: "Jobs this process is running now.",
+			Help: "Jobs this process claimed and has not yet reported an outcome for.",
 		}),
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellgate_jobs_completed_total",
@@ -62,7 +62,7 @@ func newMetrics(b Backend, logger *slog.Logger) *metrics {
 		}, []string{"kind"}),
 		laneBusy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cellgate_jobs_lane_busy_workers",
-			Help: "Workers of each lane that are running a job (one lane, \"0\", when lanes are off).",
+			Help: "Workers of each lane between a claim and the report of its outcome (one lane, \"0\", when lanes are off).",
 		}, []string{"lane"}),
 		depth: &depthCollector{
 			backend: b,
@@ -75,26 +75,35 @@ func newMetrics(b Backend, logger *slog.Logger) *metrics {
 }
 
 func (m *metrics) register(reg *prometheus.Registry) error {
-	for _, c := range []prometheus.Collector{m.running, m.completed, m.failed, m.retried, m.laneBusy} {
-		if err := reg.Register(folding{Collector: c, m: m}); err != nil {
-			return err
-		}
+	if err := reg.Register(folding{m: m}); err != nil {
+		return err
 	}
 	return reg.Register(m.depth)
 }
 
-// folding is a collector that folds the workers' counts in before it is
-// collected, so every scrape sees them.
-type folding struct {
-	prometheus.Collector
-	m *metrics
+// folding collects the metrics the workers count into, after folding the
+// workers' counts in once per scrape (one collector for all five, so a
+// scrape folds once and sees them all from the same fold).
+type folding struct{ m *metrics }
+
+func (f folding) collectors() [5]prometheus.Collector {
+	m := f.m
+	return [5]prometheus.Collector{m.running, m.completed, m.failed, m.retried, m.laneBusy}
+}
+
+func (f folding) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range f.collectors() {
+		c.Describe(ch)
+	}
 }
 
 func (f folding) Collect(ch chan<- prometheus.Metric) {
 	if f.m.folder != nil {
 		f.m.folder.fold()
 	}
-	f.Collector.Collect(ch)
+	for _, c := range f.collectors() {
+		c.Collect(ch)
+	}
 }
 
 // Outcomes a worker counts per kind.
@@ -111,6 +120,11 @@ type kindCounts struct {
 	n [numOutcomes]atomic.Uint64
 	_ [64 - 8*numOutcomes]byte
 }
+
+// inc counts one outcome. A load and a store, not an atomic add: the worker
+// is the only writer, so no update can be lost, and the store alone keeps
+// fold's concurrent loads whole without a locked instruction per job.
+func (c *kindCounts) inc(o int) { c.n[o].Store(c.n[o].Load() + 1) }
 
 // folder moves what the workers counted into the collectors. Counters get
 // what was counted since the last fold; the running and lane gauges are set
