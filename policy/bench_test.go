@@ -148,14 +148,4 @@ func BenchmarkPolicy1024Ranges(b *testing.B) { benchEval(b, manyRanges(b, 1024))
 
 func BenchmarkPolicy1024RangesTwoPerShard(b *testing.B) { benchEval(b, multiRangeShards(b, 1024)) }
 
-func BenchmarkPolicyDefault(b *testing.B) {
-	e := newEvaluator(b)
-	cfg := loadConfig(b, "testdata/default.json")
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := e.Eval(ctx, cfg); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkPolicyDefault(b *testing.B) { benchEval(b, loadConfig(b, "testdata/default.json")) }
