@@ -77,8 +77,8 @@ const HottestAccounts = 8
 // Contention says where admissions overlap across cores.
 type Contention struct {
 	// ContendedExchanges is the number of lease debits, overage debits and
-	// concurrency-gauge acquisitions that lost a compare-exchange to another
-	// core since the engine started. It is a lower bound on contention (rate
+	// concurrency acquisitions (on a shard's credit word) that lost a
+	// compare-exchange to another core since the engine started. It is a lower bound on contention (rate
 	// buckets and releases pay for a contended line without failing), and a
 	// nonzero value is never noise.
 	ContendedExchanges uint64
