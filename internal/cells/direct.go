@@ -244,7 +244,9 @@ func (pc *directConn) Read(p []byte) (int, error) {
 }
 
 // abort unblocks a read or write of the request whose context ended (the
-// client went away). context.AfterFunc runs it in a goroutine of its own.
+// client went away). context.AfterFunc runs it in a goroutine of its own;
+// on the own loop, connContext.cancel runs it on the goroutine that
+// cancels (the client watch, or Shutdown and Close closing connections).
 func (pc *directConn) abort() {
 	pc.aborted.Store(true)
 	_ = pc.conn.SetDeadline(aLongTimeAgo)
@@ -312,9 +314,11 @@ var (
 
 // readHead reads answers until the final one, giving 1xx answers to info,
 // or to the request's httptrace hook when info is nil. With headerFirst a
-// plain final answer is parsed by the connection's own parser.
+// plain final answer to a GET (the only answers pc.rp takes; checked here
+// so a HEAD or OPTIONS answer's head is not scanned for nothing) is
+// parsed by the connection's own parser.
 func (pc *directConn) readHead(req *http.Request, info infoHandler, headerFirst bool) (*http.Response, error) {
-	if headerFirst {
+	if headerFirst && req.Method == http.MethodGet {
 		if resp, ok := pc.readPlainHead(req); ok {
 			return resp, nil
 		}

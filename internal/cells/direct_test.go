@@ -69,13 +69,7 @@ func TestDirectReusesConnections(t *testing.T) {
 	}
 	req, _ = http.NewRequest("POST", f.router.URL+"/x/post", strings.NewReader("hello"))
 	req.Header.Set("X-Tenant-ID", tenant2)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(body) != "POST:hello" {
+	if _, body := do(t, req); string(body) != "POST:hello" {
 		t.Fatalf("POST: %q", body)
 	}
 	if resp, body := f.get(t, "/x/get", tenant2); resp.StatusCode != 200 || string(body) != "GET:" {
@@ -193,12 +187,7 @@ func TestDirectPassesInformationalAndTrailers(t *testing.T) {
 	}}
 	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", f.router.URL+"/x/hints", nil)
 	req.Header.Set("X-Tenant-ID", tenant2)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	resp, body := do(t, req)
 	if resp.StatusCode != 200 || string(body) != "body" {
 		t.Fatalf("%d %q", resp.StatusCode, body)
 	}

@@ -13,8 +13,9 @@
 //     tenant's cell (bodies streamed, SSE flushed at once, WebSocket and
 //     other upgrades passed through), checks each cell's /readyz, ejects a
 //     cell on transport errors, and answers 503 with Retry-After for the
-//     tenants of a down cell only. RunRouter wraps it in an HTTP server that
-//     reloads the slot map file when it changes.
+//     tenants of a down cell only. RunRouter serves it on its own HTTP/1.1
+//     loop for plain requests, handing other connections to net/http's
+//     server, and reloads the slot map file when it changes.
 //   - Deploy output: DeployFiles renders the per-cell config overlays and
 //     the router's slot map from a spec, as bytes.
 //
@@ -26,7 +27,9 @@
 // immutable and safe for concurrent use. A Proxy is safe for concurrent use
 // by any number of requests; its slot map is swapped atomically (an
 // in-flight request keeps the map it started with) and its per-cell state
-// (health, in-flight counts, metrics) is kept in atomics, so the request
-// path takes no lock. DeployFiles and the SlotMap helpers are pure
+// (health, in-flight counts, metrics) is kept in atomics, so routing takes
+// no lock; the request path takes short mutexes only to hand out and take
+// back a pooled cell connection and, on the own loop, in the connection's
+// reused request context. DeployFiles and the SlotMap helpers are pure
 // functions.
 package cells

@@ -161,7 +161,7 @@ func (b *backend) writeHead(bw *bufio.Writer, r *http.Request) error {
 			writeField(bw, k, v)
 		}
 	}
-	if hasToken(r.Header["Te"], "trailers") {
+	if listedIn(r.Header["Te"], "trailers") {
 		bw.WriteString("Te: trailers\r\n")
 	}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
@@ -223,9 +223,10 @@ func dropHopByHop(h http.Header) {
 	}
 }
 
-// listedIn reports whether the Connection header values conn name k.
-func listedIn(conn []string, k string) bool {
-	for _, v := range conn {
+// listedIn reports whether comma-separated header values (a Connection
+// header's, a Te header's) hold the token k, in any case.
+func listedIn(values []string, k string) bool {
+	for _, v := range values {
 		for tok := range strings.SplitSeq(v, ",") {
 			if strings.EqualFold(strings.Trim(tok, " \t"), k) {
 				return true
@@ -233,12 +234,6 @@ func listedIn(conn []string, k string) bool {
 		}
 	}
 	return false
-}
-
-// hasToken reports whether the comma-separated values hold token, in any
-// case.
-func hasToken(values []string, token string) bool {
-	return listedIn(values, token)
 }
 
 // isEventStream reports whether a Content-Type is text/event-stream, with

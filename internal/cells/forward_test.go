@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"reflect"
 	"testing"
-	"time"
 )
 
 // cellView is what a parity cell saw of a request.
@@ -45,12 +43,7 @@ func parityCell(w http.ResponseWriter, r *http.Request) {
 // byte) and reads the answer.
 func rawCall(t *testing.T, addr, head string) clientView {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	conn := dialRaw(t, addr)
 	if _, err := io.WriteString(conn, head); err != nil {
 		t.Fatal(err)
 	}
@@ -131,9 +124,7 @@ var reverseProxyOnly bool
 // TestReverseProxyPath runs the request path tests again with the lean
 // path off, so both paths keep the behaviour they check.
 func TestReverseProxyPath(t *testing.T) {
-	reverseProxyOnly = true
-	t.Cleanup(func() { reverseProxyOnly = false })
-	for name, test := range map[string]func(*testing.T){
+	rerun(t, &reverseProxyOnly, map[string]func(*testing.T){
 		"Routes":           TestProxyRoutesTenantsToTheirCells,
 		"DownCell":         TestProxyDownCellAffectsOnlyItsTenants,
 		"PassiveEjection":  TestProxyPassiveEjection,
@@ -145,7 +136,15 @@ func TestReverseProxyPath(t *testing.T) {
 		"Informational":    TestDirectPassesInformationalAndTrailers,
 		"ClientGoneStream": TestDirectClientGoneMidStream,
 		"ClosedConns":      TestDirectRetriesConnectionsTheCellClosed,
-	} {
+	})
+}
+
+// rerun runs tests as subtests of t with *mode (a flag newFixture reads)
+// set, and clears it when t ends.
+func rerun(t *testing.T, mode *bool, tests map[string]func(*testing.T)) {
+	*mode = true
+	t.Cleanup(func() { *mode = false })
+	for name, test := range tests {
 		t.Run(name, test)
 	}
 }

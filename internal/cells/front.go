@@ -46,7 +46,9 @@ import (
 // runtime timer per request, which may wake a thread as well), and it
 // starts the client watch for a request still running after frontSweep,
 // so a client that goes away during a slow answer or a stream still
-// cancels the request (within a sweep or two instead of at once).
+// cancels the request (within a sweep or two instead of at once). The
+// sweep runs until Shutdown or Close ends, so it keeps doing so while
+// Shutdown drains.
 type frontServer struct {
 	p                 *Proxy
 	srv               *http.Server // the connections handed over
@@ -57,6 +59,8 @@ type frontServer struct {
 	closing           atomic.Bool
 	ln                atomic.Pointer[net.Listener] // set by Serve, closed by Shutdown
 	served, handed    atomic.Uint64                // requests served here, connections handed over (tests)
+	sweepStop         chan struct{}                // closed by stopSweep
+	sweepOnce         sync.Once
 
 	mu    sync.Mutex
 	conns map[*frontConn]struct{}
@@ -81,7 +85,7 @@ func newFrontServer(p *Proxy, srv *http.Server, addr net.Addr, log *slog.Logger)
 		hdr = srv.ReadTimeout
 	}
 	return &frontServer{p: p, srv: srv, handoff: newHandoffListener(addr), readHeaderTimeout: hdr, idleTimeout: idle,
-		log: log, conns: map[*frontConn]struct{}{}}
+		log: log, conns: map[*frontConn]struct{}{}, sweepStop: make(chan struct{})}
 }
 
 // Serve accepts connections on ln until Shutdown; it returns
@@ -92,11 +96,8 @@ func (s *frontServer) Serve(ln net.Listener) error {
 		ln.Close()
 		return http.ErrServerClosed
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.handoff) }()
-	stopSweep := make(chan struct{})
-	defer close(stopSweep)
-	go s.sweepLoop(stopSweep)
+	go func() { _ = s.srv.Serve(s.handoff) }() // ErrServerClosed once Shutdown or Close stops it
+	go s.sweepLoop()                           // not stopped here: Shutdown still needs it while it drains
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
@@ -142,30 +143,44 @@ func (s *frontServer) untrack(fc *frontConn) {
 	s.wg.Done()
 }
 
-// Shutdown stops accepting, closes idle connections, lets requests in flight finish, and shuts down the net/http
-// server of the handed-over connections, all within ctx.
+// Shutdown stops accepting, closes idle connections, lets requests in
+// flight finish, and shuts down the net/http server of the handed-over
+// connections, all within ctx. When ctx ends first it closes the
+// remaining connections, cancelling their requests, and returns ctx's
+// error.
 func (s *frontServer) Shutdown(ctx context.Context) error {
+	defer s.stopSweep()
 	s.stopAccepting()
 	s.closeConns(true)
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Shutdown(ctx) }()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
+		err = ctx.Err()
 		s.closeConns(false)
 		<-done
 	}
-	return errors.Join(<-errc, ctx.Err())
+	if herr := <-errc; herr != nil {
+		return herr // ctx's error as well, when its connections outlasted ctx: once is enough
+	}
+	return err
 }
 
-// Close closes every connection at once.
+// Close closes every connection at once, cancelling the requests in
+// flight.
 func (s *frontServer) Close() error {
 	s.stopAccepting()
 	s.closeConns(false)
+	s.stopSweep()
 	return s.srv.Close()
 }
+
+// stopSweep ends the sweep; Shutdown and Close both call it.
+func (s *frontServer) stopSweep() { s.sweepOnce.Do(func() { close(s.sweepStop) }) }
 
 func (s *frontServer) stopAccepting() {
 	s.closing.Store(true)
@@ -174,23 +189,31 @@ func (s *frontServer) stopAccepting() {
 	}
 }
 
-// closeConns closes the idle connections, or all of them.
+// closeConns closes the idle connections, or all of them. Closing a
+// connection with a request in flight also cancels the request, as
+// net/http's background read would see the close and cancel: the request
+// may not be watched yet, and with no client left it must not keep its
+// cell, and Shutdown, waiting.
 func (s *frontServer) closeConns(idleOnly bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for fc := range s.conns {
-		if !idleOnly || fc.state.CompareAndSwap(connIdle, connClosed) || fc.state.CompareAndSwap(connNew, connClosed) {
+		switch {
+		case !idleOnly:
+			fc.conn.Close()
+			fc.cancel()
+		case fc.state.CompareAndSwap(connIdle, connClosed) || fc.state.CompareAndSwap(connNew, connClosed):
 			fc.conn.Close()
 		}
 	}
 }
 
-func (s *frontServer) sweepLoop(stop <-chan struct{}) {
+func (s *frontServer) sweepLoop() {
 	t := time.NewTicker(frontSweep)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-s.sweepStop:
 			return
 		case <-t.C:
 		}
@@ -246,23 +269,33 @@ type frontConn struct {
 	rp     requestParser // parses plain heads (leanhead.go)
 	ctx    *connContext  // the context of every request on the connection
 
-	headLen   int    // bytes of the current request's head in br
-	beginFn   func() // fc.begin, bound once
-	pipelined bool   // bytes of a next request followed the head
+	headLen int    // bytes of the current request's head in br
+	beginFn func() // fc.begin, bound once
 
 	state atomic.Int32
 	since atomic.Int64 // UnixNano of the last state change
 
 	// The client watch of a long request (see startWatch).
-	watchMu   sync.Mutex
-	watching  atomic.Bool // claimed: by the sweep (watch runs) or by the request's end
-	watchDone chan struct{}
-	stopWatch atomic.Bool        // the request ended: the watch's read error means nothing
-	cancel    context.CancelFunc // ctx.cancel, bound once
-	gone      atomic.Bool        // the watch saw the client close or fail
-	extra     [1]byte            // a byte the watch read (a pipelined request)
-	hasExtra  bool
+	watchMu    sync.Mutex
+	watchState atomic.Int32 // watchOff, watchArmed or watchOn
+	watchDone  chan struct{}
+	stopWatch  atomic.Bool        // the request ended: the watch's read error means nothing
+	cancel     context.CancelFunc // ctx.cancel, bound once
+	gone       atomic.Bool        // the watch saw the client close or fail
+	extra      [1]byte            // a byte the watch read (a pipelined request)
+	hasExtra   bool
 }
+
+// Client watch states, in frontConn.watchState. Only the request's begin
+// arms a watch and only its end disarms it, so the sweep, which looks at
+// connections from its own goroutine, cannot start a watch for a request
+// that has not begun, has ended, or has the next request buffered behind
+// it (the client is there, and the watch must not read past it).
+const (
+	watchOff   int32 = iota // no watch may start
+	watchArmed              // the sweep may start one
+	watchOn                 // one runs
+)
 
 func newFrontConn(s *frontServer, c net.Conn) *frontConn {
 	fc := &frontConn{s: s, conn: c, remote: c.RemoteAddr().String()}
@@ -270,6 +303,7 @@ func newFrontConn(s *frontServer, c net.Conn) *frontConn {
 	fc.hr = bufio.NewReaderSize(&fc.head, 16) // its own buffer is unused: ReadRequest reads lines
 	fc.w.bw = bufio.NewWriterSize(c, 4<<10)
 	fc.w.header = http.Header{}
+	fc.w.closing = &s.closing
 	fc.beginFn = fc.begin
 	fc.ctx = newConnContext()
 	fc.cancel = fc.ctx.cancel
@@ -412,7 +446,6 @@ func (fc *frontConn) serveOne(req *http.Request, headLen int) (keep, ok bool) {
 	w := &fc.w
 	w.reset(req.Method == http.MethodHead)
 	fc.stopWatch.Store(false)
-	fc.watching.Store(false)
 	fc.headLen = headLen
 	defer fc.endWatch()
 	panicked := true
@@ -424,7 +457,7 @@ func (fc *frontConn) serveOne(req *http.Request, headLen int) (keep, ok bool) {
 			keep, ok = false, true
 		}
 	}()
-	if !fc.s.p.serve(w, req, true, fc.beginFn) {
+	if !fc.s.p.serve(w, req, fc.beginFn) {
 		panicked = false
 		return false, false
 	}
@@ -435,20 +468,23 @@ func (fc *frontConn) serveOne(req *http.Request, headLen int) (keep, ok bool) {
 }
 
 // begin consumes the request's head once Proxy takes the request, and
-// makes the request visible to the sweep.
+// makes the request visible to the sweep: a client watch may start,
+// unless bytes of a next request are buffered already.
 func (fc *frontConn) begin() {
 	_, _ = fc.br.Discard(fc.headLen)
-	fc.pipelined = fc.br.Buffered() > 0
 	fc.setState(connActive)
+	if fc.br.Buffered() == 0 {
+		fc.watchState.Store(watchArmed)
+	}
 }
 
-// startWatch starts the client watch of the running request, unless the
-// request's end claimed it first. Called by the sweep.
+// startWatch starts the client watch of the running request if its begin
+// armed one and its end has not disarmed it. Called by the sweep.
 func (fc *frontConn) startWatch() {
 	fc.watchMu.Lock()
 	defer fc.watchMu.Unlock()
-	if fc.pipelined || !fc.watching.CompareAndSwap(false, true) {
-		return // a pipelined request is waiting: the client is there
+	if !fc.watchState.CompareAndSwap(watchArmed, watchOn) {
+		return
 	}
 	done := make(chan struct{})
 	fc.watchDone = done
@@ -475,7 +511,7 @@ func (fc *frontConn) watch(done chan struct{}) {
 // endWatch stops the client watch if the sweep started one, and waits for
 // it, so the loop owns the connection's reads again.
 func (fc *frontConn) endWatch() {
-	if fc.watching.CompareAndSwap(false, true) {
+	if fc.watchState.Swap(watchOff) != watchOn {
 		return // no watch ran, and none will for this request
 	}
 	fc.watchMu.Lock()
@@ -494,8 +530,7 @@ func (s *frontServer) lean(r *http.Request, plain bool) bool {
 	if !plain && !plainRequest(r) {
 		return false
 	}
-	switch r.URL.Path {
-	case HealthPath, ReadyPath, MetricsPath:
+	if isProbePath(r.URL.Path) {
 		return false
 	}
 	if !plainHost(r.Host) { // the parsers moved the one Host header there

@@ -19,9 +19,6 @@ import (
 // loop (as RunRouter does) instead of net/http's server.
 var ownLoop bool
 
-// lastFront is the front server newFixture started last with ownLoop.
-var lastFront *frontServer
-
 // newOwnLoopFixture is newFixture with the router served by the own loop,
 // and that loop's front server.
 func newOwnLoopFixture(t *testing.T) (*fixture, *frontServer) {
@@ -29,25 +26,25 @@ func newOwnLoopFixture(t *testing.T) (*fixture, *frontServer) {
 	ownLoop = true
 	defer func() { ownLoop = false }()
 	f := newFixture(t, ProxyConfig{})
-	return f, lastFront
+	return f, f.front
 }
 
-// dialRouter opens a raw connection to f's router, closed when the test
-// ends, with a deadline so a missing answer fails the test instead of
-// hanging it.
-func dialRouter(t *testing.T, f *fixture) net.Conn {
-	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(f.router.URL, "http://"))
+// dialRaw opens a raw connection to a router at url (or host:port),
+// closed when the test ends, with a deadline so a missing answer fails the
+// test instead of hanging it.
+func dialRaw(tb testing.TB, url string) net.Conn {
+	tb.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	tb.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	return conn
 }
 
 // serveOwnLoop serves p on a loopback port with a frontServer.
-func serveOwnLoop(tb testing.TB, p *Proxy, log *slog.Logger) *httptest.Server {
+func serveOwnLoop(tb testing.TB, p *Proxy, log *slog.Logger) (*httptest.Server, *frontServer) {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -58,17 +55,14 @@ func serveOwnLoop(tb testing.TB, p *Proxy, log *slog.Logger) *httptest.Server {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = fs.Serve(ln) }()
 	tb.Cleanup(func() { _ = fs.Close(); <-done })
-	lastFront = fs
-	return &httptest.Server{URL: "http://" + ln.Addr().String(), Listener: ln}
+	return &httptest.Server{URL: "http://" + ln.Addr().String(), Listener: ln}, fs
 }
 
 // TestOwnLoop runs the request path tests again on the front server's own
 // loop: requests it takes (GETs on the lean path, refusals) and those it
 // hands to net/http (bodies, upgrades) keep the behaviour they check.
 func TestOwnLoop(t *testing.T) {
-	ownLoop = true
-	t.Cleanup(func() { ownLoop = false })
-	for name, test := range map[string]func(*testing.T){
+	rerun(t, &ownLoop, map[string]func(*testing.T){
 		"Routes":           TestProxyRoutesTenantsToTheirCells,
 		"NoTenant":         TestProxyWithoutTenantGoesToAnyCell,
 		"DownCell":         TestProxyDownCellAffectsOnlyItsTenants,
@@ -86,9 +80,7 @@ func TestOwnLoop(t *testing.T) {
 		"ClientGoneStream": TestDirectClientGoneMidStream,
 		"ClosedConns":      TestDirectRetriesConnectionsTheCellClosed,
 		"LeanParity":       TestLeanPathMatchesReverseProxy,
-	} {
-		t.Run(name, test)
-	}
+	})
 }
 
 // frontCases are cell answers whose framing the own loop must write as
@@ -144,17 +136,27 @@ var frontCases = map[string]http.HandlerFunc{
 func TestOwnLoopMatchesNetHTTP(t *testing.T) {
 	net1 := newFixture(t, ProxyConfig{})
 	own, front := newOwnLoopFixture(t)
+	gates := map[*fixture]*drainGate{}
 	for _, f := range []*fixture{net1, own} {
+		g := &drainGate{entered: make(chan struct{}, 2*len(frontCases)), release: make(chan struct{})}
+		gates[f] = g
 		for _, c := range f.cells {
 			c.extra = func(w http.ResponseWriter, r *http.Request) {
-				frontCases[strings.TrimPrefix(r.URL.Path, "/x/")](w, r)
+				name := strings.TrimPrefix(r.URL.Path, "/x/")
+				if n, ok := strings.CutPrefix(name, "drain/"); ok {
+					g.entered <- struct{}{}
+					<-g.release
+					name = n
+				}
+				frontCases[name](w, r)
 			}
 		}
 	}
-	var heads []string
+	var heads, drain []string
 	for name := range frontCases {
 		for _, method := range []string{"GET", "HEAD"} {
 			heads = append(heads, method+" /x/"+name+" HTTP/1.1\r\nHost: router.test\r\nX-Tenant-ID: "+tenant2+"\r\nX-Request-ID: fixed\r\n\r\n")
+			drain = append(drain, method+" /x/drain/"+name+" HTTP/1.1\r\nHost: router.test\r\nX-Tenant-ID: "+tenant2+"\r\nX-Request-ID: fixed\r\n\r\n")
 		}
 	}
 	// Refusals the router writes itself: no cell for a frozen slot is
@@ -170,6 +172,60 @@ func TestOwnLoopMatchesNetHTTP(t *testing.T) {
 	if n := front.served.Load(); n != uint64(len(heads)) {
 		t.Errorf("own loop served %d of %d requests", n, len(heads))
 	}
+	// Draining: answers committed once Shutdown has begun say
+	// Connection: close, and their connections close.
+	got = drainExchange(t, own.router.URL, front.srv, front.Shutdown, gates[own], drain)
+	want = drainExchange(t, net1.router.URL, net1.router.Config, net1.router.Config.Shutdown, gates[net1], drain)
+	for i := range drain {
+		if got[i] != want[i] {
+			t.Errorf("draining, %q:\nown loop:\n%.600q\nnet/http:\n%.600q", drain[i], got[i], want[i])
+		}
+	}
+	if n := front.served.Load(); n != uint64(len(heads)+len(drain)) {
+		t.Errorf("own loop served %d of %d requests while draining", n-uint64(len(heads)), len(drain))
+	}
+}
+
+// drainGate holds the requests of a draining comparison at the cell.
+type drainGate struct {
+	entered chan struct{} // one per request that reached the cell
+	release chan struct{} // closed to let them answer
+}
+
+// drainExchange sends each head on a connection of its own and, once all
+// are held at the cell, starts shutdown (srv is the server whose
+// RegisterOnShutdown tells that it began), lets the cell answer, and
+// returns each raw answer without its Date.
+func drainExchange(t *testing.T, url string, srv *http.Server, shutdown func(context.Context) error, g *drainGate, heads []string) []string {
+	t.Helper()
+	conns := make([]net.Conn, len(heads))
+	for i, head := range heads {
+		conns[i] = dialRaw(t, url)
+		if _, err := io.WriteString(conns[i], head); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range heads {
+		<-g.entered
+	}
+	began := make(chan struct{})
+	srv.RegisterOnShutdown(func() { close(began) })
+	shut := make(chan error, 1)
+	go func() { shut <- shutdown(context.Background()) }()
+	<-began
+	close(g.release)
+	out := make([]string, len(heads))
+	for i, head := range heads {
+		r := newRawReader(conns[i])
+		out[i] = r.answer(t, head)
+		if _, err := r.br.ReadByte(); err != io.EOF {
+			t.Errorf("%q: the connection stays open while draining (%v)", head, err)
+		}
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 var dateLine = regexp.MustCompile(`(?m)^Date: .*\r\n`)
@@ -178,37 +234,50 @@ var dateLine = regexp.MustCompile(`(?m)^Date: .*\r\n`)
 // returns each raw answer (1xx answers included) without its Date.
 func rawExchange(t *testing.T, url string, heads []string) []string {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	// One reader for the connection: each answer is read whole before the
-	// next request goes out, so raw holds exactly one exchange.
-	var raw bytes.Buffer
-	br := bufio.NewReader(io.TeeReader(conn, &raw))
+	conn := dialRaw(t, url)
+	r := newRawReader(conn)
 	out := make([]string, len(heads))
 	for i, head := range heads {
 		if _, err := io.WriteString(conn, head); err != nil {
 			t.Fatal(err)
 		}
-		raw.Reset()
-		method, _, _ := strings.Cut(head, " ")
-		for {
-			resp, err := http.ReadResponse(br, &http.Request{Method: method})
-			if err != nil {
-				t.Fatalf("%q: %v (read %q)", head, err, raw.String())
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode >= 200 {
-				break
-			}
-		}
-		out[i] = dateLine.ReplaceAllString(raw.String(), "")
+		out[i] = r.answer(t, head)
 	}
 	return out
+}
+
+// rawReader reads the raw answers on one connection. Each answer is read
+// whole before the next request goes out, so raw holds exactly one
+// exchange.
+type rawReader struct {
+	raw bytes.Buffer
+	br  *bufio.Reader
+}
+
+func newRawReader(conn net.Conn) *rawReader {
+	r := &rawReader{}
+	r.br = bufio.NewReader(io.TeeReader(conn, &r.raw))
+	return r
+}
+
+// answer reads the answer to head, 1xx answers included, and returns it
+// raw without its Date.
+func (r *rawReader) answer(t *testing.T, head string) string {
+	t.Helper()
+	r.raw.Reset()
+	method, _, _ := strings.Cut(head, " ")
+	for {
+		resp, err := http.ReadResponse(r.br, &http.Request{Method: method})
+		if err != nil {
+			t.Fatalf("%q: %v (read %q)", head, err, r.raw.String())
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 200 {
+			break
+		}
+	}
+	return dateLine.ReplaceAllString(r.raw.String(), "")
 }
 
 // TestOwnLoopHandsOver: on one connection, requests the own loop does not
@@ -223,7 +292,7 @@ func TestOwnLoopHandsOver(t *testing.T) {
 		{"nohost", "GET /x HTTP/1.1\r\nX-Tenant-ID: " + tenant2 + "\r\n\r\n", "HTTP/1.1 400 Bad Request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			conn := dialRouter(t, f)
+			conn := dialRaw(t, f.router.URL)
 			// A lean request first, served by the own loop, then the one
 			// it hands over, on the same connection.
 			before := front.handed.Load()
@@ -254,7 +323,7 @@ func TestOwnLoopHandsOver(t *testing.T) {
 // net/http accepts, is served too (the loop must find where it ends).
 func TestOwnLoopBareLF(t *testing.T) {
 	f, front := newOwnLoopFixture(t)
-	conn := dialRouter(t, f)
+	conn := dialRaw(t, f.router.URL)
 	before := front.served.Load()
 	_, _ = io.WriteString(conn, "GET /x HTTP/1.1\nHost: r\nX-Tenant-ID: "+tenant2+"\n\n")
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
@@ -315,5 +384,81 @@ func TestOwnLoopShutdown(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Shutdown did not return")
+	}
+}
+
+// TestOwnLoopShutdownDeadline: when Shutdown's context ends, the requests
+// still in flight are cancelled however recently they started (here just
+// before Shutdown, so no sweep watched them yet), and Shutdown returns
+// soon after, reporting the deadline once, instead of waiting for cells
+// that never answer. A request handed to net/http is in flight as well.
+func TestOwnLoopShutdownDeadline(t *testing.T) {
+	f, front := newOwnLoopFixture(t)
+	lean, handed, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release) }) // runs before the fixture's cleanups
+	f.cells[1].extra = func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			close(handed)
+		} else {
+			close(lean)
+		}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}
+	post := dialRaw(t, f.router.URL)
+	_, _ = io.WriteString(post, "POST /x/post HTTP/1.1\r\nHost: r\r\nX-Tenant-ID: "+tenant2+"\r\nContent-Length: 2\r\n\r\n{}")
+	<-handed
+	get := dialRaw(t, f.router.URL)
+	_, _ = io.WriteString(get, "GET /x/get HTTP/1.1\r\nHost: r\r\nX-Tenant-ID: "+tenant2+"\r\n\r\n")
+	<-lean
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- front.Shutdown(ctx) }()
+	select {
+	case err := <-shut:
+		if err == nil || err.Error() != context.DeadlineExceeded.Error() {
+			t.Fatalf("Shutdown: %q, want the deadline once", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown went on past its deadline, waiting for a request it did not cancel")
+	}
+}
+
+// TestOwnLoopPipelined: requests pipelined on one connection are answered
+// in order while the sweep looks at the first one running (it starts no
+// client watch: the next request's bytes are buffered). Under -race it
+// checks that the sweep and the loop share the watch state safely.
+func TestOwnLoopPipelined(t *testing.T) {
+	f, _ := newOwnLoopFixture(t)
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	f.cells[1].extra = func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		_, _ = io.WriteString(w, r.URL.Path)
+	}
+	conn := dialRaw(t, f.router.URL)
+	head := func(path string) string {
+		return "GET " + path + " HTTP/1.1\r\nHost: r\r\nX-Tenant-ID: " + tenant2 + "\r\n\r\n"
+	}
+	_, _ = io.WriteString(conn, head("/x/1")+head("/x/2"))
+	<-entered
+	// Let the sweep find the first request running; waiting on it instead
+	// would order its reads before the loop's next writes, hiding a race.
+	time.Sleep(3 * frontSweep)
+	close(release)
+	br := bufio.NewReader(conn)
+	for _, want := range []string{"/x/1", "/x/2"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != want {
+			t.Fatalf("answer %q %v, want %q", body, err, want)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,13 +17,15 @@ import (
 // whole body was written before the end without a flush, chunked
 // otherwise; a sniffed Content-Type and a Date when missing; no body for
 // HEAD, 1xx, 204 and 304; trailers declared in "Trailer" or set with
-// http.TrailerPrefix. TestFrontMatchesNetHTTP compares the two servers
-// byte for byte (Date aside). It is not a general ResponseWriter: no
-// Hijack, no request bodies, HTTP/1.1 requests only.
+// http.TrailerPrefix; Connection: close once the server is shutting down.
+// TestOwnLoopMatchesNetHTTP compares the two servers byte for byte (Date
+// aside). It is not a general ResponseWriter: no Hijack, no request
+// bodies, HTTP/1.1 requests only.
 type leanWriter struct {
-	bw     *bufio.Writer // the client connection's
-	header http.Header   // cleared per request, so the map is reused
-	isHEAD bool
+	bw      *bufio.Writer // the client connection's
+	header  http.Header   // cleared per request, so the map is reused
+	closing *atomic.Bool  // the front server's: Shutdown or Close began
+	isHEAD  bool
 
 	status        int   // 0 until the final WriteHeader
 	contentLength int64 // -1: unknown
@@ -43,7 +46,7 @@ const holdBytes = 2048
 
 func (w *leanWriter) reset(isHEAD bool) {
 	clear(w.header)
-	*w = leanWriter{bw: w.bw, header: w.header, isHEAD: isHEAD, contentLength: -1,
+	*w = leanWriter{bw: w.bw, header: w.header, closing: w.closing, isHEAD: isHEAD, contentLength: -1,
 		trailers: w.trailers[:0], pending: w.pending[:0]}
 }
 
@@ -189,14 +192,23 @@ func (w *leanWriter) commit(p []byte) {
 		}
 	}
 	// What net/http adds is written after the handler's header, in its
-	// order: Date, Content-Length, Content-Type, Transfer-Encoding.
-	var date, clen, ctype string
+	// order: Date, Content-Length, Content-Type, Connection,
+	// Transfer-Encoding.
+	var date, clen, ctype, conn string
 	if w.done && !hasTrailers && bodyAllowed(w.status) && w.contentLength == -1 && (!w.isHEAD || len(p) > 0) {
 		w.contentLength = int64(len(p))
 		clen = strconv.Itoa(len(p))
 	}
 	if h.Get("Connection") == "close" {
 		w.closeAfter = true
+	}
+	if w.closing.Load() {
+		// As net/http once Shutdown began (keep-alives off): this is the
+		// connection's last answer, and it says so in place of any
+		// Connection the handler set.
+		w.closeAfter = true
+		exclude = excludeAlso(exclude, "Connection")
+		conn = "close"
 	}
 	if bodyAllowed(w.status) {
 		if _, ok := h["Content-Type"]; !ok && h.Get("Content-Encoding") == "" && len(p) > 0 {
@@ -221,6 +233,7 @@ func (w *leanWriter) commit(p []byte) {
 	writeExtra(w.bw, "Date", date)
 	writeExtra(w.bw, "Content-Length", clen)
 	writeExtra(w.bw, "Content-Type", ctype)
+	writeExtra(w.bw, "Connection", conn)
 	if w.chunked {
 		_, _ = w.bw.WriteString("Transfer-Encoding: chunked\r\n")
 	}

@@ -287,14 +287,15 @@ const requestIDHeader = "X-Request-Id" // canonical form of X-Request-ID
 // the map, a slot lookup, and atomic counters; handing out and taking back
 // a pooled connection to the cell takes one short mutex.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.serve(w, r, false, nil)
+	p.serve(w, r, nil)
 }
 
-// serve is ServeHTTP. With leanOnly (the front server's own loop, whose
-// ResponseWriter cannot serve ReverseProxy) it returns false, having done
-// nothing, for a request that would take the ReverseProxy path; otherwise
-// it calls begin, when not nil, before its first effect and serves r.
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, leanOnly bool, begin func()) bool {
+// serve is ServeHTTP when begin is nil. The front server's own loop,
+// whose ResponseWriter cannot serve ReverseProxy, passes a begin: then
+// serve returns false, having done nothing, for a request that would take
+// the ReverseProxy path, and otherwise calls begin before its first effect
+// and serves r.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool {
 	t := p.table.Load()
 	var b *backend
 	frozen := false
@@ -309,7 +310,7 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, leanOnly bool, beg
 		b = t.pickUp()
 	}
 	lean := b != nil && b.forwardable(r)
-	if leanOnly && b != nil && !frozen && !lean {
+	if begin != nil && b != nil && !frozen && !lean {
 		return false
 	}
 	if begin != nil {
@@ -449,10 +450,7 @@ func textprotoKey(name string) (string, error) {
 		return "", errors.New("empty header name")
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c <= ' ' || c >= 0x7f || c == ':' || c == '"' || c == '(' || c == ')' || c == ',' ||
-			c == '/' || c == ';' || c == '<' || c == '=' || c == '>' || c == '?' || c == '@' ||
-			c == '[' || c == '\\' || c == ']' || c == '{' || c == '}' {
+		if !tokenByte(name[i]) {
 			return "", fmt.Errorf("%q is not a valid header name", name)
 		}
 	}

@@ -92,6 +92,7 @@ type fixture struct {
 	p      *Proxy
 	reg    *prometheus.Registry
 	router *httptest.Server
+	front  *frontServer // the router's own loop, with ownLoop; else nil
 	cells  []*testCell
 }
 
@@ -124,14 +125,14 @@ func newFixture(tb testing.TB, cfg ProxyConfig) *fixture {
 			be.lean = false
 		}
 	}
-	var front *httptest.Server
+	f := &fixture{p: p, reg: reg, cells: []*testCell{c1, c2}}
 	if ownLoop {
-		front = serveOwnLoop(tb, p, cfg.Logger)
+		f.router, f.front = serveOwnLoop(tb, p, cfg.Logger)
 	} else {
-		front = httptest.NewServer(p)
-		tb.Cleanup(front.Close)
+		f.router = httptest.NewServer(p)
+		tb.Cleanup(f.router.Close)
 	}
-	return &fixture{p: p, reg: reg, router: front, cells: []*testCell{c1, c2}}
+	return f
 }
 
 // get sends a request through the router and returns the response with
@@ -152,6 +153,13 @@ func (f *fixture) get(tb testing.TB, path, tenant string, hdr ...string) (*http.
 		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	return do(tb, req)
+}
+
+// do sends req with the default client and returns the response with its
+// body read.
+func do(tb testing.TB, req *http.Request) (*http.Response, []byte) {
+	tb.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		tb.Fatal(err)
@@ -910,9 +918,11 @@ func TestRunRouterStartupErrors(t *testing.T) {
 	}
 }
 
-// TestProxyFlushesKnownLengthBodies: ReverseProxy streams SSE and bodies
-// of unknown length on its own; FlushInterval -1 also passes each write of
-// a body with a Content-Length at once (a slow download, long polling).
+// TestProxyFlushesKnownLengthBodies: each write of a body with a
+// Content-Length reaches the client at once (a slow download, long
+// polling). ReverseProxy (FlushInterval 0) streams only SSE and bodies of
+// unknown length on its own: flushWriter flushes the rest; the lean path
+// flushes every write itself.
 func TestProxyFlushesKnownLengthBodies(t *testing.T) {
 	f := newFixture(t, ProxyConfig{})
 	next := make(chan struct{})

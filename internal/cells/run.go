@@ -148,10 +148,10 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	var front *frontServer
-	serve, shutdown := srv.Serve, srv.Shutdown
+	serve, shutdown, closeAll := srv.Serve, srv.Shutdown, srv.Close
 	if !opts.NetHTTPOnly {
 		front = newFrontServer(p, srv, ln.Addr(), log)
-		serve, shutdown = front.Serve, front.Shutdown
+		serve, shutdown, closeAll = front.Serve, front.Shutdown, front.Close // front.Close closes srv too
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- serve(ln) }()
@@ -173,10 +173,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := shutdown(sctx); err != nil {
-		_ = srv.Close()
-		if front != nil {
-			_ = front.Close()
-		}
+		_ = closeAll()
 		return fmt.Errorf("router shutdown: %w", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -189,13 +186,22 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 // the proxy, with one comparison per request.
 func probes(mux *http.ServeMux, p *Proxy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case HealthPath, ReadyPath, MetricsPath:
+		if isProbePath(r.URL.Path) {
 			mux.ServeHTTP(w, r)
-		default:
-			p.ServeHTTP(w, r)
+			return
 		}
+		p.ServeHTTP(w, r)
 	})
+}
+
+// isProbePath reports whether path is one of the router's own probe paths,
+// which it answers itself instead of routing.
+func isProbePath(path string) bool {
+	switch path {
+	case HealthPath, ReadyPath, MetricsPath:
+		return true
+	}
+	return false
 }
 
 // Extractor builds the tenant extractor for the spec's tenancy block, the
