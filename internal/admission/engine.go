@@ -201,8 +201,8 @@ func (e *Engine) admit(aff Affinity, key string, cost int64) (Permit, Outcome) {
 		}
 		if e.limited {
 			w := sh.units.Load()
-			if free := w&inUseMask < w>>creditShift; !free || !sh.units.CompareAndSwap(w, w+1) {
-				if free {
+			if w&inUseMask >= w>>creditShift || !sh.units.CompareAndSwap(w, w+1) {
+				if w&inUseMask < w>>creditShift {
 					lost++ // the fast path's exchange lost a race
 				}
 				ok, n := e.acquireSlow(a, sh)
