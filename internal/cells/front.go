@@ -462,7 +462,6 @@ func (fc *frontConn) serveOne(req *http.Request, headLen int) (keep, ok bool) {
 		return false, false
 	}
 	panicked = false
-	fc.s.served.Add(1)
 	keep, err := w.finish()
 	return keep && err == nil, true
 }
@@ -472,6 +471,7 @@ func (fc *frontConn) serveOne(req *http.Request, headLen int) (keep, ok bool) {
 // unless bytes of a next request are buffered already.
 func (fc *frontConn) begin() {
 	_, _ = fc.br.Discard(fc.headLen)
+	fc.s.served.Add(1) // here, not after serving: the client may read the answer before serve returns
 	fc.setState(connActive)
 	if fc.br.Buffered() == 0 {
 		fc.watchState.Store(watchArmed)
