@@ -23,22 +23,16 @@ import (
 	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
-	"github.com/cellgate/cellgate/internal/runtime/shards"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
-
-// TxEnqueuer enqueues a job inside a caller's shard transaction, so the job
-// exists exactly when the transaction commits.
-type TxEnqueuer interface {
-	EnqueueTx(ctx context.Context, shard *shards.Shard, tx pgx.Tx, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error)
-}
 
 // Deps are what the handlers need from the runtime.
 type Deps struct {
 	// Shards are the cell's databases.
 	Shards *shards.Set
-	// Jobs enqueues jobs in shard transactions.
-	Jobs TxEnqueuer
+	// Jobs enqueues jobs, on their own or in a shard transaction.
+	Jobs jobs.Enqueuer
 	// Log is the structured logger.
 	Log *slog.Logger
 }
@@ -100,7 +94,7 @@ func (a *App) SignUp(c echo.Context) error {
 		return err
 	}
 	var acct db.Account
-	err = sh.Tx(ctx, func(tx pgx.Tx) error {
+	err = sh.Tx(ctx, func(tx shards.Tx) error {
 		var err error
 		acct, err = db.New(tx).CreateAccount(ctx, db.CreateAccountParams{
 			TenantID: sh.Tenant(), Slot: int32(sh.Slot()), Email: req.Email, Name: req.Name,
@@ -108,7 +102,7 @@ func (a *App) SignUp(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		_, err = a.d.Jobs.EnqueueTx(ctx, sh.Shard(), tx, jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: acct.Email})
+		_, err = a.d.Jobs.EnqueueTx(ctx, tx, jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: acct.Email})
 		return err
 	})
 	if err != nil {

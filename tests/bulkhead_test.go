@@ -26,7 +26,7 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/promtest"
 	"github.com/cellgate/cellgate/internal/runtime"
-	"github.com/cellgate/cellgate/internal/runtime/shards"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
 
@@ -147,6 +147,7 @@ func TestNoPermitLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer set.Close()
+	set.UsePermits(runtime.ShardPermits)
 
 	work := func(c echo.Context, db bool, fn func(ctx context.Context) error) error {
 		ctx := c.Request().Context()

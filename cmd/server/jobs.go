@@ -2,24 +2,21 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/local"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/runtime"
-	"github.com/cellgate/cellgate/internal/runtime/shards"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // jobRuntime is the cell's job runtime as the server drives it.
 type jobRuntime interface {
-	// EnqueueTx enqueues inside a shard transaction (app.TxEnqueuer).
-	EnqueueTx(ctx context.Context, shard *shards.Shard, tx pgx.Tx, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error)
+	// Enqueuer is what the app's handlers get.
+	jobs.Enqueuer
 	// Start starts the workers (the PostgreSQL runtime first creates its
 	// tables in the background).
 	Start(ctx context.Context) error
@@ -49,7 +46,9 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 		if err != nil {
 			return nil, err
 		}
-		return localJobs{c}, nil
+		// The in-memory runtime: fair tenant order, slots and lanes, but no
+		// durability, so its EnqueueTx answers jobs.ErrNoTxEnqueue.
+		return c, nil
 	case "postgres":
 		rt, err := pgjobs.NewRuntime(ctx, set, pgjobs.FromConfig(cfg.Jobs.Postgres), jobsConfig(cfg.Jobs), w, opts)
 		if err != nil {
@@ -64,15 +63,4 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 		return rt, nil
 	}
 	return nil, fmt.Errorf("jobs.backend: unknown backend %q", cfg.Jobs.Backend)
-}
-
-// localJobs is the in-memory runtime: fair tenant order, slots and lanes,
-// but no durability and so no in-transaction enqueue.
-type localJobs struct{ *jobs.Client }
-
-// errNoTxEnqueue explains why the local backend cannot join a transaction.
-var errNoTxEnqueue = errors.New("jobs: an in-transaction enqueue needs jobs.backend = \"postgres\"; the local backend keeps jobs in memory")
-
-func (localJobs) EnqueueTx(context.Context, *shards.Shard, pgx.Tx, jobs.Args, ...jobs.EnqueueOption) (jobs.EnqueueResult, error) {
-	return jobs.EnqueueResult{}, errNoTxEnqueue
 }

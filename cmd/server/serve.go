@@ -14,7 +14,7 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
-	"github.com/cellgate/cellgate/internal/runtime/shards"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // serve runs the cell until ctx is cancelled (SIGTERM), then drains.
@@ -29,6 +29,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Handlers' checkouts take the per-tenant database permits the tenant
+	// middleware binds to each request.
+	set.UsePermits(runtime.ShardPermits)
 
 	workers := jobs.NewWorkers()
 	app.RegisterWorkers(workers, log)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -214,24 +215,82 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 // Config returns the effective configuration (defaults applied, lanes clamped).
 func (c *Client) Config() Config { return c.cfg }
 
+// Enqueuer is how application code adds jobs: on their own (committed at
+// once) or inside a transaction of one of the cell's databases, so the job
+// exists if and only if that transaction commits. *Client implements it, and
+// so does the PostgreSQL runtime (pgjobs.Runtime), which picks the database
+// from the transaction. Handlers depend on this interface only.
+type Enqueuer interface {
+	// Enqueue commits a job of args' kind; see Client.Enqueue.
+	Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (EnqueueResult, error)
+	// EnqueueTx writes a job of args' kind with tx; see Client.EnqueueTx.
+	EnqueueTx(ctx context.Context, tx shards.Tx, args Args, opts ...EnqueueOption) (EnqueueResult, error)
+}
+
+var _ Enqueuer = (*Client)(nil)
+
+// TxInserter is the optional Backend method behind Client.EnqueueTx: a
+// backend that stores jobs in the cell's databases writes the job with the
+// caller's transaction instead of committing it itself.
+type TxInserter interface {
+	// InsertTx is Insert through tx. It returns once the row is written;
+	// whether the job exists is then up to tx's commit.
+	InsertTx(ctx context.Context, tx shards.Tx, p InsertParams) (EnqueueResult, error)
+}
+
+// ErrNoTxEnqueue is EnqueueTx's answer on a backend that keeps jobs outside
+// the cell's databases (the local, in-memory one): it cannot join a
+// transaction, and pretending to would lose the atomicity the caller asked
+// for.
+var ErrNoTxEnqueue = errors.New("jobs: an in-transaction enqueue needs jobs.backend = \"postgres\"; the local backend keeps jobs in memory")
+
 // Enqueue inserts a job of args' kind. Its tenant is the tenant carried by ctx
 // (tenant.From), or none; WithoutTenant forces none. For a kind with UniqueBy,
 // an enqueue while a job with the same kind, tenant and UniqueKey is active
 // inserts nothing and returns that job with Duplicate set. Enqueue works
 // before Start; it returns ErrClosed once Stop has begun.
 func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (EnqueueResult, error) {
+	var p InsertParams
+	if err := c.insertParams(ctx, "Enqueue", args, opts, &p); err != nil {
+		return EnqueueResult{}, err
+	}
+	return c.backend.Insert(ctx, p)
+}
+
+// EnqueueTx is Enqueue written with the caller's transaction tx: the job
+// exists if and only if tx commits, so a data write and the job it implies
+// cannot part. The backend must implement TxInserter (the PostgreSQL one
+// does); otherwise EnqueueTx returns ErrNoTxEnqueue.
+func (c *Client) EnqueueTx(ctx context.Context, tx shards.Tx, args Args, opts ...EnqueueOption) (EnqueueResult, error) {
+	ti, ok := c.backend.(TxInserter)
+	if !ok {
+		return EnqueueResult{}, ErrNoTxEnqueue
+	}
+	if tx.Tx == nil {
+		return EnqueueResult{}, errors.New("jobs: EnqueueTx: no transaction")
+	}
+	var p InsertParams
+	if err := c.insertParams(ctx, "EnqueueTx", args, opts, &p); err != nil {
+		return EnqueueResult{}, err
+	}
+	return ti.InsertTx(ctx, tx, p)
+}
+
+// insertParams validates and encodes one enqueue into p; op names the
+// caller in errors. p is the caller's, so the hot path copies no params.
+func (c *Client) insertParams(ctx context.Context, op string, args Args, opts []EnqueueOption, p *InsertParams) error {
 	if c.closing.Load() {
-		return EnqueueResult{}, ErrClosed
+		return ErrClosed
 	}
 	if args == nil {
-		return EnqueueResult{}, errors.New("jobs: Enqueue: nil args")
+		return errors.New("jobs: " + op + ": nil args")
 	}
 	spec := args.JobSpec()
 	if err := spec.Validate(); err != nil {
-		return EnqueueResult{}, err
+		return err
 	}
 	spec = spec.withDefaults()
-	p := InsertParams{Kind: spec.Name, Queue: spec.Queue, MaxAttempts: spec.MaxAttempts}
+	*p = InsertParams{Kind: spec.Name, Queue: spec.Queue, MaxAttempts: spec.MaxAttempts}
 	var o enqueueOptions
 	if len(opts) > 0 {
 		o = applyEnqueueOptions(opts)
@@ -243,19 +302,19 @@ func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) 
 	if len(spec.UniqueBy) > 0 {
 		u, ok := args.(UniqueArgs)
 		if !ok {
-			return EnqueueResult{}, fmt.Errorf("jobs: Enqueue(%s): spec has unique_by but %T does not implement UniqueArgs", spec.Name, args)
+			return fmt.Errorf("jobs: %s(%s): spec has unique_by but %T does not implement UniqueArgs", op, spec.Name, args)
 		}
 		p.UniqueKey = u.UniqueKey()
 	}
 	enc, err := json.Marshal(args)
 	if err != nil {
-		return EnqueueResult{}, fmt.Errorf("jobs: Enqueue(%s): encode args: %w", spec.Name, err)
+		return fmt.Errorf("jobs: %s(%s): encode args: %w", op, spec.Name, err)
 	}
 	p.EncodedArgs = enc
 	if r := c.kinds[spec.Name]; r != nil && r.plain && handOver(enc) {
 		p.Args = args
 	}
-	return c.backend.Insert(ctx, p)
+	return nil
 }
 
 func applyEnqueueOptions(opts []EnqueueOption) enqueueOptions {

@@ -10,7 +10,36 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
+	"github.com/cellgate/cellgate/internal/shards"
 )
+
+// errShardUnavailable is the answer to shards.ErrShardUnavailable: 503 with
+// Retry-After, so a down shard fails only its own tenants, fast.
+var errShardUnavailable = bulkhead.NewRejection(http.StatusServiceUnavailable, 1, "shard_unavailable",
+	shards.ErrShardUnavailable.Error())
+
+// ShardPermits is the shards.PermitsFunc of the per-tenant database
+// bulkhead: the binding the Tenant middleware put in the request's context.
+// cmd/server hands it to shards.Set.UsePermits.
+func ShardPermits(ctx context.Context) shards.Permits {
+	if b := bulkhead.DBBindingFrom(ctx); b != nil {
+		return b
+	}
+	return nil
+}
+
+// rejectionOf returns the refusal err carries: a bulkhead's own, or the
+// one a shard error maps to.
+func rejectionOf(err error) (*bulkhead.Rejection, bool) {
+	var rej *bulkhead.Rejection
+	switch {
+	case errors.As(err, &rej):
+		return rej, true
+	case errors.Is(err, shards.ErrShardUnavailable):
+		return errShardUnavailable, true
+	}
+	return nil, false
+}
 
 // errorBody is the JSON shape of every error the runtime writes.
 type errorBody struct {
@@ -25,8 +54,7 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		if c.Response().Committed {
 			return
 		}
-		var rej *bulkhead.Rejection
-		if errors.As(err, &rej) {
+		if rej, ok := rejectionOf(err); ok {
 			// A refused database checkout: 503 with Retry-After, and the
 			// bulkhead's own body.
 			_ = rej.Write(c)
@@ -61,16 +89,16 @@ func BadBody(err error, msg string) error {
 // known is false for an unexpected error (500, logged).
 func errorStatus(err error) (status int, msg string, known bool) {
 	var he *echo.HTTPError
-	var rej *bulkhead.Rejection
 	var tooLarge *http.MaxBytesError
+	if rej, ok := rejectionOf(err); ok {
+		return rej.Status, rej.Message, true
+	}
 	switch {
 	case errors.As(err, &tooLarge):
 		// Before HTTPError: Echo's Bind wraps a read error in a 400.
 		return http.StatusRequestEntityTooLarge, "request body too large", true
 	case errors.As(err, &he):
 		return he.Code, fmt.Sprint(he.Message), true
-	case errors.As(err, &rej):
-		return rej.Status, rej.Message, true
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, "request timed out", true
 	}

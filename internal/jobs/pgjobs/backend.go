@@ -419,27 +419,6 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// txKey carries a caller's transaction to Insert.
-type txKey struct{}
-
-type txTarget struct {
-	b  *Backend // nil: whichever backend receives the Insert
-	tx pgx.Tx
-}
-
-// WithTx returns a context whose enqueues (jobs.Client.Enqueue on a Client
-// over a pgjobs Backend) insert into tx instead of committing on their own:
-// the job exists if and only if tx commits. Such an enqueue does not use the
-// circuit breaker. With a Runtime, use Runtime.EnqueueTx, which also picks
-// the database.
-func WithTx(ctx context.Context, tx pgx.Tx) context.Context {
-	return context.WithValue(ctx, txKey{}, txTarget{tx: tx})
-}
-
-func withTxFor(ctx context.Context, b *Backend, tx pgx.Tx) context.Context {
-	return context.WithValue(ctx, txKey{}, txTarget{b: b, tx: tx})
-}
-
 // logLimiter lets an error through once per logEvery per key, so a database
 // that is down does not flood the log.
 type logLimiter struct {

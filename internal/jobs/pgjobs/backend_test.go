@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 	cgsql "github.com/cellgate/cellgate/sql"
 )
@@ -432,9 +433,9 @@ func TestRetryAndFailRecordErrors(t *testing.T) {
 	}
 }
 
-// TestEnqueueWithTx: WithTx makes a standalone backend's enqueue part of the
-// caller's transaction.
-func TestEnqueueWithTx(t *testing.T) {
+// TestEnqueueTx: a standalone backend's EnqueueTx is part of the caller's
+// transaction.
+func TestEnqueueTx(t *testing.T) {
 	pool := newMigratedPool(t, 4)
 	c, _ := newClient(t, pool, Config{}, 1, nil)
 	ctx := context.Background()
@@ -443,7 +444,7 @@ func TestEnqueueWithTx(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.Enqueue(WithTx(ctx, tx), plainArgs{N: 7}); err != nil {
+		if _, err := c.EnqueueTx(ctx, shards.WrapTx(tx, nil), plainArgs{N: 7}); err != nil {
 			t.Fatal(err)
 		}
 		if commit {

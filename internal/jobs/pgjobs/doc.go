@@ -8,7 +8,7 @@
 //   - Insert: plain enqueues are coalesced, so concurrent callers share one
 //     multi-row INSERT (one commit, one WAL flush) and each still waits for
 //     its own commit; an enqueue carried in a caller's transaction
-//     (Runtime.EnqueueTx, WithTx) is one statement in that transaction.
+//     (Runtime.EnqueueTx, Backend.InsertTx) is one statement in that transaction.
 //     Uniqueness is a partial unique index over active jobs. On the control
 //     database plain enqueues pass a circuit breaker.
 //   - Claim: one goroutine per Backend (the fetcher) claims, in one round

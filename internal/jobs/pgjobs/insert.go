@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // ErrShardJobsNotReady is returned by an in-transaction enqueue on a shard
@@ -18,12 +19,11 @@ import (
 // in the background after boot, retrying while a shard is down).
 var ErrShardJobsNotReady = errors.New("jobs: the shard's jobs table is still being created (the job runtime migrates shards in the background after boot); retry shortly")
 
-// Insert adds a job; see jobs.Backend. With a context from WithTx (or
-// Runtime.EnqueueTx) the row is written by the caller's transaction;
-// otherwise plain enqueues without a uniqueness key are coalesced with
-// concurrent ones into one INSERT, and every plain enqueue passes the
-// circuit breaker when the backend has one. Insert returns once the job is
-// committed (or, in a transaction, written).
+// Insert adds a job; see jobs.Backend. Plain enqueues without a uniqueness
+// key are coalesced with concurrent ones into one INSERT, and every plain
+// enqueue passes the circuit breaker when the backend has one. Insert
+// returns once the job is committed. InsertTx writes one with the caller's
+// transaction instead.
 //
 // If ctx ends while a coalesced insert is in flight, Insert returns
 // ctx.Err() and the job may still have been inserted, as with any write
@@ -31,9 +31,6 @@ var ErrShardJobsNotReady = errors.New("jobs: the shard's jobs table is still bei
 func (b *Backend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
 	if err := b.usable(); err != nil {
 		return jobs.EnqueueResult{}, err
-	}
-	if t, ok := ctx.Value(txKey{}).(txTarget); ok && (t.b == nil || t.b == b) {
-		return b.insertTx(ctx, t.tx, p)
 	}
 	if b.brk == nil {
 		return b.insertPlain(ctx, p)
@@ -50,9 +47,16 @@ func (b *Backend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.Enqueue
 	return r, err
 }
 
-// insertTx writes one job in the caller's transaction: one statement. The
-// NOTIFY follows after the caller has (probably) committed; see notify.go.
-func (b *Backend) insertTx(ctx context.Context, tx pgx.Tx, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+// InsertTx writes one job with the caller's transaction tx, which must run
+// on this backend's database (jobs.TxInserter): one statement, so the job
+// exists if and only if tx commits. It does not use the circuit breaker: the
+// caller's own transaction already proves the database answers. The NOTIFY
+// follows after the caller has (probably) committed; see notify.go.
+func (b *Backend) InsertTx(ctx context.Context, stx shards.Tx, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	if err := b.usable(); err != nil {
+		return jobs.EnqueueResult{}, err
+	}
+	tx := stx.Tx
 	if tx == nil {
 		return jobs.EnqueueResult{}, errors.New("pgjobs: enqueue in a transaction: nil tx")
 	}

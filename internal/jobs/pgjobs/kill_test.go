@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
-	"github.com/cellgate/cellgate/internal/runtime/shards"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
 
@@ -90,8 +88,8 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	enq.shards[0].markReady()
 	var id jobs.JobID
 	tctx := tenant.With(ctx, "acme")
-	err = sh.Tx(tctx, func(tx pgx.Tx) error {
-		res, err := enq.EnqueueTx(tctx, sh, tx, slowArgs{Key: "k"})
+	err = sh.Tx(tctx, func(tx shards.Tx) error {
+		res, err := enq.EnqueueTx(tctx, tx, slowArgs{Key: "k"})
 		id = res.ID
 		return err
 	})

@@ -9,11 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/internal/jobs"
-	"github.com/cellgate/cellgate/internal/runtime/shards"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // ErrNotShardLocal is returned by EnqueueTx on a shard when
@@ -73,7 +72,7 @@ func NewRuntime(ctx context.Context, set *shards.Set, cfg Config, jcfg jobs.Conf
 			Help: "1 once the job runtime has migrated the database's jobs table, by database (control or shard name).",
 		}, []string{"database"}),
 	}
-	ctrl, err := newBackend(set.Control(), cfg, Options{Name: "control", Logger: log, Breaker: true, Registry: o.Registry})
+	ctrl, err := newBackend(set.Control(), cfg, Options{Name: shards.ControlName, Logger: log, Breaker: true, Registry: o.Registry})
 	if err != nil {
 		return nil, err
 	}
@@ -218,28 +217,41 @@ func (r *Runtime) Enqueue(ctx context.Context, args jobs.Args, opts ...jobs.Enqu
 }
 
 // EnqueueTx inserts a job with the caller's transaction tx, so the job
-// exists if and only if tx commits: tx must belong to shard's pool (nil
-// shard: the control database's). The tenant is taken from ctx as for
-// Enqueue. On a shard whose jobs table does not exist yet it returns an
-// error wrapping ErrShardJobsNotReady, and without ShardLocal (for a
-// non-nil shard) ErrNotShardLocal. It does not use the circuit breaker.
-func (r *Runtime) EnqueueTx(ctx context.Context, shard *shards.Shard, tx pgx.Tx, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error) {
-	b := r.control
-	if shard != nil {
-		if !r.cfg.ShardLocal {
-			return jobs.EnqueueResult{}, ErrNotShardLocal
-		}
-		// A cell opens only its own shards, so look the shard up by name:
-		// its spec index is not its position in r.shards.
-		if b = r.Shard(shard.Name); b == nil {
-			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: EnqueueTx: shard %q (index %d) is not a shard of this runtime", shard.Name, shard.Index)
-		}
-		if !b.Ready() {
-			return jobs.EnqueueResult{}, fmt.Errorf("%w (shard %s)", ErrShardJobsNotReady, shard.Name)
-		}
+// exists if and only if tx commits; the job goes to the jobs table of tx's
+// database (tx.Shard(), or the control database's for a control
+// transaction). The tenant is taken from ctx as for Enqueue. On a shard
+// whose jobs table does not exist yet it returns an error wrapping
+// ErrShardJobsNotReady, and on a shard without ShardLocal ErrNotShardLocal.
+// It does not use the circuit breaker.
+func (r *Runtime) EnqueueTx(ctx context.Context, tx shards.Tx, args jobs.Args, opts ...jobs.EnqueueOption) (jobs.EnqueueResult, error) {
+	if _, err := r.backendOf(tx); err != nil {
+		return jobs.EnqueueResult{}, err
 	}
-	return r.client.Enqueue(withTxFor(ctx, b, tx), args, opts...)
+	return r.client.EnqueueTx(ctx, tx, args, opts...)
 }
+
+// backendOf returns the backend of tx's database, ready for an insert.
+func (r *Runtime) backendOf(tx shards.Tx) (*Backend, error) {
+	sh := tx.Shard()
+	if sh == nil {
+		return r.control, nil
+	}
+	if !r.cfg.ShardLocal {
+		return nil, ErrNotShardLocal
+	}
+	// A cell opens only its own shards, so look the shard up by name: its
+	// spec index is not its position in r.shards.
+	b := r.Shard(sh.Name)
+	if b == nil {
+		return nil, fmt.Errorf("pgjobs: EnqueueTx: shard %q (index %d) is not a shard of this runtime", sh.Name, sh.Index)
+	}
+	if !b.Ready() {
+		return nil, fmt.Errorf("%w (shard %s)", ErrShardJobsNotReady, sh.Name)
+	}
+	return b, nil
+}
+
+var _ jobs.Enqueuer = (*Runtime)(nil)
 
 // List returns the jobs matching f across the control database and the
 // shards, newest first (by created_at), at most f's limit in all. A
@@ -275,8 +287,8 @@ func (r *Runtime) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
 }
 
 // multiBackend is the one jobs.Backend the Runtime's Client drives: worker
-// i belongs to database i / per, inserts go to the control database unless
-// the context carries a transaction of another database, and outcomes go
+// i belongs to database i / per, plain inserts go to the control database,
+// in-transaction ones to the transaction's database, and outcomes go
 // back to the backend that claimed the job.
 type multiBackend struct {
 	members []*Backend
@@ -305,10 +317,18 @@ func (m *multiBackend) Open(ctx context.Context, p jobs.OpenParams) error {
 }
 
 func (m *multiBackend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
-	if t, ok := ctx.Value(txKey{}).(txTarget); ok && t.b != nil {
-		return t.b.Insert(ctx, p)
-	}
 	return m.members[0].Insert(ctx, p)
+}
+
+// InsertTx goes to the member of tx's database (Runtime.EnqueueTx has
+// checked it is one).
+func (m *multiBackend) InsertTx(ctx context.Context, tx shards.Tx, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	for _, b := range m.members {
+		if b.name == tx.Database() {
+			return b.InsertTx(ctx, tx, p)
+		}
+	}
+	return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: EnqueueTx: database %q is not one of this runtime's", tx.Database())
 }
 
 func (m *multiBackend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/jobstest"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
 
@@ -53,8 +53,8 @@ func TestSignupsEnqueueAtomically(t *testing.T) {
 
 	// Before Start no shard table exists: an in-transaction enqueue says so.
 	sh0 := c.set.Shards()[0]
-	err = sh0.Tx(context.Background(), func(tx pgx.Tx) error {
-		_, err := r.EnqueueTx(tenant.With(context.Background(), "early"), sh0, tx, welcomeArgs{Email: "early@x"})
+	err = sh0.Tx(context.Background(), func(tx shards.Tx) error {
+		_, err := r.EnqueueTx(tenant.With(context.Background(), "early"), tx, welcomeArgs{Email: "early@x"})
 		return err
 	})
 	if !errors.Is(err, ErrShardJobsNotReady) {
@@ -93,7 +93,7 @@ func TestSignupsEnqueueAtomically(t *testing.T) {
 				}
 				_, err = tx.Exec(ctx, `INSERT INTO accounts (tenant_id, slot, email) VALUES ($1, $2, $3)`, ten, slot, email)
 				if err == nil {
-					_, err = r.EnqueueTx(ctx, sh, tx, welcomeArgs{Email: email})
+					_, err = r.EnqueueTx(ctx, shards.WrapTx(tx, sh), welcomeArgs{Email: email})
 				}
 				if err != nil {
 					_ = tx.Rollback(ctx)
@@ -214,8 +214,8 @@ func TestControlDatabaseDown(t *testing.T) {
 	ctx := tenant.With(context.Background(), "acme")
 	enqueueShard := func(email string) {
 		t.Helper()
-		err := sh.Tx(ctx, func(tx pgx.Tx) error {
-			_, err := r.EnqueueTx(ctx, sh, tx, welcomeArgs{Email: email})
+		err := sh.Tx(ctx, func(tx shards.Tx) error {
+			_, err := r.EnqueueTx(ctx, tx, welcomeArgs{Email: email})
 			return err
 		})
 		if err != nil {
@@ -334,8 +334,8 @@ func TestRuntimeListAndStats(t *testing.T) {
 		ten := fmt.Sprintf("t%d", i)
 		tctx := tenant.With(ctx, ten)
 		sh, _, _ := c.set.ForTenant(ten)
-		err := sh.Tx(tctx, func(tx pgx.Tx) error {
-			_, err := r.EnqueueTx(tctx, sh, tx, welcomeArgs{Email: ten + "@x"})
+		err := sh.Tx(tctx, func(tx shards.Tx) error {
+			_, err := r.EnqueueTx(tctx, tx, welcomeArgs{Email: ten + "@x"})
 			return err
 		})
 		if err != nil {

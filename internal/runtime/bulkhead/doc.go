@@ -17,7 +17,7 @@
 // http.ResponseController) working.
 //
 // Database permits are different: a checkout through the shard accessor
-// (internal/runtime/shards.Accessor) takes one while the request is in
+// (internal/shards.Accessor) takes one while the request is in
 // flight, the streaming body included, and gives it back with the
 // connection. The Tenant middleware binds them to the request's context
 // (BindDB); the binding goes dead when the handler returns, so a goroutine

@@ -5,22 +5,39 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
+	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
 
+// Permits are one request's per-tenant database permits
+// (tenancy.max_db_connections). The runtime's bulkhead implements it; the
+// shards know only this method, so the pools link no HTTP code.
+type Permits interface {
+	// Acquire takes one permit for the request's tenant, or returns the
+	// refusal at once. A zero Permit (nothing held) is fine: its Release is
+	// a no-op.
+	Acquire() (admission.Permit, error)
+}
+
+// PermitsFunc finds the permits bound to a request's context, nil for none.
+type PermitsFunc func(ctx context.Context) Permits
+
+// UsePermits makes every Accessor take database permits from the ones f
+// finds in the request's context. Call it once while wiring the server,
+// before the first request; without it checkouts are not counted.
+func (s *Set) UsePermits(f PermitsFunc) { s.permits = f }
+
 // Accessor is a request's way to its tenant's shard. Every checkout (Conn,
 // Tx) takes a per-tenant database permit first when the runtime has bound
-// tenancy.max_db_connections to the request, and fails at once with
-// *bulkhead.Rejection (503, Retry-After: 1) when the tenant is at its cap;
-// the permit goes back with the connection.
+// tenancy.max_db_connections to the request, and fails at once with the
+// runtime's refusal (503, Retry-After: 1) when the tenant is at its cap; the
+// permit goes back with the connection.
 //
 // The accessor is bound to the request it was made from: checkouts are
 // counted while that request is in flight (the handler, its streaming body,
@@ -35,7 +52,7 @@ type Accessor struct {
 	shard   *Shard
 	slot    int
 	tenant  string
-	permits *bulkhead.DBBinding
+	permits Permits // nil: not counted
 }
 
 // Accessor returns the accessor for ctx's tenant (tenant.From) with the
@@ -50,7 +67,11 @@ func (s *Set) Accessor(ctx context.Context) (Accessor, error) {
 	if err != nil {
 		return Accessor{}, err
 	}
-	return Accessor{shard: sh, slot: slot, tenant: t, permits: bulkhead.DBBindingFrom(ctx)}, nil
+	a := Accessor{shard: sh, slot: slot, tenant: t}
+	if s.permits != nil {
+		a.permits = s.permits(ctx)
+	}
+	return a, nil
 }
 
 // Shard returns the tenant's shard.
@@ -67,11 +88,13 @@ func (a Accessor) Tenant() string { return a.tenant }
 // fn can call db.New(conn). It returns fn's error, the pool's, or the
 // permit refusal (before touching the pool).
 func (a Accessor) Conn(ctx context.Context, fn func(*pgxpool.Conn) error) error {
-	p, err := a.permits.Acquire()
-	if err != nil {
-		return err
+	if a.permits != nil {
+		p, err := a.permits.Acquire()
+		if err != nil {
+			return err
+		}
+		defer p.Release()
 	}
-	defer p.Release()
 	conn, err := a.shard.Pool.Acquire(ctx)
 	if err != nil {
 		return unavailable(a.shard, err)
@@ -83,10 +106,10 @@ func (a Accessor) Conn(ctx context.Context, fn func(*pgxpool.Conn) error) error 
 	return nil
 }
 
-// ErrShardUnavailable answers a request whose shard cannot be reached: 503
-// with Retry-After, so a down shard fails only its own tenants, fast.
-var ErrShardUnavailable = bulkhead.NewRejection(http.StatusServiceUnavailable, 1, "shard_unavailable",
-	"the tenant's database shard is unavailable; retry shortly")
+// ErrShardUnavailable marks a checkout whose shard cannot be reached. The
+// runtime answers it 503 with Retry-After, so a down shard fails only its
+// own tenants, fast.
+var ErrShardUnavailable = errors.New("the tenant's database shard is unavailable; retry shortly")
 
 // shardError keeps the cause of an unreachable shard in the error chain
 // beside ErrShardUnavailable.
@@ -120,6 +143,8 @@ func unavailable(sh *Shard, err error) error {
 // Tx runs fn in a transaction on one checked-out connection of the
 // tenant's shard, committing when fn returns nil and rolling back
 // otherwise (or on a panic). The permit is held for the whole transaction.
-func (a Accessor) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return a.Conn(ctx, func(c *pgxpool.Conn) error { return pgx.BeginFunc(ctx, c, fn) })
+func (a Accessor) Tx(ctx context.Context, fn func(Tx) error) error {
+	return a.Conn(ctx, func(c *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(Tx{Tx: tx, shard: a.shard}) })
+	})
 }

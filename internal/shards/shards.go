@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/config"
@@ -41,6 +40,7 @@ type Set struct {
 	byIndex    []*Shard // spec index → shard; nil for another cell's shard
 	slots      *slots.Map
 	cell       string
+	permits    PermitsFunc // see UsePermits
 }
 
 // Getenv reads an environment variable; tests pass a map's lookup.
@@ -200,9 +200,4 @@ func (s *Set) Close() {
 	for _, sh := range s.shards {
 		sh.Pool.Close()
 	}
-}
-
-// Tx runs fn in a transaction on the shard, committing when fn returns nil.
-func (sh *Shard) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, sh.Pool, fn)
 }

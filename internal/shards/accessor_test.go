@@ -3,21 +3,20 @@ package shards
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 	"github.com/cellgate/cellgate/internal/tenant"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
 
 // TestAccessorTakesDBPermits runs checkouts through the accessor on a real
 // database with a cap of 2 per tenant: a third concurrent checkout fails at
-// once with the 503 rejection; every permit comes back with its connection,
+// once with the refusal; every permit comes back with its connection,
 // on return, error and panic; once the request has ended the accessor
 // stops counting.
 func TestAccessorTakesDBPermits(t *testing.T) {
@@ -39,15 +38,20 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	permits, err := bulkhead.NewDBPermits(eng, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	set.UsePermits(func(ctx context.Context) Permits {
+		p, _ := ctx.Value(testPermitsKey{}).(*testPermits)
+		if p == nil {
+			return nil // a nil *testPermits would be a non-nil Permits
+		}
+		return p
+	})
 
 	if _, err := set.Accessor(context.Background()); !errors.Is(err, ErrNoTenant) {
 		t.Fatalf("no tenant: %v", err)
 	}
-	ctx, binding := permits.Bind(tenant.With(context.Background(), "acme"), "acme")
+	binding := &testPermits{eng: eng, tenant: "acme"}
+	binding.live.Store(true)
+	ctx := context.WithValue(tenant.With(context.Background(), "acme"), testPermitsKey{}, binding)
 	acc, err := set.Accessor(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +63,7 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 	var third error
 	var inside int64
 	err = acc.Conn(ctx, func(c1 *pgxpool.Conn) error {
-		return acc.Tx(ctx, func(tx pgx.Tx) error {
+		return acc.Tx(ctx, func(tx Tx) error {
 			inside = eng.InFlightOf("acme")
 			third = acc.Conn(ctx, func(*pgxpool.Conn) error { return nil })
 			var one int
@@ -72,8 +76,7 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 	if inside != 2 {
 		t.Fatalf("permits held by two checkouts: %d", inside)
 	}
-	var rej *bulkhead.Rejection
-	if !errors.As(third, &rej) || rej.Status != 503 || rej.RetryAfter != 1 {
+	if !errors.Is(third, errTestRefused) {
 		t.Fatalf("third checkout: %v", third)
 	}
 	if n := eng.InFlight(); n != 0 {
@@ -81,7 +84,7 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	if err := acc.Tx(ctx, func(pgx.Tx) error { return boom }); !errors.Is(err, boom) {
+	if err := acc.Tx(ctx, func(Tx) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("tx error: %v", err)
 	}
 	func() {
@@ -95,7 +98,7 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 		t.Fatalf("connections still checked out: %d", s.AcquiredConns())
 	}
 
-	binding.End() // the request is over: a goroutine that kept acc is not counted
+	binding.live.Store(false) // the request is over: a goroutine that kept acc is not counted
 	err = acc.Conn(ctx, func(*pgxpool.Conn) error {
 		inside = eng.InFlight()
 		return nil
@@ -109,4 +112,27 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 	if err := plain.Conn(ctx, func(*pgxpool.Conn) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testPermits stands in for the runtime's per-request binding: permits of
+// one tenant from an engine while the request is live, refused at the cap.
+type testPermits struct {
+	eng    *admission.Engine
+	tenant string
+	live   atomic.Bool
+}
+
+type testPermitsKey struct{}
+
+var errTestRefused = errors.New("test: tenant at its database cap")
+
+func (p *testPermits) Acquire() (admission.Permit, error) {
+	if !p.live.Load() {
+		return admission.Permit{}, nil
+	}
+	pm, o := p.eng.Admit(p.tenant, 1)
+	if o != admission.Admitted {
+		return admission.Permit{}, errTestRefused
+	}
+	return pm, nil
 }
