@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/gen/spec"
-	"github.com/cellgate/cellgate/internal/cells"
-	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/configload"
 )
 
 // routerGCPercent is the router's GC target when $GOGC is unset. A router
@@ -48,7 +48,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, log *slog.Logger) error {
-	d := cells.DefaultProxyConfig
+	d := proxy.DefaultProxyConfig
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "JSON config file applied over the spec's defaults (the cells' file works)")
 	addr := fs.String("addr", envOr("CELLGATE_ROUTER_ADDRESS", ":8090"), "listen address ($CELLGATE_ROUTER_ADDRESS)")
@@ -66,17 +66,17 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg, err := runtime.LoadConfig(ctx, spec.Config(), *path, log)
+	cfg, err := configload.Load(ctx, spec.Config(), *path, nil, log)
 	if err != nil {
 		return err
 	}
-	return cells.RunRouter(ctx, cfg, cells.RouterOptions{
+	return proxy.RunRouter(ctx, cfg, proxy.RouterOptions{
 		Address:        *addr,
 		SlotMapFile:    *slotMap,
 		ReloadInterval: *reload,
 		Logger:         log,
 		NetHTTPOnly:    *netHTTPOnly,
-		Proxy: cells.ProxyConfig{
+		Proxy: proxy.ProxyConfig{
 			HealthInterval:        *hInterval,
 			HealthTimeout:         *hTimeout,
 			FailAfter:             *failAfter,

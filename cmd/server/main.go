@@ -23,7 +23,7 @@ import (
 
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/configload"
 )
 
 func main() {
@@ -65,16 +65,8 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 	return fmt.Errorf("unknown command %q; want serve, migrate or check", cmd)
 }
 
-// loadConfig builds the final config (runtime.LoadConfig) and applies
-// CELLGATE_ADDRESS, which tests and `make cells` use to pick a port. The
-// address does not take part in the policy, so it is applied after the check.
+// loadConfig builds the final config: defaults + file + the environment,
+// checked (configload.Load).
 func loadConfig(ctx context.Context, path string, log *slog.Logger) (config.Config, error) {
-	cfg, err := runtime.LoadConfig(ctx, spec.Config(), path, log)
-	if err != nil {
-		return cfg, err
-	}
-	if addr := os.Getenv("CELLGATE_ADDRESS"); addr != "" {
-		cfg.Server.Address = addr
-	}
-	return cfg, nil
+	return configload.Load(ctx, spec.Config(), path, os.Getenv, log)
 }

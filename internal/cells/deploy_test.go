@@ -10,7 +10,7 @@ import (
 
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/configload"
 )
 
 func TestDeployFilesExampleSpec(t *testing.T) {
@@ -32,7 +32,7 @@ func TestDeployFilesExampleSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := runtime.CheckConfig(context.Background(), cfg); err != nil {
+	if _, err := configload.Check(context.Background(), cfg); err != nil {
 		t.Fatalf("the example cell's overlay does not pass the boot check: %v", err)
 	}
 	if cfg.Server.Address != ":8080" || cfg.Server.Cell != "cell-1" {

@@ -155,6 +155,10 @@ func (r *CellRouter) ForSlot(slot int) (CellSpec, error) {
 	return r.cells[i], nil
 }
 
+// URL is the parsed URL of the cell at position i of Cells. It is shared:
+// callers must not modify it.
+func (r *CellRouter) URL(i int) *url.URL { return r.urls[i] }
+
 // IndexForSlot is ForSlot's index form: the cell's position in Cells, or
 // -1 for a slot outside 0..slots.MaxSlot.
 func (r *CellRouter) IndexForSlot(slot int) int { return r.m.Owner(slot) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/requestid"
 	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 	"github.com/cellgate/cellgate/internal/shards"
 )
@@ -63,7 +64,7 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		status, msg, known := errorStatus(err)
 		if !known {
 			log.Error("handler error", "error", err, "path", c.Path(),
-				"request_id", c.Response().Header().Get(requestIDHeader))
+				"request_id", c.Response().Header().Get(requestid.Header))
 		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(status)

@@ -7,13 +7,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/requestid"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
-
-// requestIDHeader is echo.HeaderXRequestID in canonical form: a
-// non-canonical key makes every Header.Get and Set allocate a canonical
-// copy.
-const requestIDHeader = "X-Request-Id"
 
 // requestScope is the server's one global middleware. It does, in this
 // order, what four would: the request id (the client's X-Request-ID, or a
@@ -38,11 +34,11 @@ func (rs *requestScope) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 
 func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error) {
 	req, res := c.Request(), c.Response()
-	id := req.Header.Get(requestIDHeader)
+	id := req.Header.Get(requestid.Header)
 	if id == "" {
-		id = newRequestID()
+		id = requestid.New()
 	}
-	res.Header().Set(requestIDHeader, id)
+	res.Header().Set(requestid.Header, id)
 	defer rs.recover(c, id, &err)
 
 	if req.ContentLength > rs.limit {

@@ -18,14 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/internal/runtime/tenancy"
-)
-
-// Probe paths are served by every cell, skip tenancy and are never counted.
-const (
-	HealthPath  = "/healthz"
-	ReadyPath   = "/readyz"
-	MetricsPath = "/metrics"
+	"github.com/cellgate/cellgate/internal/probe"
+	"github.com/cellgate/cellgate/internal/runtime/tenantmw"
+	"github.com/cellgate/cellgate/internal/tenancy"
 )
 
 // ReadinessCheck reports whether a dependency can serve; nil means ready.
@@ -80,16 +75,16 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		opts.Getenv = os.Getenv
 	}
 	s := &Server{cfg: cfg, log: opts.Logger, reg: opts.Registry}
-	skip, err := tenancy.PublicSkipper(cfg.Tenancy.PublicPaths...)
+	skip, err := tenantmw.PublicSkipper(cfg.Tenancy.PublicPaths...)
 	if err != nil {
 		return nil, fmt.Errorf("tenancy.public_paths: %w", err)
 	}
 	if cfg.Tenancy.Enabled {
-		tc, err := TenancyConfig(cfg.Tenancy, opts.Getenv)
+		tc, err := tenancy.FromSpec(cfg.Tenancy, opts.Getenv)
 		if err != nil {
 			return nil, err
 		}
-		mw, err := tenancy.WithConfig(tc)
+		mw, err := tenantmw.WithConfig(tenantmw.Config{Skipper: skip, Tenancy: tc})
 		if err != nil {
 			return nil, fmt.Errorf("tenancy: %w", err)
 		}
@@ -111,9 +106,9 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	e.HTTPErrorHandler = jsonErrorHandler(opts.Logger)
 	rs := &requestScope{log: opts.Logger, limit: cfg.Server.BodyLimitBytes, timeout: cfg.Server.RequestTimeout.D()}
 	e.Use(rs.middleware)
-	e.GET(HealthPath, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET(ReadyPath, s.readyz)
-	e.GET(MetricsPath, echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry})))
+	e.GET(probe.Health, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET(probe.Ready, s.readyz)
+	e.GET(probe.Metrics, echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry})))
 	if name := cfg.Server.AdminTokenEnv; name != "" {
 		if token := opts.Getenv(name); token != "" {
 			e.GET(AdmissionPath, adminAuth(token, func(c echo.Context) error {

@@ -1,0 +1,374 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/cells"
+)
+
+// backend is one cell as the proxy sees it: its reverse proxy, its health
+// and its counters. The request path touches only atomics.
+type backend struct {
+	p         *Proxy
+	name      string
+	url       string
+	target    *url.URL
+	nameValue []string         // the cell header's value, shared read-only
+	transport *http.Transport  // bodies, upgrades, https and health checks
+	direct    *directTransport // lean path's pool; ReverseProxy's transport
+	proxy     *httputil.ReverseProxy
+	// lean: requests that forwardable accepts skip ReverseProxy (see
+	// forward.go); true for http cells without a base path.
+	lean        bool
+	writeHeadFn headWriter // b.writeHead, bound once
+	health      *http.Client
+	log         *slog.Logger
+
+	bodyDown, bodyBusy, bodyFrozen []byte
+
+	up       atomic.Bool
+	inflight atomic.Int64
+	// passiveFails counts consecutive transport errors; any response
+	// resets it.
+	passiveFails atomic.Int32
+
+	codes                                [5]atomic.Uint64 // 1xx..5xx
+	rejectDown, rejectBusy, rejectFrozen atomic.Uint64
+	errDial, errTimeout, errOther        atomic.Uint64
+	ejectActive, ejectPassive            atomic.Uint64
+
+	mu          sync.Mutex // guards activeFails and the up/down transition
+	activeFails int
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+func newBackend(p *Proxy, c cells.CellSpec, target *url.URL) *backend {
+	cfg := p.cfg
+	b := &backend{
+		p:         p,
+		name:      c.Name,
+		url:       c.URL,
+		target:    target,
+		nameValue: []string{c.Name}[:1:1],
+		log:       cfg.Logger.With("cell", c.Name),
+	}
+	b.up.Store(true) // optimistic until the first check says otherwise
+	b.bodyDown = []byte(`{"error":"cell ` + c.Name + ` is unavailable","code":"cell_unavailable"}` + "\n")
+	b.bodyBusy = []byte(`{"error":"cell ` + c.Name + ` is at its concurrency limit","code":"cell_busy"}` + "\n")
+	b.bodyFrozen = []byte(`{"error":"tenant is moving to another cell","code":"cell_moving"}` + "\n")
+	dialer := net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	b.transport = &http.Transport{
+		DialContext:           dialer.DialContext,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerCell,
+		IdleConnTimeout:       idleConnTimeout,
+		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		TLSHandshakeTimeout:   cfg.DialTimeout,
+		ExpectContinueTimeout: time.Second,
+		// Bodies pass through as the cell sent them; HTTP/1.1 keeps
+		// upgrades (WebSocket) working end to end.
+		DisableCompression: true,
+	}
+	b.lean = target.Scheme == "http" && (target.Path == "" || target.Path == "/") && target.RawPath == ""
+	b.writeHeadFn = b.writeHead
+	b.direct = newDirectTransport(target.Host, dialAddr(target), dialer, cfg.ResponseHeaderTimeout, cfg.MaxIdleConnsPerCell, b.transport)
+	b.proxy = &httputil.ReverseProxy{
+		Rewrite:   b.rewrite,
+		Transport: b.direct,
+		// 0, not -1: ReverseProxy flushes SSE and bodies of unknown length
+		// at once by itself, and Proxy.ServeHTTP's flushWriter flushes
+		// every other write. -1 would also start a timer per response
+		// whose goroutine writes the head on its own: a second write and
+		// a thread wake-up per request for nothing.
+		FlushInterval:  0,
+		ModifyResponse: b.onResponse,
+		ErrorHandler:   b.onError,
+		ErrorLog:       slog.NewLogLogger(b.log.Handler(), slog.LevelWarn),
+		BufferPool:     copyBuffers,
+	}
+	b.health = &http.Client{Transport: b.transport, Timeout: cfg.HealthTimeout}
+	return b
+}
+
+// copyBuffers recycles ReverseProxy's body copy buffers, which it would
+// otherwise allocate (32 KiB) for every response. A buffered channel, not
+// a sync.Pool: a []byte put in a sync.Pool is boxed, one allocation per
+// response; a channel copies the slice header. It keeps at most 128
+// buffers (4 MiB); beyond that many copies at once, buffers are allocated
+// and dropped.
+var copyBuffers = make(bufferPool, 128)
+
+type bufferPool chan []byte
+
+func (p bufferPool) Get() []byte {
+	select {
+	case b := <-p:
+		return b
+	default:
+		return make([]byte, 32<<10)
+	}
+}
+
+func (p bufferPool) Put(b []byte) {
+	select {
+	case p <- b:
+	default:
+	}
+}
+
+// dialAddr is the host:port to dial for a cell URL.
+func dialAddr(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(u.Hostname(), port)
+}
+
+func (b *backend) key() string { return b.name + "\x00" + b.url }
+
+// rewrite points the outgoing request at the cell. The Host header is kept:
+// with tenancy.source = "subdomain" the cell reads the tenant from it.
+// X-Forwarded-For keeps an incoming chain and appends the client.
+//
+// It sets the X-Forwarded headers as ProxyRequest.SetXForwarded does
+// (ReverseProxy has removed the client's before calling it), with one
+// allocation for both values and a shared "http"/"https".
+func (b *backend) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(b.target)
+	pr.Out.Host = pr.In.Host
+	h := pr.Out.Header
+	vals := make([]string, 2)
+	vals[1] = pr.In.Host
+	if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+		vals[0] = ip
+		if prior := pr.In.Header["X-Forwarded-For"]; len(prior) > 0 {
+			vals[0] = strings.Join(prior, ", ") + ", " + ip
+		}
+		h["X-Forwarded-For"] = vals[0:1:1]
+	}
+	h["X-Forwarded-Host"] = vals[1:2:2]
+	if pr.In.TLS == nil {
+		h["X-Forwarded-Proto"] = protoHTTP
+	} else {
+		h["X-Forwarded-Proto"] = protoHTTPS
+	}
+	if _, ok := h["User-Agent"]; !ok {
+		// What ReverseProxy would set next (no Go default User-Agent
+		// towards the cell), without its allocation.
+		h["User-Agent"] = noUserAgent
+	}
+}
+
+// Shared X-Forwarded-Proto values: set by reference, never modified.
+var (
+	protoHTTP   = []string{"http"}
+	protoHTTPS  = []string{"https"}
+	noUserAgent = []string{""}
+)
+
+// onResponse counts the cell's answer. Any answer, even a 5xx, proves the
+// cell is reachable: a cell's 500 or a tenant bulkhead's 503 is about one
+// request or one tenant, not the cell, so it never ejects.
+func (b *backend) onResponse(resp *http.Response) error {
+	b.count(resp.StatusCode)
+	if b.passiveFails.Load() != 0 {
+		b.passiveFails.Store(0)
+	}
+	return nil
+}
+
+// onError handles a transport error. A failed connection attempt means the
+// request never reached the cell: the cell is marked down at once and the
+// client gets the same 503 + Retry-After as every later request until the
+// cell is back. Other errors (reset, timeout) answer 502/504 and eject the
+// cell after FailAfter in a row.
+func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		// The client went away; nothing to say about the cell. 499 is the
+		// de facto "client closed request" code, for the counters.
+		b.count(499)
+		w.WriteHeader(499)
+		return
+	}
+	var op *net.OpError
+	var ne net.Error
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		b.errDial.Add(1)
+		b.eject(false, err)
+		b.count(http.StatusServiceUnavailable)
+		setRequestID(w, r)
+		b.writeRefusal(w, r, b.p.retryAfter, b.bodyDown)
+		return
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		b.errTimeout.Add(1)
+		b.count(http.StatusGatewayTimeout)
+		b.failedRequest(err)
+		setRequestID(w, r)
+		b.writeError(w, http.StatusGatewayTimeout, `{"error":"cell `+b.name+` did not answer in time","code":"cell_timeout"}`)
+	default:
+		b.errOther.Add(1)
+		b.count(http.StatusBadGateway)
+		b.failedRequest(err)
+		setRequestID(w, r)
+		b.writeError(w, http.StatusBadGateway, `{"error":"cell `+b.name+` failed to answer","code":"cell_error"}`)
+	}
+}
+
+func (b *backend) writeError(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, body+"\n")
+}
+
+// failedRequest counts a transport error that is not a refused connection.
+func (b *backend) failedRequest(err error) {
+	if n := b.passiveFails.Add(1); int(n) >= b.p.cfg.FailAfter {
+		b.eject(false, err)
+	} else {
+		b.log.Warn("request to cell failed", "error", err.Error())
+	}
+}
+
+// refuse answers a request the router does not forward, with 503.
+func (b *backend) refuse(w http.ResponseWriter, r *http.Request, retryAfter []string, body []byte) {
+	b.count(http.StatusServiceUnavailable)
+	setRequestID(w, r)
+	w.Header()[b.p.cellHeader] = b.nameValue
+	b.writeRefusal(w, r, retryAfter, body)
+}
+
+func (b *backend) writeRefusal(w http.ResponseWriter, _ *http.Request, retryAfter []string, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Retry-After"] = retryAfter
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(body)
+}
+
+func (b *backend) count(code int) {
+	i := code/100 - 1
+	if i < 0 || i > 4 {
+		i = 4
+	}
+	b.codes[i].Add(1)
+}
+
+// eject marks the cell down (active: by a health check).
+func (b *backend) eject(active bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.up.Load() {
+		return
+	}
+	b.up.Store(false)
+	b.passiveFails.Store(0)
+	// Pooled connections to a dead cell are dead too; dropping them now
+	// keeps the first requests after its return from failing on them.
+	b.direct.closeIdle(0)
+	cause := "passive"
+	if active {
+		b.ejectActive.Add(1)
+		cause = "active"
+	} else {
+		b.ejectPassive.Add(1)
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	b.log.Warn("cell down; its tenants get 503 until a health check passes", "cause", cause, "error", msg)
+}
+
+// check runs one active health check and applies its result.
+func (b *backend) check(ctx context.Context) {
+	b.direct.closeIdle(idleConnTimeout) // here, off the request path
+	err := b.probe(ctx)
+	if ctx.Err() != nil {
+		return // shutting down or removed: say nothing about the cell
+	}
+	b.mu.Lock()
+	if err == nil {
+		b.activeFails = 0
+		if !b.up.Load() {
+			b.passiveFails.Store(0)
+			b.up.Store(true)
+			b.log.Info("cell up")
+		}
+		b.mu.Unlock()
+		return
+	}
+	b.activeFails++
+	var op *net.OpError
+	down := b.activeFails >= b.p.cfg.FailAfter || (errors.As(err, &op) && op.Op == "dial")
+	b.mu.Unlock()
+	if down {
+		b.eject(true, err)
+	}
+}
+
+func (b *backend) probe(ctx context.Context) error {
+	u := *b.target
+	u.Path = strings.TrimSuffix(u.Path, "/") + b.p.cfg.CheckPath
+	u.RawPath = ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := b.health.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return errors.New(b.p.cfg.CheckPath + " answered " + strconv.Itoa(resp.StatusCode))
+	}
+	return nil
+}
+
+// start runs the health loop: a check now, then one per interval.
+func (b *backend) start(parent context.Context) {
+	ctx, cancel := context.WithCancel(parent)
+	b.cancel, b.done = cancel, make(chan struct{})
+	go func() {
+		defer close(b.done)
+		t := time.NewTicker(b.p.cfg.HealthInterval)
+		defer t.Stop()
+		for {
+			b.check(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// stop ends the health loop and drops idle connections; requests in
+// flight finish on their own connections.
+func (b *backend) stop() {
+	if b.cancel != nil {
+		b.cancel()
+		<-b.done
+	}
+	b.direct.close()
+}

@@ -1,0 +1,446 @@
+package proxy
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/probe"
+
+	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/requestid"
+	"github.com/cellgate/cellgate/internal/slots"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellgate/cellgate/internal/tenancy"
+)
+
+// ProxyConfig configures a Proxy. Zero fields take their value from
+// DefaultProxyConfig, the one place defaults live.
+type ProxyConfig struct {
+	// CheckPath is the path the router's active health checks ask each
+	// cell for; a 2xx answer means the cell can serve. Default: the cells'
+	// readiness probe, probe.Ready (/readyz): a cell that is up but not
+	// migrated must not get traffic.
+	CheckPath string
+	// HealthInterval is the time between two active checks of a cell, and
+	// so the longest a dead cell's tenants wait for 503s when no request
+	// notices first. Default: 1s.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one check. Default: 1s.
+	HealthTimeout time.Duration
+	// FailAfter is how many consecutive failed checks, or consecutive
+	// transport errors on requests, mark a cell down. A refused or timed
+	// out connection attempt marks it down at once: nothing can be served
+	// there. A down cell comes back with its next passing check. Default: 2.
+	FailAfter int
+	// DialTimeout bounds connecting to a cell. Default: 2s.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a cell's response head
+	// (not the body, so streams are unaffected); past it the client gets
+	// 504. Keep it above the cells' request timeout. Default: 60s.
+	ResponseHeaderTimeout time.Duration
+	// MaxInFlightPerCell caps the requests the router has in flight to one
+	// cell; a request over it gets 503 with Retry-After: 1, so a slow cell
+	// cannot take every connection and goroutine of the router. A stream
+	// or WebSocket counts for its whole life. -1 means no cap.
+	// Default: 1024.
+	MaxInFlightPerCell int
+	// MaxIdleConnsPerCell is the keep-alive pool size per cell. Default:
+	// 256.
+	MaxIdleConnsPerCell int
+	// CellHeader is the response header naming the cell that served (or
+	// refused) the request. Default: X-Cellgate-Cell.
+	CellHeader string
+	// Logger receives state changes (a cell going down or up) and upstream
+	// errors. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultProxyConfig holds every default of ProxyConfig.
+var DefaultProxyConfig = ProxyConfig{
+	CheckPath:             probe.Ready,
+	HealthInterval:        time.Second,
+	HealthTimeout:         time.Second,
+	FailAfter:             2,
+	DialTimeout:           2 * time.Second,
+	ResponseHeaderTimeout: 60 * time.Second,
+	MaxInFlightPerCell:    1024,
+	MaxIdleConnsPerCell:   256,
+	CellHeader:            "X-Cellgate-Cell",
+}
+
+func (c ProxyConfig) withDefaults() ProxyConfig {
+	d := DefaultProxyConfig
+	c.CheckPath = cmp.Or(c.CheckPath, d.CheckPath)
+	c.HealthInterval = cmp.Or(c.HealthInterval, d.HealthInterval)
+	c.HealthTimeout = cmp.Or(c.HealthTimeout, d.HealthTimeout)
+	c.FailAfter = cmp.Or(c.FailAfter, d.FailAfter)
+	c.DialTimeout = cmp.Or(c.DialTimeout, d.DialTimeout)
+	c.ResponseHeaderTimeout = cmp.Or(c.ResponseHeaderTimeout, d.ResponseHeaderTimeout)
+	c.MaxInFlightPerCell = cmp.Or(c.MaxInFlightPerCell, d.MaxInFlightPerCell)
+	c.MaxIdleConnsPerCell = cmp.Or(c.MaxIdleConnsPerCell, d.MaxIdleConnsPerCell)
+	c.CellHeader = cmp.Or(c.CellHeader, d.CellHeader)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c ProxyConfig) validate() error {
+	switch {
+	case c.CheckPath[0] != '/':
+		return fmt.Errorf("cells: ProxyConfig.CheckPath %q must start with /", c.CheckPath)
+	case c.HealthInterval < 0:
+		return fmt.Errorf("cells: ProxyConfig.HealthInterval must be > 0, got %s", c.HealthInterval)
+	case c.HealthTimeout < 0:
+		return fmt.Errorf("cells: ProxyConfig.HealthTimeout must be > 0, got %s", c.HealthTimeout)
+	case c.FailAfter < 1:
+		return fmt.Errorf("cells: ProxyConfig.FailAfter must be >= 1, got %d", c.FailAfter)
+	case c.DialTimeout < 0:
+		return fmt.Errorf("cells: ProxyConfig.DialTimeout must be > 0, got %s", c.DialTimeout)
+	case c.ResponseHeaderTimeout < 0:
+		return fmt.Errorf("cells: ProxyConfig.ResponseHeaderTimeout must be > 0, got %s", c.ResponseHeaderTimeout)
+	case c.MaxInFlightPerCell < -1:
+		return fmt.Errorf("cells: ProxyConfig.MaxInFlightPerCell must be -1 (no cap) or > 0, got %d", c.MaxInFlightPerCell)
+	case c.MaxIdleConnsPerCell < 0:
+		return fmt.Errorf("cells: ProxyConfig.MaxIdleConnsPerCell must be > 0, got %d", c.MaxIdleConnsPerCell)
+	}
+	if _, err := textprotoKey(c.CellHeader); err != nil {
+		return fmt.Errorf("cells: ProxyConfig.CellHeader: %w", err)
+	}
+	return nil
+}
+
+// Proxy is the cell router's request path: an http.Handler that sends
+// each request to its tenant's cell. See the package doc for what it
+// guarantees.
+//
+// A request whose tenant can be extracted goes to the tenant's cell. A
+// request without one (a public route, or a missing or bad tenant) goes to
+// any cell that is up, round-robin: the cells are identical, so that cell
+// answers exactly as the tenant's own would (serving the public route, or
+// refusing with the cells' own 400/401), and the router needs no copy of
+// the route table.
+type Proxy struct {
+	cfg        ProxyConfig
+	x          tenancy.Extractor // nil: tenancy disabled, one cell only
+	cellHeader string            // canonical form of cfg.CellHeader
+	retryAfter []string          // Retry-After for a down cell
+	m          *proxyMetrics
+
+	table atomic.Pointer[table]
+
+	mu      sync.Mutex // guards the fields below; never taken per request
+	ctx     context.Context
+	started bool
+	closed  bool
+}
+
+// table is one slot map with its backends, swapped as a whole.
+type table struct {
+	r        *cells.CellRouter
+	backends []*backend // index = cell index in r
+	rr       atomic.Uint32
+}
+
+// NewProxy builds a Proxy for router's cells. x extracts tenants exactly
+// as the cells do (build it with tenancy.NewExtractor from
+// runtime.TenancyConfig); nil means tenancy is off, which is only allowed
+// with one cell. Metrics are registered in reg. Call Start to begin health
+// checks and Close when done.
+func NewProxy(cfg ProxyConfig, x tenancy.Extractor, router *cells.CellRouter, reg prometheus.Registerer) (*Proxy, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		return nil, errors.New("cells: NewProxy needs a prometheus registry")
+	}
+	hdr, _ := textprotoKey(cfg.CellHeader)
+	secs := int(math.Ceil(cfg.HealthInterval.Seconds()))
+	p := &Proxy{
+		cfg:        cfg,
+		x:          x,
+		cellHeader: hdr,
+		retryAfter: []string{strconv.Itoa(max(1, secs))},
+		ctx:        context.Background(),
+	}
+	p.m = newProxyMetrics(p)
+	if err := reg.Register(p.m); err != nil {
+		return nil, fmt.Errorf("cells: register metrics: %w", err)
+	}
+	if err := p.SetRouter(router); err != nil {
+		reg.Unregister(p.m)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Router returns the slot map in use.
+func (p *Proxy) Router() *cells.CellRouter { return p.table.Load().r }
+
+// SetRouter swaps in a new slot map. Cells whose name and URL are
+// unchanged keep their backend (health, connections, counters); others get
+// a new one, and removed cells are stopped. Requests in flight finish on
+// the map they started with.
+func (p *Proxy) SetRouter(r *cells.CellRouter) error {
+	if r == nil {
+		return errors.New("cells: SetRouter(nil)")
+	}
+	if p.x == nil && r.Len() > 1 {
+		return fmt.Errorf("cells: tenancy is disabled, so the router cannot place tenants on %d cells; enable tenancy or run one cell", r.Len())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("cells: proxy is closed")
+	}
+	old := p.table.Load()
+	keep := map[string]*backend{}
+	if old != nil {
+		for _, b := range old.backends {
+			keep[b.key()] = b
+		}
+	}
+	t := &table{r: r, backends: make([]*backend, r.Len())}
+	for i, c := range r.Cells() {
+		k := c.Name + "\x00" + c.URL
+		if b, ok := keep[k]; ok {
+			t.backends[i] = b
+			delete(keep, k)
+			continue
+		}
+		b := newBackend(p, c, r.URL(i))
+		t.backends[i] = b
+		if p.started {
+			b.start(p.ctx)
+		}
+	}
+	p.table.Store(t)
+	for _, b := range keep {
+		b.stop()
+	}
+	return nil
+}
+
+// Start runs one health check of every cell now, then keeps checking each
+// cell every HealthInterval until ctx ends or Close is called.
+func (p *Proxy) Start(ctx context.Context) {
+	p.mu.Lock()
+	if p.started || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.started, p.ctx = true, ctx
+	bs := p.table.Load().backends
+	for _, b := range bs {
+		b.start(ctx)
+	}
+	p.mu.Unlock()
+}
+
+// CheckNow runs one health check of every cell concurrently and waits for
+// them: for startup and for tests that drive time themselves.
+func (p *Proxy) CheckNow(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, b := range p.table.Load().backends {
+		wg.Go(func() { b.check(ctx) })
+	}
+	wg.Wait()
+}
+
+// Close stops the health checks and closes idle upstream connections.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	for _, b := range p.table.Load().backends {
+		b.stop()
+	}
+}
+
+// CellUp reports whether the named cell is currently considered up.
+func (p *Proxy) CellUp(name string) bool {
+	t := p.table.Load()
+	if i := t.r.Index(name); i >= 0 {
+		return t.backends[i].up.Load()
+	}
+	return false
+}
+
+// Shared header values: set by reference, never modified.
+var (
+	jsonContentType = []string{"application/json"}
+	retryOne        = []string{"1"}
+)
+
+// ServeHTTP routes one request. Routing takes no lock: one atomic load of
+// the map, a slot lookup, and atomic counters; handing out and taking back
+// a pooled connection to the cell takes one short mutex.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.serve(w, r, nil)
+}
+
+// serve is ServeHTTP when begin is nil. The front server's own loop,
+// whose ResponseWriter cannot serve ReverseProxy, passes a begin: then
+// serve returns false, having done nothing, for a request that would take
+// the ReverseProxy path, and otherwise calls begin before its first effect
+// and serves r.
+func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool {
+	t := p.table.Load()
+	var b *backend
+	frozen := false
+	if p.x != nil {
+		if tenant, err := p.x.Extract(r); err == nil {
+			slot, _ := slots.Slot(tenant) // a tenant id is never empty
+			b = t.backends[t.r.IndexForSlot(slot)]
+			frozen = t.r.Frozen(slot)
+		}
+	}
+	if b == nil && !frozen {
+		b = t.pickUp()
+	}
+	lean := b != nil && b.forwardable(r)
+	if begin != nil && b != nil && !frozen && !lean {
+		return false
+	}
+	if begin != nil {
+		begin()
+	}
+	switch {
+	case frozen:
+		b.rejectFrozen.Add(1)
+		b.refuse(w, r, retryOne, b.bodyFrozen)
+	case b == nil:
+		p.m.noCell.Add(1)
+		setRequestID(w, r)
+		h := w.Header()
+		h["Content-Type"] = jsonContentType
+		h["Retry-After"] = p.retryAfter
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(bodyNoCell)
+	case !b.up.Load():
+		b.rejectDown.Add(1)
+		b.refuse(w, r, p.retryAfter, b.bodyDown)
+	default:
+		p.send(w, r, b, lean)
+	}
+	return true
+}
+
+// send forwards r to b's cell within the per-cell cap.
+func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bool) {
+	n := b.inflight.Add(1)
+	defer b.inflight.Add(-1) // also runs when the proxy aborts a stream with a panic
+	if limit := p.cfg.MaxInFlightPerCell; limit > 0 && n > int64(limit) {
+		b.rejectBusy.Add(1)
+		b.refuse(w, r, retryOne, b.bodyBusy)
+		return
+	}
+	if len(r.Header[requestid.Header]) == 0 || r.Header[requestid.Header][0] == "" {
+		r.Header[requestid.Header] = []string{requestid.New()}
+	}
+	w.Header()[p.cellHeader] = b.nameValue
+	if lean {
+		b.forward(w, r)
+		return
+	}
+	fw := flushWriters.Get().(*flushWriter)
+	fw.ResponseWriter, fw.cellHeader, fw.cellValue = w, p.cellHeader, b.nameValue
+	b.proxy.ServeHTTP(fw, r)
+	fw.ResponseWriter, fw.cellValue = nil, nil // a panic skips this and the Put: the GC takes it
+	flushWriters.Put(fw)
+}
+
+// flushWriter is the ReverseProxy path's ResponseWriter (the lean path
+// flushes the same way itself). It flushes every write of a body to the
+// client, so a body with a Content-Length that the cell sends slowly (a
+// download, long polling) is not held in the server's buffer;
+// ReverseProxy flushes SSE and bodies of unknown length itself. A small
+// answer is one write of the cell's body, so head and body still leave in
+// one packet. Unwrap lets ReverseProxy's ResponseController reach the
+// connection (hijack for upgrades, flush for trailers). It also puts the
+// cell header back on the final answer: ReverseProxy clears the whole
+// header after passing on a 1xx answer (103 Early Hints), the cell header
+// with it.
+type flushWriter struct {
+	http.ResponseWriter
+	cellHeader string
+	cellValue  []string
+}
+
+// WriteHeader restores the cell header before a final answer's head.
+func (f *flushWriter) WriteHeader(code int) {
+	if code >= 200 {
+		if h := f.Header(); len(h[f.cellHeader]) == 0 {
+			h[f.cellHeader] = f.cellValue
+		}
+	}
+	f.ResponseWriter.WriteHeader(code)
+}
+
+var flushWriters = sync.Pool{New: func() any { return new(flushWriter) }}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	n, err := f.ResponseWriter.Write(p)
+	if err == nil {
+		// A failed flush is a gone client: the next write says so.
+		_ = http.NewResponseController(f.ResponseWriter).Flush()
+	}
+	return n, err
+}
+
+// Unwrap returns the server's ResponseWriter.
+func (f *flushWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// pickUp returns the next cell that is up, round-robin, or nil.
+func (t *table) pickUp() *backend {
+	n := uint32(len(t.backends))
+	start := t.rr.Add(1)
+	for i := range n {
+		if b := t.backends[(start+i)%n]; b.up.Load() {
+			return b
+		}
+	}
+	return nil
+}
+
+var bodyNoCell = []byte(`{"error":"no cell is available","code":"no_cell"}` + "\n")
+
+// setRequestID makes sure a response the router writes itself carries the
+// request id the cell would have echoed.
+func setRequestID(w http.ResponseWriter, r *http.Request) {
+	id := r.Header[requestid.Header]
+	if len(id) == 0 || id[0] == "" {
+		id = []string{requestid.New()}
+	}
+	w.Header()[requestid.Header] = id
+}
+
+// textprotoKey canonicalizes a header name after checking it is a token.
+func textprotoKey(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("empty header name")
+	}
+	for i := 0; i < len(name); i++ {
+		if !tokenByte(name[i]) {
+			return "", fmt.Errorf("%q is not a valid header name", name)
+		}
+	}
+	return http.CanonicalHeaderKey(name), nil
+}
+
+var _ http.Handler = (*Proxy)(nil)

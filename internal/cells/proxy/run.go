@@ -1,0 +1,289 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/probe"
+	"github.com/cellgate/cellgate/internal/tenancy"
+)
+
+// RouterOptions are the router process's settings that the spec does not
+// hold. Zero fields take the defaults named on each.
+type RouterOptions struct {
+	// Address is the listen address. Default: ":8090".
+	Address string
+	// Listener, when set, is served instead of listening on Address (tests
+	// pass one on port 0).
+	Listener net.Listener
+	// SlotMapFile is the slot map file (see cells.SlotMap) the router loads at
+	// start and reloads when it changes. Empty: the spec's cells, fixed.
+	SlotMapFile string
+	// ReloadInterval is how often the slot map file is checked for a
+	// change. Default: 1s.
+	ReloadInterval time.Duration
+	// Proxy configures the request path and health checks.
+	Proxy ProxyConfig
+	// Logger is the structured logger. Default: slog.Default().
+	Logger *slog.Logger
+	// Registry receives the router's metrics and is served on /metrics.
+	// Default: a new registry with the Go and process collectors.
+	Registry *prometheus.Registry
+	// Getenv reads the tenancy keys the spec names (session or JWT).
+	// Default: os.Getenv.
+	Getenv func(string) string
+	// Ready, when set, is called with the listening address once the
+	// router serves.
+	Ready func(net.Addr)
+	// NetHTTPOnly serves every connection with net/http's server instead
+	// of the router's own loop for the lean path (see frontServer): the
+	// same answers, at the cost of two or three thread wake-ups more per
+	// request. For comparison and as a way back should the own loop
+	// misbehave.
+	NetHTTPOnly bool
+}
+
+// RunRouter runs the cell router until ctx ends, then drains within
+// cfg.Server.ShutdownTimeout. cfg is the same final config the cells run
+// with (spec defaults + overlay + env): the router extracts tenants with
+// its tenancy block and, without a slot map file, routes with its cells.
+// The router serves its own /healthz, /readyz and /metrics; every other
+// path is proxied.
+func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error {
+	if opts.Address == "" {
+		opts.Address = ":8090"
+	}
+	if opts.ReloadInterval == 0 {
+		opts.ReloadInterval = time.Second
+	}
+	if opts.ReloadInterval < 0 {
+		return fmt.Errorf("cells: RouterOptions.ReloadInterval must be > 0, got %s", opts.ReloadInterval)
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if opts.Proxy.Logger == nil {
+		opts.Proxy.Logger = opts.Logger
+	}
+	log := opts.Logger
+
+	x, err := Extractor(cfg.Tenancy, opts.Getenv)
+	if err != nil {
+		return err
+	}
+	var router *cells.CellRouter
+	var watch *fileWatch
+	if opts.SlotMapFile != "" {
+		raw, err := os.ReadFile(opts.SlotMapFile)
+		if err != nil {
+			return fmt.Errorf("cells: slot map: %w", err)
+		}
+		if _, router, err = cells.ParseSlotMap(raw); err != nil {
+			return fmt.Errorf("%w (file %s)", err, opts.SlotMapFile)
+		}
+		watch = &fileWatch{path: opts.SlotMapFile, last: raw}
+	} else if router, err = cells.New(cells.SpecsFromConfig(cfg.Cells)); err != nil {
+		return fmt.Errorf("cells: %w", err)
+	}
+	p, err := NewProxy(opts.Proxy, x, router, opts.Registry)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+
+	ln := opts.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", opts.Address); err != nil {
+			return fmt.Errorf("router address %q: %w", opts.Address, err)
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs after stop: the watcher ends with runCtx
+	defer stop()
+	p.Start(runCtx)
+	if watch != nil {
+		wg.Go(func() { watch.run(runCtx, p, opts.ReloadInterval, log) })
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+probe.Health, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header()["Content-Type"] = jsonContentType
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET "+probe.Ready, p.ServeReady)
+	mux.Handle("GET "+probe.Metrics, promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+	srv := &http.Server{
+		Handler:           probes(mux, p),
+		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
+		IdleTimeout:       cfg.Server.IdleTimeout.D(),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	var front *frontServer
+	serve, shutdown, closeAll := srv.Serve, srv.Shutdown, srv.Close
+	if !opts.NetHTTPOnly {
+		front = newFrontServer(p, srv, ln.Addr(), log)
+		serve, shutdown, closeAll = front.Serve, front.Shutdown, front.Close // front.Close closes srv too
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ln) }()
+	log.Info("router listening", "address", ln.Addr().String(), "cells", router.Len(), "slot_map", opts.SlotMapFile, "own_loop", front != nil)
+	if opts.Ready != nil {
+		opts.Ready(ln.Addr())
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	stop()
+	timeout := cfg.Server.ShutdownTimeout.D()
+	if timeout <= 0 {
+		timeout = 15 * time.Second
+	}
+	log.Info("router shutting down", "deadline", timeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := shutdown(sctx); err != nil {
+		_ = closeAll()
+		return fmt.Errorf("router shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// probes sends the router's own probe paths to mux and everything else to
+// the proxy, with one comparison per request.
+func probes(mux *http.ServeMux, p *Proxy) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if probe.Is(r.URL.Path) {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		p.ServeHTTP(w, r)
+	})
+}
+
+// Extractor builds the tenant extractor for the spec's tenancy block, the
+// same way the cells build their middleware; nil when tenancy is off.
+func Extractor(t config.Tenancy, getenv func(string) string) (tenancy.Extractor, error) {
+	if !t.Enabled {
+		return nil, nil
+	}
+	tc, err := tenancy.FromSpec(t, getenv)
+	if err != nil {
+		return nil, err
+	}
+	x, err := tenancy.NewExtractor(tc)
+	if err != nil {
+		return nil, fmt.Errorf("tenancy: %w", err)
+	}
+	return x, nil
+}
+
+// ServeReady answers the router's readiness: 200 with each cell's state.
+// The router is ready whenever it has a map, even with cells down: a
+// router that refuses one cell's tenants still serves the others', and
+// taking it out of a load balancer would refuse everyone.
+func (p *Proxy) ServeReady(w http.ResponseWriter, _ *http.Request) {
+	t := p.table.Load()
+	cells := make(map[string]string, len(t.backends))
+	for _, b := range t.backends {
+		cells[b.name] = "down"
+		if b.up.Load() {
+			cells[b.name] = "up"
+		}
+	}
+	w.Header()["Content-Type"] = jsonContentType
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"status":           "ready",
+		"cells":            cells,
+		"slot_map_current": p.m.slotMapCurrent.Load(),
+	})
+}
+
+// fileWatch polls the slot map file. Polling (not inotify) works the same
+// on every file system, including the symlink swaps of Kubernetes config
+// maps, and a map file is small enough to read whole every interval.
+type fileWatch struct {
+	path string
+	last []byte // the content last seen, good or bad
+}
+
+func (f *fileWatch) run(ctx context.Context, p *Proxy, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f.poll(p, log)
+	}
+}
+
+// poll reloads the file if its content changed. A map that does not parse
+// or build is logged and counted, and the last good map stays in use.
+func (f *fileWatch) poll(p *Proxy, log *slog.Logger) {
+	raw, err := os.ReadFile(f.path)
+	if err != nil {
+		p.m.reloadFailed.Add(1)
+		p.m.slotMapCurrent.Store(false)
+		log.Error("slot map file unreadable; keeping the last good map", "file", f.path, "error", err.Error())
+		return
+	}
+	if bytes.Equal(raw, f.last) {
+		return
+	}
+	f.last = raw
+	err = p.ReloadSlotMap(raw)
+	if err != nil {
+		log.Error("slot map file rejected; keeping the last good map", "file", f.path, "error", err.Error())
+		return
+	}
+	log.Info("slot map reloaded", "file", f.path, "cells", p.Router().Len())
+}
+
+// ReloadSlotMap parses and builds raw (a slot map file's content) and, if
+// it is valid, swaps it in. A bad map is counted in
+// cellgate_router_slotmap_reloads_total{result="invalid"} and leaves the
+// current map in use.
+func (p *Proxy) ReloadSlotMap(raw []byte) error {
+	_, r, err := cells.ParseSlotMap(raw)
+	if err == nil {
+		err = p.SetRouter(r)
+	}
+	if err != nil {
+		p.m.reloadInvalid.Add(1)
+		p.m.slotMapCurrent.Store(false)
+		return err
+	}
+	p.m.reloadOK.Add(1)
+	p.m.slotMapCurrent.Store(true)
+	return nil
+}
