@@ -1,0 +1,124 @@
+package local
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// stack is a lock-free LIFO of jobs (a Treiber stack) linked through next;
+// the consumer takes all of it at once, so there is no ABA problem. A job is
+// on a stack only when it is in no line (just inserted, or just finished).
+type stack struct{ head atomic.Pointer[job] }
+
+func (s *stack) push(j *job) {
+	for {
+		h := s.head.Load()
+		j.next = h
+		if s.head.CompareAndSwap(h, j) {
+			return
+		}
+	}
+}
+
+func (s *stack) takeAll() *job { return s.head.Swap(nil) }
+
+func (s *stack) empty() bool { return s.head.Load() == nil }
+
+// lookUp finds, without the lock, what admit would otherwise look up while
+// holding it: the job's tenant and queue when the caches have them, and its
+// kind's concurrency cap.
+func (b *Backend) lookUp(j *job, p *jobs.InsertParams) {
+	if b.isolated && p.Tenant != "" {
+		j.ten = b.cachedTenant(p.Tenant)
+	}
+	if qs := b.queueSnap.Load(); qs != nil && len(*qs) <= scanQueues {
+		for i, q := range *qs {
+			if q.name == p.Queue {
+				j.qHint = uint8(i + 1)
+				break
+			}
+		}
+	}
+	if len(b.kinds) > 0 { // read-only after Open
+		j.kind = b.kinds[p.Kind]
+	}
+}
+
+// inboxBatch caps the inserts waiting on the inbox: the insert that fills a
+// batch applies it. It bounds how long any drain holds the lock (workers
+// busy with long jobs do not drain) while keeping the lock off the insert
+// path for all but one insert in inboxBatch.
+const inboxBatch = 64
+
+// kick applies the stacks at once when a worker is parked, since no busy
+// worker may come to drain them. See Claim for why this cannot miss one.
+func (b *Backend) kick() {
+	if b.idleN.Load() > 0 {
+		b.mu.Lock()
+		b.drain()
+		b.unlock()
+	}
+}
+
+// drain applies the done stack (releasing slots and capacity first), then the
+// inbox in insertion order. Callers hold mu.
+func (b *Backend) drain() {
+	for j := b.done.takeAll(); j != nil; {
+		nx := j.next
+		j.next = nil
+		b.finish(j)
+		b.drop(j)
+		j = nx
+	}
+	var fifo *job
+	n := int32(0)
+	for j := b.inbox.takeAll(); j != nil; {
+		nx := j.next
+		j.next = fifo
+		fifo = j
+		j = nx
+		n++
+	}
+	if n > 0 {
+		b.inboxN.Add(-n)
+	}
+	for j := fifo; j != nil; {
+		nx := j.next
+		j.next = nil
+		if b.status.Load() == statusOpen {
+			b.admit(j, time.Time{}, time.Time{})
+		}
+		j = nx
+	}
+}
+
+// admit files a new job under its queue, tenant and kind, and makes it
+// waiting (or scheduled when runAt is after now).
+func (b *Backend) admit(j *job, runAt, now time.Time) {
+	var q *queue
+	if h := j.qHint; h != 0 {
+		q = b.queues[h-1] // queues only grow: its index is stable
+	} else {
+		q = b.queue(j.row.Queue)
+	}
+	ten := b.shared
+	if t := j.ten; t != nil && !t.evicted {
+		if t.idle {
+			b.unidle(t)
+		}
+		ten = t
+	} else if b.isolated && j.row.Tenant != "" {
+		ten = b.tenant(j.row.Tenant)
+	}
+	j.ten = nil
+	j.tq = ten.line(q)
+	ten.jobs++
+	q.waiting++
+	if runAt.After(now) {
+		b.schedule(j, runAt)
+	} else {
+		b.push(j)
+	}
+}

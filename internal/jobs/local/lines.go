@@ -1,0 +1,107 @@
+package local
+
+// lineIn returns the tenant's line in the queue of index qi, or nil.
+func (t *tenant) lineIn(qi int) *tq {
+	if qi < len(t.tqs0) {
+		return t.tqs0[qi]
+	}
+	if qi -= len(t.tqs0); qi < len(t.tqsMore) {
+		return t.tqsMore[qi]
+	}
+	return nil
+}
+
+// tq is a tenant's line of ready jobs in one queue and its ring
+// memberships: a 128-byte object (so aligned), two adjacent cache lines
+// (for a tenant with 1 or 2 lanes; more lanes have their nodes apart).
+//
+// The line is a ring buffer of pointers to its jobs rather than a list
+// linked through them: appending a job then does not write to the previous
+// one, and taking one does not read it, which for a tenant whose jobs went
+// cold in a long backlog are cache misses under the lock.
+type tq struct {
+	inline [2]ringNode // nodes of a tenant with 1 or 2 lanes
+	ten    *tenant
+	head   uint32 // index in buf of the oldest ready job
+	n      uint32 // ready jobs
+	buf    []*job // ring buffer; its length is 0 or a power of two
+	q      *queue
+	nodes  []ringNode // node i is in the ring of lane ten.lanes[i]
+	linked bool       // the nodes are in their rings
+	_      [7]byte    // to 128 bytes
+}
+
+// minLineBuf is the smallest length of a line's buffer.
+const minLineBuf = 4
+
+// pushBack appends j to the line.
+func (l *tq) pushBack(j *job) {
+	if int(l.n) == len(l.buf) {
+		l.resize(max(minLineBuf, 2*len(l.buf)))
+	}
+	l.buf[(l.head+l.n)&uint32(len(l.buf)-1)] = j
+	l.n++
+}
+
+// pushFront puts j first in the line.
+func (l *tq) pushFront(j *job) {
+	if int(l.n) == len(l.buf) {
+		l.resize(max(minLineBuf, 2*len(l.buf)))
+	}
+	l.head = (l.head - 1) & uint32(len(l.buf)-1)
+	l.buf[l.head] = j
+	l.n++
+}
+
+// pop takes the oldest job of a line that has one. The buffer halves when a
+// quarter of it is in use, so a burst does not pin its memory; growing and
+// shrinking copy at most as many jobs as were pushed or popped since the
+// last resize, so each costs O(1) amortised.
+func (l *tq) pop() *job {
+	j := l.buf[l.head]
+	l.buf[l.head] = nil // no stale pointer for the collector to follow
+	l.head = (l.head + 1) & uint32(len(l.buf)-1)
+	l.n--
+	if len(l.buf) > minLineBuf && int(l.n) < len(l.buf)/4 {
+		l.resize(len(l.buf) / 2)
+	}
+	return j
+}
+
+// resize moves the line's jobs to a buffer of length c (a power of two, at
+// least l.n).
+func (l *tq) resize(c int) {
+	buf := make([]*job, c)
+	mask := uint32(len(l.buf) - 1)
+	for i := range l.n {
+		buf[i] = l.buf[(l.head+i)&mask]
+	}
+	l.buf, l.head = buf, 0
+}
+
+// line returns the tenant's line in q, creating it.
+func (t *tenant) line(q *queue) *tq {
+	if l := t.lineIn(q.idx); l != nil {
+		return l
+	}
+	l := &tq{ten: t, q: q}
+	if len(t.lanes) <= len(l.inline) {
+		// Most tenants have 1 or 2 lanes: keep their ring nodes in the
+		// line's own allocation, one cache miss fewer per claim.
+		l.nodes = l.inline[:len(t.lanes)]
+	} else {
+		l.nodes = make([]ringNode, len(t.lanes))
+	}
+	for i := range l.nodes {
+		l.nodes[i].tq = l
+	}
+	if q.idx < len(t.tqs0) {
+		t.tqs0[q.idx] = l
+	} else {
+		for len(t.tqsMore) <= q.idx-len(t.tqs0) {
+			t.tqsMore = append(t.tqsMore, nil)
+		}
+		t.tqsMore[q.idx-len(t.tqs0)] = l
+	}
+	return l
+}

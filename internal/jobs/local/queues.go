@@ -1,0 +1,87 @@
+package local
+
+type ringNode struct {
+	prev, next *ringNode
+	tq         *tq
+}
+
+// ring is a circular doubly linked list of ring nodes; head is the member
+// served next and head.prev the last. Serving the head and moving it to the
+// back is then one step, head = head.next, which writes no other node.
+type ring struct{ head *ringNode }
+
+// queue is one queue's scheduling state: its counters and the head of each
+// lane's ring, which every claim writes, share a cache line (a 128-byte
+// object, so aligned) for up to len(ring0) lanes.
+type queue struct {
+	waiting   int
+	running   int
+	ring0     [4]ring // rings of lanes 0-3
+	idx       int
+	_         [8]byte
+	name      string
+	ringsMore []ring // rings of lanes 4 and up
+	_         [24]byte
+}
+
+// ring returns the ring of lane.
+func (q *queue) ring(lane int) *ring {
+	if lane < len(q.ring0) {
+		return &q.ring0[lane]
+	}
+	return &q.ringsMore[lane-len(q.ring0)]
+}
+
+// queue returns the queue named name, creating it. An app has a handful of
+// queues, and a job's queue name is its kind's spec string, so a scan whose
+// comparisons mostly stop at the string pointers is cheaper than hashing.
+func (b *Backend) queue(name string) *queue {
+	if len(b.queues) <= scanQueues {
+		for _, q := range b.queues {
+			if q.name == name {
+				return q
+			}
+		}
+	} else if q := b.byName[name]; q != nil {
+		return q
+	}
+	q := &queue{name: name, idx: len(b.queues)}
+	if b.nLanes > len(q.ring0) {
+		q.ringsMore = make([]ring, b.nLanes-len(q.ring0))
+	}
+	b.queues = append(b.queues, q)
+	b.byName[name] = q
+	qs := append([]*queue(nil), b.queues...) // published: never modified
+	b.queueSnap.Store(&qs)
+	return q
+}
+
+// scanQueues is the number of queues up to which queue scans them.
+const scanQueues = 8
+
+// pushBack makes n the last member of the round.
+func (r *ring) pushBack(n *ringNode) {
+	h := r.head
+	if h == nil {
+		n.prev, n.next = n, n
+		r.head = n
+		return
+	}
+	last := h.prev
+	n.prev, n.next = last, h
+	last.next = n
+	h.prev = n
+}
+
+func (r *ring) remove(n *ringNode) {
+	if n.next == n {
+		r.head = nil
+	} else {
+		n.prev.next = n.next
+		n.next.prev = n.prev
+		if r.head == n {
+			r.head = n.next
+		}
+	}
+	n.prev, n.next = nil, nil
+}

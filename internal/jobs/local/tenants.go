@@ -1,0 +1,99 @@
+package local
+
+import (
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// tenant is a tenant (or the shared member) across queues. With 1,000
+// tenants taking turns, a tenant's records are cold when its turn comes, so
+// they are laid out for few cache misses: what claims and drains use is in
+// the first cache line of a 128-byte (so 128-byte aligned) object.
+type tenant struct {
+	running int32 // jobs running, at most Backend.maxConc
+	jobs    int32 // jobs of the tenant in any state; at 0 it goes idle
+	shared  bool
+	// idle: on the backend's idle list (no jobs), evicted beyond
+	// maxIdleTenants; evicted: no longer in Backend.tenants, so a hint
+	// pointing to it is stale.
+	idle, evicted bool
+	// id is in the first line with the counters: Insert reads it to check
+	// a cache hit, mostly from a job of the same tenant that the same
+	// worker just claimed, so the line is already in that core's cache.
+	id   string
+	tqs0 [2]*tq // lines in the queues of index 0 and 1
+	_    [16]byte
+
+	tqsMore            []*tq // lines in the queues of index 2 and up
+	lanes              []int
+	idlePrev, idleNext *tenant
+}
+
+func newTenant(id string, lanes []int) *tenant { return &tenant{id: id, lanes: lanes} }
+
+// tenant returns the state of tenant id, creating it with its lanes.
+func (b *Backend) tenant(id string) *tenant {
+	t := b.tenants[id]
+	if t != nil {
+		if t.idle {
+			b.unidle(t)
+		}
+	} else {
+		lanes := b.shared.lanes // one lane: lane 0
+		if b.lpt > 0 {
+			lanes = jobs.ShuffleShard(id, b.nLanes, b.lpt)
+		}
+		t = newTenant(id, lanes)
+		b.tenants[id] = t
+	}
+	b.cacheTenant(t)
+	return t
+}
+
+// hasSlot reports whether the tenant may start another job.
+func (b *Backend) hasSlot(t *tenant) bool {
+	return t.shared || b.maxConc == 0 || int(t.running) < b.maxConc
+}
+
+// maxIdleTenants bounds the tenants kept without jobs. Keeping a few saves
+// rebuilding a tenant (its lanes, lines and ring nodes) each time a tenant
+// with short bursts comes back; the bound keeps memory proportional to the
+// tenants with jobs.
+const maxIdleTenants = 4096
+
+// makeIdle puts a tenant without jobs at the back of the idle list, evicting
+// the longest-idle one beyond maxIdleTenants.
+func (b *Backend) makeIdle(t *tenant) {
+	t.idle = true
+	t.idlePrev, t.idleNext = b.idleTail, nil
+	if b.idleTail != nil {
+		b.idleTail.idleNext = t
+	} else {
+		b.idleHead = t
+	}
+	b.idleTail = t
+	b.idleTenants++
+	if b.idleTenants > maxIdleTenants {
+		old := b.idleHead
+		b.unidle(old)
+		old.evicted = true
+		delete(b.tenants, old.id)
+		b.uncacheTenant(old)
+	}
+}
+
+// unidle takes t off the idle list.
+func (b *Backend) unidle(t *tenant) {
+	if t.idlePrev != nil {
+		t.idlePrev.idleNext = t.idleNext
+	} else {
+		b.idleHead = t.idleNext
+	}
+	if t.idleNext != nil {
+		t.idleNext.idlePrev = t.idlePrev
+	} else {
+		b.idleTail = t.idlePrev
+	}
+	t.idlePrev, t.idleNext = nil, nil
+	t.idle = false
+	b.idleTenants--
+}
