@@ -24,36 +24,36 @@ type Backend struct {
 	// page-aligned), and mu with the fields every locked operation writes
 	// the second: lock-free pushes on other cores then do not take the
 	// lock's line away from its holder.
-	inbox  stack // inserted jobs, not yet in their lines
-	inboxN atomic.Int32
-	done   stack // completed jobs, not yet released
-	idleN  atomic.Int32
-	status atomic.Int32 // statusNew, statusOpen, statusClosed
-	nextID atomic.Int64
-	_      [24]byte
+	inbox           stack // inserted jobs, not yet in their lines
+	inboxLen        atomic.Int32
+	finished        stack // completed jobs, not yet released
+	idleWorkerCount atomic.Int32
+	status          atomic.Int32 // statusNew, statusOpen, statusClosed
+	nextID          atomic.Int64
+	_               [24]byte
 
-	mu     sync.Mutex
-	steps  uint64 // ring heads inspected by next; the O(1) test reads it
-	queues []*queue
-	freed  *job    // dropped records, for unlock to pool
-	shared *tenant // jobs without a tenant, and every job when not isolated
-	_      [8]byte
+	mu           sync.Mutex
+	headsVisited uint64 // ring heads inspected by next; the O(1) test reads it
+	queues       []*queue
+	freedRecords *job    // dropped records, for unlock to pool
+	sharedTenant *tenant // jobs without a tenant, and every job when not isolated
+	_            [8]byte
 
-	// sysClock: clock is the system clock, and now reads it through
+	// systemClock: clock is the system clock, and now reads it through
 	// wallBase (see now).
-	sysClock bool
-	wallBase atomic.Pointer[time.Time]
+	systemClock bool
+	wallBase    atomic.Pointer[time.Time]
 
-	clock    jobs.Clock
-	isolated bool
-	maxConc  int // per-tenant slots, 0 = none
-	nLanes   int // ≥ 1
-	lpt      int // lanes per tenant (isolated with lanes on)
+	clock          jobs.Clock
+	isolated       bool
+	maxConcurrent  int // per-tenant slots, 0 = none
+	numLanes       int // ≥ 1
+	lanesPerTenant int // lanes per tenant (isolated with lanes on)
 
-	ws      []*worker
-	idle    [][]*worker // parked workers per lane
-	byName  map[string]*queue
-	tenants map[string]*tenant
+	workers      []*worker
+	idleWorkers  [][]*worker // parked workers per lane
+	queuesByName map[string]*queue
+	tenants      map[string]*tenant
 	// tenantCache lets Insert find a job's tenant without the lock, so
 	// that the drain holding it does not hash tenant ids: a cache of
 	// tenants (see tenantSlots), written under mu (tenant, makeIdle) and
@@ -62,17 +62,17 @@ type Backend struct {
 	// Insert and the drain is not used.
 	tenantCache [tenantSlots]atomic.Pointer[tenant]
 	tenantSeed  maphash.Seed
-	// queueSnap is a copy of queues for Insert, replaced under mu when a
+	// queuesSnapshot is a copy of queues for Insert, replaced under mu when a
 	// queue is added, so that admit need not read the queue's name from
 	// the job (a cache line the drain would otherwise not touch).
-	queueSnap atomic.Pointer[[]*queue]
+	queuesSnapshot atomic.Pointer[[]*queue]
 	// idle tenants (no jobs), oldest first; see maxIdleTenants.
-	idleHead, idleTail *tenant
-	idleTenants        int
-	kinds              map[string]*kind
-	unique             map[string]*job
+	idleTenantsHead, idleTenantsTail *tenant
+	idleTenants                      int
+	cappedKinds                      map[string]*cappedKind
+	byUniqueKey                      map[string]*job
 
-	sched    schedHeap
+	delayed  delayedHeap
 	timer    jobs.Timer
 	timerAt  time.Time
 	timerGen uint64
@@ -112,37 +112,37 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 		b.clock = jobs.SystemClock{}
 	}
 	if _, ok := b.clock.(jobs.SystemClock); ok {
-		b.sysClock = true
+		b.systemClock = true
 		t := time.Now()
 		b.wallBase.Store(&t)
 	}
 	b.isolated = t.Isolated()
 	if b.isolated {
-		b.maxConc = t.MaxConcurrent
+		b.maxConcurrent = t.MaxConcurrent
 	}
-	b.nLanes = 1
+	b.numLanes = 1
 	if b.isolated && t.Lanes > 0 {
-		b.nLanes, b.lpt = t.Lanes, t.LanesPerTenant
+		b.numLanes, b.lanesPerTenant = t.Lanes, t.LanesPerTenant
 	}
-	b.ws = make([]*worker, p.Workers)
-	for i := range b.ws {
-		b.ws[i] = &worker{lane: i % b.nLanes, wake: make(chan struct{}, 1)}
+	b.workers = make([]*worker, p.Workers)
+	for i := range b.workers {
+		b.workers[i] = &worker{lane: i % b.numLanes, wake: make(chan struct{}, 1)}
 	}
-	b.idle = make([][]*worker, b.nLanes)
-	b.byName = make(map[string]*queue)
+	b.idleWorkers = make([][]*worker, b.numLanes)
+	b.queuesByName = make(map[string]*queue)
 	b.tenants = make(map[string]*tenant)
-	b.unique = make(map[string]*job)
-	b.kinds = make(map[string]*kind)
-	all := make([]int, b.nLanes)
+	b.byUniqueKey = make(map[string]*job)
+	b.cappedKinds = make(map[string]*cappedKind)
+	all := make([]int, b.numLanes)
 	for i := range all {
 		all[i] = i
 	}
-	b.shared = newTenant("", all)
-	b.shared.shared = true
+	b.sharedTenant = newTenant("", all)
+	b.sharedTenant.shared = true
 	b.tenantSeed = maphash.MakeSeed()
 	for _, k := range p.Kinds {
 		if k.Concurrency > 0 {
-			b.kinds[k.Name] = &kind{limit: k.Concurrency}
+			b.cappedKinds[k.Name] = &cappedKind{limit: k.Concurrency}
 		}
 		b.queue(k.Queue)
 	}
@@ -168,27 +168,27 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 	}
 	now := b.now()
 	j := b.newJob(&p, now)
-	b.lookUp(j, &p)
+	b.lookUpHints(j, &p)
 	if p.UniqueKey == "" && (p.RunAt.IsZero() || !p.RunAt.After(now)) {
 		id := jobs.JobID(b.nextID.Add(1))
 		j.row.ID = id
 		// From the push on, j may run, finish and be recycled at any time:
 		// do not touch it again.
 		b.inbox.push(j)
-		if b.inboxN.Add(1) >= inboxBatch {
+		if b.inboxLen.Add(1) >= inboxBatch {
 			// Apply a full batch now, so no later drain holds the lock
 			// for a backlog's worth of inserts.
 			b.mu.Lock()
 			b.drain()
-			b.unlock()
+			b.unlockAndRecycle()
 		} else {
-			b.kick()
+			b.drainForIdleWorker()
 		}
 		return jobs.EnqueueResult{ID: id}, nil
 	}
 	if p.UniqueKey != "" {
-		j.uniq = p.Kind + "\x00" + p.Tenant + "\x00" + p.UniqueKey
-		j.hasUniq = true
+		j.uniqueKey = p.Kind + "\x00" + p.Tenant + "\x00" + p.UniqueKey
+		j.hasUniqueKey = true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -196,11 +196,11 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 		return jobs.EnqueueResult{}, err
 	}
 	b.drain() // a completion on the done stack may free the unique key
-	if j.hasUniq {
-		if dup := b.unique[j.uniq]; dup != nil {
+	if j.hasUniqueKey {
+		if dup := b.byUniqueKey[j.uniqueKey]; dup != nil {
 			return jobs.EnqueueResult{ID: dup.row.ID, Duplicate: true}, nil
 		}
-		b.unique[j.uniq] = j
+		b.byUniqueKey[j.uniqueKey] = j
 	}
 	j.row.ID = jobs.JobID(b.nextID.Add(1))
 	b.admit(j, p.RunAt, now)
@@ -213,10 +213,10 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 	if err := b.usable(); err != nil {
 		return nil, err
 	}
-	if worker < 0 || worker >= len(b.ws) {
-		return nil, fmt.Errorf("local: Claim: worker %d out of range [0, %d)", worker, len(b.ws))
+	if worker < 0 || worker >= len(b.workers) {
+		return nil, fmt.Errorf("local: Claim: worker %d out of range [0, %d)", worker, len(b.workers))
 	}
-	w := b.ws[worker]
+	w := b.workers[worker]
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -227,8 +227,8 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 			return nil, jobs.ErrClosed
 		}
 		b.drain()
-		if j := b.next(w); j != nil {
-			b.unlock()
+		if j := b.nextJob(w); j != nil {
+			b.unlockAndRecycle()
 			// The attempt is ours from here on: nothing else reads or
 			// writes these until the row comes back, so they are set
 			// outside the lock (they sit in the row's cache lines, which
@@ -239,21 +239,21 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 		}
 		// Announce the park before the last look at the stacks: a pusher
 		// either sees idleN > 0 and drains, or pushed before this look.
-		b.idleN.Add(1)
-		if !b.inbox.empty() || !b.done.empty() {
-			b.idleN.Add(-1)
+		b.idleWorkerCount.Add(1)
+		if !b.inbox.empty() || !b.finished.empty() {
+			b.idleWorkerCount.Add(-1)
 			b.mu.Unlock()
 			continue
 		}
 		w.idle = true
-		b.idle[w.lane] = append(b.idle[w.lane], w)
+		b.idleWorkers[w.lane] = append(b.idleWorkers[w.lane], w)
 		b.mu.Unlock()
 		select {
 		case <-w.wake:
 		case <-ctx.Done():
 			b.mu.Lock()
 			if w.idle {
-				b.removeIdle(w)
+				b.removeIdleWorker(w)
 			}
 			b.mu.Unlock()
 			select { // a wake that raced with ctx is of no use now
@@ -268,12 +268,12 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 // Complete records success; see jobs.Backend. It does not take the lock: the
 // job goes on the done stack.
 func (b *Backend) Complete(_ context.Context, row *jobs.JobRow) error {
-	j, err := b.ending(row)
+	j, err := b.endAttempt(row)
 	if err != nil {
 		return err
 	}
-	b.done.push(j)
-	b.kick()
+	b.finished.push(j)
+	b.drainForIdleWorker()
 	return nil
 }
 
@@ -284,7 +284,7 @@ func (b *Backend) Fail(ctx context.Context, row *jobs.JobRow, _ string) error {
 
 // Retry makes the job available again after delay.
 func (b *Backend) Retry(_ context.Context, row *jobs.JobRow, delay time.Duration, _ string) error {
-	j, err := b.ending(row)
+	j, err := b.endAttempt(row)
 	if err != nil {
 		return err
 	}
@@ -294,12 +294,12 @@ func (b *Backend) Retry(_ context.Context, row *jobs.JobRow, delay time.Duration
 		return err
 	}
 	b.drain()
-	b.finish(j)
-	j.tq.q.waiting++
+	b.release(j)
+	j.line.queue.waiting++
 	if delay > 0 {
-		b.schedule(j, b.clock.Now().Add(delay))
+		b.delayUntil(j, b.clock.Now().Add(delay))
 	} else {
-		b.push(j)
+		b.makeReady(j)
 	}
 	return nil
 }
@@ -330,23 +330,23 @@ func (b *Backend) Close(context.Context) error {
 		b.timer.Stop()
 		b.timer = nil
 	}
-	for l, ws := range b.idle {
+	for l, ws := range b.idleWorkers {
 		for _, w := range ws {
 			w.idle = false
-			b.idleN.Add(-1)
+			b.idleWorkerCount.Add(-1)
 			select {
 			case w.wake <- struct{}{}:
 			default:
 			}
 		}
-		b.idle[l] = nil
+		b.idleWorkers[l] = nil
 	}
 	return nil
 }
 
-// ending resolves a row handed out by Claim and marks its attempt as ending,
+// endAttempt resolves a row handed out by Claim and marks its attempt as endAttempt,
 // so a second Complete, Retry or Fail of the same attempt is an error.
-func (b *Backend) ending(row *jobs.JobRow) (*job, error) {
+func (b *Backend) endAttempt(row *jobs.JobRow) (*job, error) {
 	if err := b.usable(); err != nil {
 		return nil, err
 	}

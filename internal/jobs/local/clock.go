@@ -17,7 +17,7 @@ const wallResync = 100 * time.Millisecond
 // reading: a step shows within wallResync, a slew differs by at most its
 // rate × wallResync (50µs at NTP's maximum).
 func (b *Backend) now() time.Time {
-	if !b.sysClock {
+	if !b.systemClock {
 		return b.clock.Now()
 	}
 	base := b.wallBase.Load()

@@ -26,23 +26,23 @@ func (s *stack) takeAll() *job { return s.head.Swap(nil) }
 
 func (s *stack) empty() bool { return s.head.Load() == nil }
 
-// lookUp finds, without the lock, what admit would otherwise look up while
+// lookUpHints finds, without the lock, what admit would otherwise look up while
 // holding it: the job's tenant and queue when the caches have them, and its
 // kind's concurrency cap.
-func (b *Backend) lookUp(j *job, p *jobs.InsertParams) {
+func (b *Backend) lookUpHints(j *job, p *jobs.InsertParams) {
 	if b.isolated && p.Tenant != "" {
-		j.ten = b.cachedTenant(p.Tenant)
+		j.tenantHint = b.cachedTenant(p.Tenant)
 	}
-	if qs := b.queueSnap.Load(); qs != nil && len(*qs) <= scanQueues {
+	if qs := b.queuesSnapshot.Load(); qs != nil && len(*qs) <= scanQueues {
 		for i, q := range *qs {
 			if q.name == p.Queue {
-				j.qHint = uint8(i + 1)
+				j.queueHint = uint8(i + 1)
 				break
 			}
 		}
 	}
-	if len(b.kinds) > 0 { // read-only after Open
-		j.kind = b.kinds[p.Kind]
+	if len(b.cappedKinds) > 0 { // read-only after Open
+		j.kind = b.cappedKinds[p.Kind]
 	}
 }
 
@@ -52,23 +52,23 @@ func (b *Backend) lookUp(j *job, p *jobs.InsertParams) {
 // path for all but one insert in inboxBatch.
 const inboxBatch = 64
 
-// kick applies the stacks at once when a worker is parked, since no busy
+// drainForIdleWorker applies the stacks at once when a worker is parked, since no busy
 // worker may come to drain them. See Claim for why this cannot miss one.
-func (b *Backend) kick() {
-	if b.idleN.Load() > 0 {
+func (b *Backend) drainForIdleWorker() {
+	if b.idleWorkerCount.Load() > 0 {
 		b.mu.Lock()
 		b.drain()
-		b.unlock()
+		b.unlockAndRecycle()
 	}
 }
 
 // drain applies the done stack (releasing slots and capacity first), then the
 // inbox in insertion order. Callers hold mu.
 func (b *Backend) drain() {
-	for j := b.done.takeAll(); j != nil; {
+	for j := b.finished.takeAll(); j != nil; {
 		nx := j.next
 		j.next = nil
-		b.finish(j)
+		b.release(j)
 		b.drop(j)
 		j = nx
 	}
@@ -82,7 +82,7 @@ func (b *Backend) drain() {
 		n++
 	}
 	if n > 0 {
-		b.inboxN.Add(-n)
+		b.inboxLen.Add(-n)
 	}
 	for j := fifo; j != nil; {
 		nx := j.next
@@ -98,27 +98,27 @@ func (b *Backend) drain() {
 // waiting (or scheduled when runAt is after now).
 func (b *Backend) admit(j *job, runAt, now time.Time) {
 	var q *queue
-	if h := j.qHint; h != 0 {
+	if h := j.queueHint; h != 0 {
 		q = b.queues[h-1] // queues only grow: its index is stable
 	} else {
 		q = b.queue(j.row.Queue)
 	}
-	ten := b.shared
-	if t := j.ten; t != nil && !t.evicted {
+	ten := b.sharedTenant
+	if t := j.tenantHint; t != nil && !t.evicted {
 		if t.idle {
-			b.unidle(t)
+			b.removeIdleTenant(t)
 		}
 		ten = t
 	} else if b.isolated && j.row.Tenant != "" {
 		ten = b.tenant(j.row.Tenant)
 	}
-	j.ten = nil
-	j.tq = ten.line(q)
+	j.tenantHint = nil
+	j.line = ten.ensureLine(q)
 	ten.jobs++
 	q.waiting++
 	if runAt.After(now) {
-		b.schedule(j, runAt)
+		b.delayUntil(j, runAt)
 	} else {
-		b.push(j)
+		b.makeReady(j)
 	}
 }

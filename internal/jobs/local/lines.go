@@ -1,17 +1,17 @@
 package local
 
-// lineIn returns the tenant's line in the queue of index qi, or nil.
-func (t *tenant) lineIn(qi int) *tq {
-	if qi < len(t.tqs0) {
-		return t.tqs0[qi]
+// lineAt returns the tenant's line in the queue of index qi, or nil.
+func (t *tenant) lineAt(qi int) *tenantLine {
+	if qi < len(t.linesInline) {
+		return t.linesInline[qi]
 	}
-	if qi -= len(t.tqs0); qi < len(t.tqsMore) {
-		return t.tqsMore[qi]
+	if qi -= len(t.linesInline); qi < len(t.linesMore) {
+		return t.linesMore[qi]
 	}
 	return nil
 }
 
-// tq is a tenant's line of ready jobs in one queue and its ring
+// tenantLine is a tenant's line of ready jobs in one queue and its ring
 // memberships: a 128-byte object (so aligned), two adjacent cache lines
 // (for a tenant with 1 or 2 lanes; more lanes have their nodes apart).
 //
@@ -19,13 +19,13 @@ func (t *tenant) lineIn(qi int) *tq {
 // linked through them: appending a job then does not write to the previous
 // one, and taking one does not read it, which for a tenant whose jobs went
 // cold in a long backlog are cache misses under the lock.
-type tq struct {
+type tenantLine struct {
 	inline [2]ringNode // nodes of a tenant with 1 or 2 lanes
-	ten    *tenant
+	tenant *tenant
 	head   uint32 // index in buf of the oldest ready job
-	n      uint32 // ready jobs
+	ready  uint32 // ready jobs
 	buf    []*job // ring buffer; its length is 0 or a power of two
-	q      *queue
+	queue  *queue
 	nodes  []ringNode // node i is in the ring of lane ten.lanes[i]
 	linked bool       // the nodes are in their rings
 	_      [7]byte    // to 128 bytes
@@ -35,34 +35,34 @@ type tq struct {
 const minLineBuf = 4
 
 // pushBack appends j to the line.
-func (l *tq) pushBack(j *job) {
-	if int(l.n) == len(l.buf) {
+func (l *tenantLine) pushBack(j *job) {
+	if int(l.ready) == len(l.buf) {
 		l.resize(max(minLineBuf, 2*len(l.buf)))
 	}
-	l.buf[(l.head+l.n)&uint32(len(l.buf)-1)] = j
-	l.n++
+	l.buf[(l.head+l.ready)&uint32(len(l.buf)-1)] = j
+	l.ready++
 }
 
 // pushFront puts j first in the line.
-func (l *tq) pushFront(j *job) {
-	if int(l.n) == len(l.buf) {
+func (l *tenantLine) pushFront(j *job) {
+	if int(l.ready) == len(l.buf) {
 		l.resize(max(minLineBuf, 2*len(l.buf)))
 	}
 	l.head = (l.head - 1) & uint32(len(l.buf)-1)
 	l.buf[l.head] = j
-	l.n++
+	l.ready++
 }
 
 // pop takes the oldest job of a line that has one. The buffer halves when a
 // quarter of it is in use, so a burst does not pin its memory; growing and
 // shrinking copy at most as many jobs as were pushed or popped since the
 // last resize, so each costs O(1) amortised.
-func (l *tq) pop() *job {
+func (l *tenantLine) pop() *job {
 	j := l.buf[l.head]
 	l.buf[l.head] = nil // no stale pointer for the collector to follow
 	l.head = (l.head + 1) & uint32(len(l.buf)-1)
-	l.n--
-	if len(l.buf) > minLineBuf && int(l.n) < len(l.buf)/4 {
+	l.ready--
+	if len(l.buf) > minLineBuf && int(l.ready) < len(l.buf)/4 {
 		l.resize(len(l.buf) / 2)
 	}
 	return j
@@ -70,21 +70,21 @@ func (l *tq) pop() *job {
 
 // resize moves the line's jobs to a buffer of length c (a power of two, at
 // least l.n).
-func (l *tq) resize(c int) {
+func (l *tenantLine) resize(c int) {
 	buf := make([]*job, c)
 	mask := uint32(len(l.buf) - 1)
-	for i := range l.n {
+	for i := range l.ready {
 		buf[i] = l.buf[(l.head+i)&mask]
 	}
 	l.buf, l.head = buf, 0
 }
 
-// line returns the tenant's line in q, creating it.
-func (t *tenant) line(q *queue) *tq {
-	if l := t.lineIn(q.idx); l != nil {
+// ensureLine returns the tenant's ensureLine in q, creating it.
+func (t *tenant) ensureLine(q *queue) *tenantLine {
+	if l := t.lineAt(q.index); l != nil {
 		return l
 	}
-	l := &tq{ten: t, q: q}
+	l := &tenantLine{tenant: t, queue: q}
 	if len(t.lanes) <= len(l.inline) {
 		// Most tenants have 1 or 2 lanes: keep their ring nodes in the
 		// line's own allocation, one cache miss fewer per claim.
@@ -93,15 +93,15 @@ func (t *tenant) line(q *queue) *tq {
 		l.nodes = make([]ringNode, len(t.lanes))
 	}
 	for i := range l.nodes {
-		l.nodes[i].tq = l
+		l.nodes[i].line = l
 	}
-	if q.idx < len(t.tqs0) {
-		t.tqs0[q.idx] = l
+	if q.index < len(t.linesInline) {
+		t.linesInline[q.index] = l
 	} else {
-		for len(t.tqsMore) <= q.idx-len(t.tqs0) {
-			t.tqsMore = append(t.tqsMore, nil)
+		for len(t.linesMore) <= q.index-len(t.linesInline) {
+			t.linesMore = append(t.linesMore, nil)
 		}
-		t.tqsMore[q.idx-len(t.tqs0)] = l
+		t.linesMore[q.index-len(t.linesInline)] = l
 	}
 	return l
 }

@@ -1,34 +1,34 @@
 package local
 
-type kind struct {
-	limit    int
-	running  int
-	reserved int
-	bhead    *job
-	btail    *job
+type cappedKind struct {
+	limit      int
+	running    int
+	reserved   int
+	parkedHead *job
+	parkedTail *job
 }
 
 // park holds j until the kind has capacity.
-func (k *kind) park(j *job) {
+func (k *cappedKind) park(j *job) {
 	j.next = nil
-	if k.btail == nil {
-		k.bhead = j
+	if k.parkedTail == nil {
+		k.parkedHead = j
 	} else {
-		k.btail.next = j
+		k.parkedTail.next = j
 	}
-	k.btail = j
+	k.parkedTail = j
 }
 
 // unpark hands free capacity of k to its oldest parked jobs.
-func (b *Backend) unpark(k *kind) {
-	for k.bhead != nil && k.running+k.reserved < k.limit {
-		j := k.bhead
-		k.bhead = j.next
-		if k.bhead == nil {
-			k.btail = nil
+func (b *Backend) unpark(k *cappedKind) {
+	for k.parkedHead != nil && k.running+k.reserved < k.limit {
+		j := k.parkedHead
+		k.parkedHead = j.next
+		if k.parkedHead == nil {
+			k.parkedTail = nil
 		}
 		j.reserved = true
 		k.reserved++
-		b.pushFront(j)
+		b.makeReadyFirst(j)
 	}
 }

@@ -2,7 +2,7 @@ package local
 
 type ringNode struct {
 	prev, next *ringNode
-	tq         *tq
+	line       *tenantLine
 }
 
 // ring is a circular doubly linked list of ring nodes; head is the member
@@ -14,22 +14,22 @@ type ring struct{ head *ringNode }
 // lane's ring, which every claim writes, share a cache line (a 128-byte
 // object, so aligned) for up to len(ring0) lanes.
 type queue struct {
-	waiting   int
-	running   int
-	ring0     [4]ring // rings of lanes 0-3
-	idx       int
-	_         [8]byte
-	name      string
-	ringsMore []ring // rings of lanes 4 and up
-	_         [24]byte
+	waiting     int
+	running     int
+	ringsInline [4]ring // rings of lanes 0-3
+	index       int
+	_           [8]byte
+	name        string
+	ringsMore   []ring // rings of lanes 4 and up
+	_           [24]byte
 }
 
 // ring returns the ring of lane.
 func (q *queue) ring(lane int) *ring {
-	if lane < len(q.ring0) {
-		return &q.ring0[lane]
+	if lane < len(q.ringsInline) {
+		return &q.ringsInline[lane]
 	}
-	return &q.ringsMore[lane-len(q.ring0)]
+	return &q.ringsMore[lane-len(q.ringsInline)]
 }
 
 // queue returns the queue named name, creating it. An app has a handful of
@@ -42,17 +42,17 @@ func (b *Backend) queue(name string) *queue {
 				return q
 			}
 		}
-	} else if q := b.byName[name]; q != nil {
+	} else if q := b.queuesByName[name]; q != nil {
 		return q
 	}
-	q := &queue{name: name, idx: len(b.queues)}
-	if b.nLanes > len(q.ring0) {
-		q.ringsMore = make([]ring, b.nLanes-len(q.ring0))
+	q := &queue{name: name, index: len(b.queues)}
+	if b.numLanes > len(q.ringsInline) {
+		q.ringsMore = make([]ring, b.numLanes-len(q.ringsInline))
 	}
 	b.queues = append(b.queues, q)
-	b.byName[name] = q
+	b.queuesByName[name] = q
 	qs := append([]*queue(nil), b.queues...) // published: never modified
-	b.queueSnap.Store(&qs)
+	b.queuesSnapshot.Store(&qs)
 	return q
 }
 

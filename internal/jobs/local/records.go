@@ -20,20 +20,20 @@ type job struct {
 	// next links the job in at most one list: its kind's parking list,
 	// or the inbox or done stack.
 	next *job
-	tq   *tq
-	kind *kind // nil: no concurrency cap
-	// ten and qHint are Insert's lock-free look-ups of the job's tenant
+	line *tenantLine
+	kind *cappedKind // nil: no concurrency cap
+	// tenantHint and qHint are Insert's lock-free look-ups of the job's tenant
 	// (see Backend.tenantCache) and queue (1 + its index, see
 	// Backend.queueSnap), for admit; nil and 0 when not found there.
-	ten      *tenant
-	reserved bool // handed kind capacity while parked
-	hasUniq  bool // uniq is set (saves reading it on every drop)
-	qHint    uint8
-	ending   atomic.Bool
-	row      jobs.JobRow
-	uniq     string
-	runAt    time.Time
-	_        [24]byte // to 256 bytes, a size class whose objects are aligned
+	tenantHint   *tenant
+	reserved     bool // handed kind capacity while parked
+	hasUniqueKey bool // uniq is set (saves reading it on every drop)
+	queueHint    uint8
+	ending       atomic.Bool
+	row          jobs.JobRow
+	uniqueKey    string
+	runAt        time.Time
+	_            [24]byte // to 256 bytes, a size class whose objects are aligned
 }
 
 // newJob returns a record for a job inserted at now, from the pool. It sets
@@ -45,10 +45,10 @@ func (b *Backend) newJob(p *jobs.InsertParams, now time.Time) *job {
 	j := jobPool.Get().(*job)
 	j.next = nil
 	j.kind = nil
-	j.ten = nil
-	j.qHint = 0
+	j.tenantHint = nil
+	j.queueHint = 0
 	j.reserved = false
-	j.hasUniq = false
+	j.hasUniqueKey = false
 	r := &j.row
 	r.Kind = p.Kind
 	r.Queue = p.Queue
@@ -66,31 +66,31 @@ func (b *Backend) newJob(p *jobs.InsertParams, now time.Time) *job {
 
 // drop forgets a job that completed or failed for good.
 func (b *Backend) drop(j *job) {
-	if j.hasUniq {
-		delete(b.unique, j.uniq)
-		j.uniq = ""
+	if j.hasUniqueKey {
+		delete(b.byUniqueKey, j.uniqueKey)
+		j.uniqueKey = ""
 	}
-	t := j.tq.ten
+	t := j.line.tenant
 	t.jobs--
 	if t.jobs == 0 && !t.shared {
-		b.makeIdle(t)
+		b.addIdleTenant(t)
 	}
 	// Nothing refers to j any more: the Client gave up its row with
 	// Complete or Fail (the Backend contract), and j has left every list,
 	// map and the heap. It goes back to the pool after the lock is
 	// released (see unlock).
-	j.next = b.freed
-	b.freed = j
+	j.next = b.freedRecords
+	b.freedRecords = j
 }
 
-// unlock releases mu, then returns the records drop freed to the pool, so
+// unlockAndRecycle releases mu, then returns the records drop freed to the pool, so
 // that the pool's work is not done while other workers wait for the lock.
-// Paths that release mu otherwise leave them to the next unlock; making
+// Paths that release mu otherwise leave them to the next unlockAndRecycle; making
 // every draining path (Insert, a Claim that parks, Retry, ...) return them
 // at once measured about 3 % slower in BenchmarkLocalThroughput.
-func (b *Backend) unlock() {
-	f := b.freed
-	b.freed = nil
+func (b *Backend) unlockAndRecycle() {
+	f := b.freedRecords
+	b.freedRecords = nil
 	b.mu.Unlock()
 	for f != nil {
 		nx := f.next

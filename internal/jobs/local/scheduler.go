@@ -1,33 +1,33 @@
 package local
 
-// push appends a waiting job to its tenant's line and wakes a worker that can
+// makeReady appends a waiting job to its tenant's line and wakes a worker that can
 // run it.
-func (b *Backend) push(j *job) {
-	j.tq.pushBack(j)
-	b.queued(j.tq)
+func (b *Backend) makeReady(j *job) {
+	j.line.pushBack(j)
+	b.offerLine(j.line)
 }
 
-// pushFront puts a job that was handed kind capacity back at the head of its
+// makeReadyFirst puts a job that was handed kind capacity back at the head of its
 // tenant's line.
-func (b *Backend) pushFront(j *job) {
-	j.tq.pushFront(j)
-	b.queued(j.tq)
+func (b *Backend) makeReadyFirst(j *job) {
+	j.line.pushFront(j)
+	b.offerLine(j.line)
 }
 
-// queued lets a worker see a job just put on l: an already linked line only
+// offerLine lets a worker see a job just put on l: an already linked line only
 // needs a wake-up, an unlinked one may now be linkable.
-func (b *Backend) queued(l *tq) {
+func (b *Backend) offerLine(l *tenantLine) {
 	if l.linked {
-		b.wakeOne(l)
+		b.wakeWorkerFor(l)
 		return
 	}
-	b.update(l)
+	b.relink(l)
 }
 
-// update links l into its rings when it has a ready job and its tenant a free
+// relink links l into its rings when it has a ready job and its tenant a free
 // slot, and unlinks it otherwise.
-func (b *Backend) update(l *tq) {
-	want := l.n > 0 && b.hasSlot(l.ten)
+func (b *Backend) relink(l *tenantLine) {
+	want := l.ready > 0 && b.hasSlot(l.tenant)
 	switch {
 	case want && !l.linked:
 		b.link(l)
@@ -38,58 +38,58 @@ func (b *Backend) update(l *tq) {
 
 // link puts l at the back of the ring of each of its lanes, and wakes a
 // worker in each.
-func (b *Backend) link(l *tq) {
+func (b *Backend) link(l *tenantLine) {
 	l.linked = true
-	lanes := l.ten.lanes
+	lanes := l.tenant.lanes
 	for i := range l.nodes {
-		l.q.ring(lanes[i]).pushBack(&l.nodes[i])
-		b.wakeLane(lanes[i])
+		l.queue.ring(lanes[i]).pushBack(&l.nodes[i])
+		b.wakeWorkerOfLane(lanes[i])
 	}
 }
 
 // unlink takes l out of its rings.
-func (b *Backend) unlink(l *tq) {
+func (b *Backend) unlink(l *tenantLine) {
 	l.linked = false
-	lanes := l.ten.lanes
+	lanes := l.tenant.lanes
 	for i := range l.nodes {
-		l.q.ring(lanes[i]).remove(&l.nodes[i])
+		l.queue.ring(lanes[i]).remove(&l.nodes[i])
 	}
 }
 
-// updateTenant re-evaluates every line of t after its slot count changed.
-func (b *Backend) updateTenant(t *tenant) {
-	for _, l := range t.tqs0 {
+// relinkTenant re-evaluates every line of t after its slot count changed.
+func (b *Backend) relinkTenant(t *tenant) {
+	for _, l := range t.linesInline {
 		if l != nil {
-			b.update(l)
+			b.relink(l)
 		}
 	}
-	for _, l := range t.tqsMore {
+	for _, l := range t.linesMore {
 		if l != nil {
-			b.update(l)
+			b.relink(l)
 		}
 	}
 }
 
-// next hands worker w the next job of its lane, or nil. Queues are visited
+// nextJob hands worker w the nextJob job of its lane, or nil. Queues are visited
 // round-robin from w.qnext; within a queue the lane's ring is round-robin.
-func (b *Backend) next(w *worker) *job {
+func (b *Backend) nextJob(w *worker) *job {
 	nq := len(b.queues)
 	for i := 0; i < nq; i++ {
-		qi := w.qnext + i
+		qi := w.nextQueue + i
 		if qi >= nq {
 			qi -= nq
 		}
 		q := b.queues[qi]
 		r := q.ring(w.lane)
 		for r.head != nil {
-			b.steps++
+			b.headsVisited++
 			nd := r.head
-			l := nd.tq
+			l := nd.line
 			j := l.pop()
 			// l is linked, so its tenant has a slot: all that can take
 			// it out of the rings is its last ready job leaving, or
 			// the job taking the last slot.
-			if len(b.kinds) > 0 && j.kind != nil { // read j only with caps
+			if len(b.cappedKinds) > 0 && j.kind != nil { // read j only with caps
 				k := j.kind
 				switch {
 				case j.reserved:
@@ -97,30 +97,30 @@ func (b *Backend) next(w *worker) *job {
 					k.reserved--
 				case k.running+k.reserved >= k.limit:
 					k.park(j)
-					if l.n == 0 {
+					if l.ready == 0 {
 						b.unlink(l)
 					}
 					continue
 				}
 				k.running++
 			}
-			t := l.ten
+			t := l.tenant
 			t.running++
 			q.waiting--
 			q.running++
 			r.head = nd.next // nd to the back of the round
 			switch {
-			case b.maxConc > 0 && !t.shared && int(t.running) == b.maxConc:
-				b.updateTenant(t) // out of slots: leave every ring
-			case l.n == 0:
+			case b.maxConcurrent > 0 && !t.shared && int(t.running) == b.maxConcurrent:
+				b.relinkTenant(t) // out of slots: leave every ring
+			case l.ready == 0:
 				b.unlink(l)
 			}
-			w.qnext = qi + 1
-			if w.qnext == nq {
-				w.qnext = 0
+			w.nextQueue = qi + 1
+			if w.nextQueue == nq {
+				w.nextQueue = 0
 			}
 			if r.head != nil {
-				b.wakeLane(w.lane) // more work in this lane: pass it on
+				b.wakeWorkerOfLane(w.lane) // more work in this lane: pass it on
 			}
 			return j
 		}
@@ -128,18 +128,18 @@ func (b *Backend) next(w *worker) *job {
 	return nil
 }
 
-// finish releases what a running job held: its tenant's slot and its kind's
+// release releases what a running job held: its tenant's slot and its kind's
 // capacity.
-func (b *Backend) finish(j *job) {
-	l := j.tq
-	t := l.ten
+func (b *Backend) release(j *job) {
+	l := j.line
+	t := l.tenant
 	t.running--
-	l.q.running--
+	l.queue.running--
 	if k := j.kind; k != nil {
 		k.running--
 		b.unpark(k)
 	}
-	if b.maxConc > 0 && !t.shared && int(t.running) == b.maxConc-1 {
-		b.updateTenant(t) // a slot came free: rejoin the rings
+	if b.maxConcurrent > 0 && !t.shared && int(t.running) == b.maxConcurrent-1 {
+		b.relinkTenant(t) // a slot came free: rejoin the rings
 	}
 }

@@ -19,11 +19,11 @@ type tenant struct {
 	// id is in the first line with the counters: Insert reads it to check
 	// a cache hit, mostly from a job of the same tenant that the same
 	// worker just claimed, so the line is already in that core's cache.
-	id   string
-	tqs0 [2]*tq // lines in the queues of index 0 and 1
-	_    [16]byte
+	id          string
+	linesInline [2]*tenantLine // lines in the queues of index 0 and 1
+	_           [16]byte
 
-	tqsMore            []*tq // lines in the queues of index 2 and up
+	linesMore          []*tenantLine // lines in the queues of index 2 and up
 	lanes              []int
 	idlePrev, idleNext *tenant
 }
@@ -35,12 +35,12 @@ func (b *Backend) tenant(id string) *tenant {
 	t := b.tenants[id]
 	if t != nil {
 		if t.idle {
-			b.unidle(t)
+			b.removeIdleTenant(t)
 		}
 	} else {
-		lanes := b.shared.lanes // one lane: lane 0
-		if b.lpt > 0 {
-			lanes = jobs.ShuffleShard(id, b.nLanes, b.lpt)
+		lanes := b.sharedTenant.lanes // one lane: lane 0
+		if b.lanesPerTenant > 0 {
+			lanes = jobs.ShuffleShard(id, b.numLanes, b.lanesPerTenant)
 		}
 		t = newTenant(id, lanes)
 		b.tenants[id] = t
@@ -51,7 +51,7 @@ func (b *Backend) tenant(id string) *tenant {
 
 // hasSlot reports whether the tenant may start another job.
 func (b *Backend) hasSlot(t *tenant) bool {
-	return t.shared || b.maxConc == 0 || int(t.running) < b.maxConc
+	return t.shared || b.maxConcurrent == 0 || int(t.running) < b.maxConcurrent
 }
 
 // maxIdleTenants bounds the tenants kept without jobs. Keeping a few saves
@@ -60,38 +60,38 @@ func (b *Backend) hasSlot(t *tenant) bool {
 // tenants with jobs.
 const maxIdleTenants = 4096
 
-// makeIdle puts a tenant without jobs at the back of the idle list, evicting
+// addIdleTenant puts a tenant without jobs at the back of the idle list, evicting
 // the longest-idle one beyond maxIdleTenants.
-func (b *Backend) makeIdle(t *tenant) {
+func (b *Backend) addIdleTenant(t *tenant) {
 	t.idle = true
-	t.idlePrev, t.idleNext = b.idleTail, nil
-	if b.idleTail != nil {
-		b.idleTail.idleNext = t
+	t.idlePrev, t.idleNext = b.idleTenantsTail, nil
+	if b.idleTenantsTail != nil {
+		b.idleTenantsTail.idleNext = t
 	} else {
-		b.idleHead = t
+		b.idleTenantsHead = t
 	}
-	b.idleTail = t
+	b.idleTenantsTail = t
 	b.idleTenants++
 	if b.idleTenants > maxIdleTenants {
-		old := b.idleHead
-		b.unidle(old)
+		old := b.idleTenantsHead
+		b.removeIdleTenant(old)
 		old.evicted = true
 		delete(b.tenants, old.id)
 		b.uncacheTenant(old)
 	}
 }
 
-// unidle takes t off the idle list.
-func (b *Backend) unidle(t *tenant) {
+// removeIdleTenant takes t off the idle list.
+func (b *Backend) removeIdleTenant(t *tenant) {
 	if t.idlePrev != nil {
 		t.idlePrev.idleNext = t.idleNext
 	} else {
-		b.idleHead = t.idleNext
+		b.idleTenantsHead = t.idleNext
 	}
 	if t.idleNext != nil {
 		t.idleNext.idlePrev = t.idlePrev
 	} else {
-		b.idleTail = t.idlePrev
+		b.idleTenantsTail = t.idlePrev
 	}
 	t.idlePrev, t.idleNext = nil, nil
 	t.idle = false
