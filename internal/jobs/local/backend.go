@@ -13,12 +13,18 @@ import (
 )
 
 // Backend is the in-memory jobs.Backend. The zero value is not usable; call New.
+//
+// Its state is grouped by who touches it: the lock-free hand-offs
+// (handoff.go) first, then what mu guards: the queues and their lane rings
+// (queues.go), the tenants and their lines (tenants.go, lines.go), the
+// workers parked for want of work (workers.go), the kinds with a
+// concurrency cap (parking.go) and the jobs not yet due (delayed.go).
 type Backend struct {
 	// Lock-free hand-offs, so producers and finishing workers rarely touch
 	// mu: a plain Insert and a Complete push the job on a stack, and
-	// whoever next holds mu applies them (drain). idleN counts parked
-	// workers; a push takes mu itself only when one is parked, since
-	// otherwise a busy worker's next Claim drains the stacks.
+	// whoever next holds mu applies them (drain). idleWorkerCount counts
+	// parked workers; a push takes mu itself only when one is parked,
+	// since otherwise a busy worker's next Claim drains the stacks.
 	//
 	// These take the first cache line of the Backend (a large object, so
 	// page-aligned), and mu with the fields every locked operation writes
@@ -26,58 +32,63 @@ type Backend struct {
 	// lock's line away from its holder.
 	inbox           stack // inserted jobs, not yet in their lines
 	inboxLen        atomic.Int32
-	finished        stack // completed jobs, not yet released
+	finished        stack // completed (or failed) jobs, not yet released
 	idleWorkerCount atomic.Int32
 	status          atomic.Int32 // statusNew, statusOpen, statusClosed
 	nextID          atomic.Int64
 	_               [24]byte
 
 	mu           sync.Mutex
-	headsVisited uint64 // ring heads inspected by next; the O(1) test reads it
+	headsVisited uint64 // ring heads inspected by nextJob; the O(1) test reads it
 	queues       []*queue
-	freedRecords *job    // dropped records, for unlock to pool
+	freedRecords *job    // dropped records, for unlockAndRecycle to pool
 	sharedTenant *tenant // jobs without a tenant, and every job when not isolated
 	_            [8]byte
 
 	// systemClock: clock is the system clock, and now reads it through
-	// wallBase (see now).
+	// wallBase (see clock.go).
 	systemClock bool
 	wallBase    atomic.Pointer[time.Time]
 
 	clock          jobs.Clock
 	isolated       bool
-	maxConcurrent  int // per-tenant slots, 0 = none
-	numLanes       int // ≥ 1
-	lanesPerTenant int // lanes per tenant (isolated with lanes on)
+	maxConcurrent  int // per-tenant slots (TenantConfig.MaxConcurrent), 0 = none
+	numLanes       int // ≥ 1; worker i serves lane i % numLanes
+	lanesPerTenant int // shuffle-shard size; 0 unless isolated with lanes on
 
-	workers      []*worker
-	idleWorkers  [][]*worker // parked workers per lane
+	workers      []*worker   // by worker index, as passed to Claim
+	idleWorkers  [][]*worker // workers parked in Claim, per lane
 	queuesByName map[string]*queue
 	tenants      map[string]*tenant
 	// tenantCache lets Insert find a job's tenant without the lock, so
 	// that the drain holding it does not hash tenant ids: a cache of
-	// tenants (see tenantSlots), written under mu (tenant, makeIdle) and
+	// tenants (see tenantSlots), written under mu (tenant, addIdleTenant) and
 	// read by Insert. tenants stays the truth; an evicted tenant is
 	// marked, and admit checks the mark, so a hint that went stale between
 	// Insert and the drain is not used.
 	tenantCache [tenantSlots]atomic.Pointer[tenant]
 	tenantSeed  maphash.Seed
-	// queuesSnapshot is a copy of queues for Insert, replaced under mu when a
-	// queue is added, so that admit need not read the queue's name from
+	// queuesSnapshot is a copy of queues for Insert, replaced under mu when
+	// a queue is added, so that admit need not read the queue's name from
 	// the job (a cache line the drain would otherwise not touch).
 	queuesSnapshot atomic.Pointer[[]*queue]
 	// idle tenants (no jobs), oldest first; see maxIdleTenants.
 	idleTenantsHead, idleTenantsTail *tenant
 	idleTenants                      int
-	cappedKinds                      map[string]*cappedKind
-	byUniqueKey                      map[string]*job
+	cappedKinds                      map[string]*cappedKind // kinds with a Concurrency cap only; read-only after Open
+	byUniqueKey                      map[string]*job        // unique jobs not yet dropped, by kind, tenant and key
 
+	// Jobs not yet due, and the one timer armed for the earliest of them.
+	// timerGen tells the armed timer from replaced ones (see promoteDue).
 	delayed  delayedHeap
 	timer    jobs.Timer
 	timerAt  time.Time
 	timerGen uint64
 }
 
+// The life of a Backend: New, then Open once, then Close; status is atomic
+// so that the lock-free paths (Insert, Complete) can refuse an unusable
+// backend without taking mu.
 const (
 	statusNew int32 = iota
 	statusOpen
@@ -150,6 +161,7 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	return nil
 }
 
+// usable reports why the backend cannot take calls now, if it cannot.
 func (b *Backend) usable() error {
 	switch b.status.Load() {
 	case statusNew:
@@ -172,7 +184,7 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 	if p.UniqueKey == "" && (p.RunAt.IsZero() || !p.RunAt.After(now)) {
 		id := jobs.JobID(b.nextID.Add(1))
 		j.row.ID = id
-		// From the push on, j may run, finish and be recycled at any time:
+		// From the push on, j may run, end and be recycled at any time:
 		// do not touch it again.
 		b.inbox.push(j)
 		if b.inboxLen.Add(1) >= inboxBatch {
@@ -195,7 +207,7 @@ func (b *Backend) Insert(_ context.Context, p jobs.InsertParams) (jobs.EnqueueRe
 	if err := b.usable(); err != nil {
 		return jobs.EnqueueResult{}, err
 	}
-	b.drain() // a completion on the done stack may free the unique key
+	b.drain() // a completion on the finished stack may free the unique key
 	if j.hasUniqueKey {
 		if dup := b.byUniqueKey[j.uniqueKey]; dup != nil {
 			return jobs.EnqueueResult{ID: dup.row.ID, Duplicate: true}, nil
@@ -238,7 +250,8 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 			return &j.row, nil
 		}
 		// Announce the park before the last look at the stacks: a pusher
-		// either sees idleN > 0 and drains, or pushed before this look.
+		// either sees idleWorkerCount > 0 and drains, or pushed before this
+		// look.
 		b.idleWorkerCount.Add(1)
 		if !b.inbox.empty() || !b.finished.empty() {
 			b.idleWorkerCount.Add(-1)
@@ -266,7 +279,7 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 }
 
 // Complete records success; see jobs.Backend. It does not take the lock: the
-// job goes on the done stack.
+// job goes on the finished stack, and the next drain releases and drops it.
 func (b *Backend) Complete(_ context.Context, row *jobs.JobRow) error {
 	j, err := b.endAttempt(row)
 	if err != nil {
@@ -344,8 +357,9 @@ func (b *Backend) Close(context.Context) error {
 	return nil
 }
 
-// endAttempt resolves a row handed out by Claim and marks its attempt as endAttempt,
-// so a second Complete, Retry or Fail of the same attempt is an error.
+// endAttempt resolves a row handed out by Claim and marks its attempt as
+// ending, so that a second Complete, Retry or Fail of the same attempt is an
+// error rather than a double release of its slot and capacity.
 func (b *Backend) endAttempt(row *jobs.JobRow) (*job, error) {
 	if err := b.usable(); err != nil {
 		return nil, err

@@ -5,7 +5,9 @@ import (
 	"time"
 )
 
-// delayUntil parks j until at, arming the timer if at is the new earliest.
+// delayUntil holds j (already counted as waiting) on the heap of jobs not
+// yet due until at, arming the timer if at is the new earliest. One timer
+// serves the whole heap, so delayed jobs cost no goroutine or timer each.
 func (b *Backend) delayUntil(j *job, at time.Time) {
 	j.runAt = at
 	heap.Push(&b.delayed, j)
@@ -14,6 +16,8 @@ func (b *Backend) delayUntil(j *job, at time.Time) {
 	}
 }
 
+// armTimer replaces the timer with one for at. Each timer carries its
+// generation, so promoteDue can tell whether it is the armed one.
 func (b *Backend) armTimer(at time.Time) {
 	if b.timer != nil {
 		b.timer.Stop()
@@ -24,9 +28,9 @@ func (b *Backend) armTimer(at time.Time) {
 	b.timer = b.clock.AfterFunc(at.Sub(b.clock.Now()), func() { b.promoteDue(gen) })
 }
 
-// promoteDue moves the due scheduled jobs to their lines and re-arms the timer. A
-// stale timer (one that was replaced) still promotes due jobs, which is
-// harmless.
+// promoteDue, the timer's callback, moves the jobs now due to their lines
+// and re-arms the timer for the next one. A stale timer (one that was
+// replaced) still promotes due jobs, which is harmless.
 func (b *Backend) promoteDue(gen uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -46,7 +50,8 @@ func (b *Backend) promoteDue(gen uint64) {
 	}
 }
 
-// delayedHeap orders scheduled jobs by runAt, then id.
+// delayedHeap orders jobs not yet due by runAt, then id (so jobs due at the
+// same time run in insertion order); it implements heap.Interface.
 type delayedHeap []*job
 
 func (h delayedHeap) Len() int { return len(h) }

@@ -42,9 +42,18 @@
 // job's record are cold by the time they are used again, and the cache
 // misses on them, most of them under the mutex, are what a claim costs. The
 // records are therefore sized to aligned size classes with the fields used
-// together in the same cache line (see job, tenant, tq, queue and Backend;
-// TestRecordSizes pins the sizes).
+// together in the same cache line (see job, tenant, tenantLine, queue and
+// Backend; TestRecordSizes pins the sizes).
 //
 // Jobs live in memory: Close (and the end of the process) drops every waiting
 // job, and a running job abandoned at shutdown is not run again.
+//
+// Where things are: backend.go has the Backend and the jobs.Backend methods;
+// handoff.go the lock-free inbox and finished stacks and drain, which
+// applies them; records.go the pooled job records; queues.go the queues and
+// their lane rings; tenants.go, tenantcache.go and lines.go the tenants, the
+// lock-free cache of them and their line in each queue; scheduler.go the
+// choice of a worker's next job and the ring membership of lines;
+// workers.go the parked workers and their wake-ups; parking.go the kinds
+// with a concurrency cap; delayed.go the jobs not yet due; clock.go now.
 package local

@@ -10,8 +10,12 @@ import (
 // stack is a lock-free LIFO of jobs (a Treiber stack) linked through next;
 // the consumer takes all of it at once, so there is no ABA problem. A job is
 // on a stack only when it is in no line (just inserted, or just finished).
+// The Backend keeps two: the inbox of plain inserts and the finished stack
+// of completed and failed jobs, so that neither Insert nor Complete has to
+// wait for mu; drain applies both.
 type stack struct{ head atomic.Pointer[job] }
 
+// push adds j; it may be called from any goroutine.
 func (s *stack) push(j *job) {
 	for {
 		h := s.head.Load()
@@ -22,13 +26,16 @@ func (s *stack) push(j *job) {
 	}
 }
 
+// takeAll empties the stack and returns its jobs, newest first.
 func (s *stack) takeAll() *job { return s.head.Swap(nil) }
 
+// empty reports whether nothing is waiting on the stack.
 func (s *stack) empty() bool { return s.head.Load() == nil }
 
-// lookUpHints finds, without the lock, what admit would otherwise look up while
-// holding it: the job's tenant and queue when the caches have them, and its
-// kind's concurrency cap.
+// lookUpHints finds, without the lock, what admit would otherwise look up
+// while holding it: the job's tenant and queue when the caches have them,
+// and its kind's concurrency cap. Every lookup moved here is time a drain
+// does not spend holding mu.
 func (b *Backend) lookUpHints(j *job, p *jobs.InsertParams) {
 	if b.isolated && p.Tenant != "" {
 		j.tenantHint = b.cachedTenant(p.Tenant)
@@ -52,8 +59,9 @@ func (b *Backend) lookUpHints(j *job, p *jobs.InsertParams) {
 // path for all but one insert in inboxBatch.
 const inboxBatch = 64
 
-// drainForIdleWorker applies the stacks at once when a worker is parked, since no busy
-// worker may come to drain them. See Claim for why this cannot miss one.
+// drainForIdleWorker applies the stacks at once when a worker is parked,
+// since no busy worker may come to drain them (and wake it). See Claim for
+// why this cannot miss a worker that is about to park.
 func (b *Backend) drainForIdleWorker() {
 	if b.idleWorkerCount.Load() > 0 {
 		b.mu.Lock()
@@ -62,8 +70,9 @@ func (b *Backend) drainForIdleWorker() {
 	}
 }
 
-// drain applies the done stack (releasing slots and capacity first), then the
-// inbox in insertion order. Callers hold mu.
+// drain applies the finished stack (releasing slots and capacity first, so
+// the inserts that follow can use them), then the inbox in insertion order
+// (the stack is LIFO, hence the reversal). Callers hold mu.
 func (b *Backend) drain() {
 	for j := b.finished.takeAll(); j != nil; {
 		nx := j.next
@@ -94,8 +103,11 @@ func (b *Backend) drain() {
 	}
 }
 
-// admit files a new job under its queue, tenant and kind, and makes it
-// waiting (or scheduled when runAt is after now).
+// admit files a new job under its queue and tenant, creating either if
+// need be, and makes it waiting (delayed instead when runAt is after now).
+// It is where every job joins the scheduling state, from the inbox or from
+// a locked Insert; Insert's hints are checked here, under mu, since the
+// tenant they name may have been evicted since.
 func (b *Backend) admit(j *job, runAt, now time.Time) {
 	var q *queue
 	if h := j.queueHint; h != 0 {

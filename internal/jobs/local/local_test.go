@@ -235,7 +235,7 @@ func stepsPerClaim(t *testing.T, p jobs.OpenParams, tenants, perTenant int, capp
 	run(parked)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.drain() // the last Complete is still on the done stack
+	b.drain() // the last Complete is still on the finished stack
 	if st := b.queues[0]; st.waiting != 0 || st.running != 0 {
 		t.Fatalf("after draining: waiting %d running %d", st.waiting, st.running)
 	}
@@ -366,7 +366,7 @@ func TestRecordSizes(t *testing.T) {
 	}{
 		{"job", unsafe.Sizeof(j), 256},
 		{"tenant", unsafe.Sizeof(tn), 128},
-		{"tq", unsafe.Sizeof(l), 128},
+		{"tenantLine", unsafe.Sizeof(l), 128},
 		{"queue", unsafe.Sizeof(q), 128},
 		{"Backend's lock-free line", unsafe.Offsetof(be.mu), 64},
 	} {

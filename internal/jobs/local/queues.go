@@ -1,23 +1,15 @@
 package local
 
-type ringNode struct {
-	prev, next *ringNode
-	line       *tenantLine
-}
-
-// ring is a circular doubly linked list of ring nodes; head is the member
-// served next and head.prev the last. Serving the head and moving it to the
-// back is then one step, head = head.next, which writes no other node.
-type ring struct{ head *ringNode }
-
-// queue is one queue's scheduling state: its counters and the head of each
-// lane's ring, which every claim writes, share a cache line (a 128-byte
-// object, so aligned) for up to len(ring0) lanes.
+// queue is one queue's scheduling state: its job counters (for Stats) and,
+// per lane, the ring of the tenant lines that can be served from it. The
+// counters and the head of each lane's ring, which every claim writes,
+// share a cache line (a 128-byte object, so aligned) for up to
+// len(ringsInline) lanes.
 type queue struct {
 	waiting     int
 	running     int
 	ringsInline [4]ring // rings of lanes 0-3
-	index       int
+	index       int     // in Backend.queues, which only grows
 	_           [8]byte
 	name        string
 	ringsMore   []ring // rings of lanes 4 and up
@@ -35,6 +27,8 @@ func (q *queue) ring(lane int) *ring {
 // queue returns the queue named name, creating it. An app has a handful of
 // queues, and a job's queue name is its kind's spec string, so a scan whose
 // comparisons mostly stop at the string pointers is cheaper than hashing.
+// A new queue is also published in queuesSnapshot for Insert's lock-free
+// lookup (see lookUpHints).
 func (b *Backend) queue(name string) *queue {
 	if len(b.queues) <= scanQueues {
 		for _, q := range b.queues {
@@ -59,6 +53,18 @@ func (b *Backend) queue(name string) *queue {
 // scanQueues is the number of queues up to which queue scans them.
 const scanQueues = 8
 
+// ringNode is a tenant line's membership in the ring of one lane.
+type ringNode struct {
+	prev, next *ringNode
+	line       *tenantLine
+}
+
+// ring is a circular doubly linked list of ring nodes: the round robin of a
+// lane in a queue. head is the member served next and head.prev the last.
+// Serving the head and moving it to the back is then one step,
+// head = head.next, which writes no other node.
+type ring struct{ head *ringNode }
+
 // pushBack makes n the last member of the round.
 func (r *ring) pushBack(n *ringNode) {
 	h := r.head
@@ -73,6 +79,8 @@ func (r *ring) pushBack(n *ringNode) {
 	h.prev = n
 }
 
+// remove takes n out of the round; when n was the head, the member after it
+// is served next.
 func (r *ring) remove(n *ringNode) {
 	if n.next == n {
 		r.head = nil

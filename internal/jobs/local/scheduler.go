@@ -1,21 +1,25 @@
 package local
 
-// makeReady appends a waiting job to its tenant's line and wakes a worker that can
-// run it.
+// This file chooses which job a worker runs next, and keeps the lane rings
+// it chooses from up to date: a tenant line is in the rings of its tenant's
+// lanes exactly while it has a ready job and its tenant a free slot.
+
+// makeReady appends a waiting job to its tenant's line and wakes a worker
+// that can run it.
 func (b *Backend) makeReady(j *job) {
 	j.line.pushBack(j)
 	b.offerLine(j.line)
 }
 
-// makeReadyFirst puts a job that was handed kind capacity back at the head of its
-// tenant's line.
+// makeReadyFirst puts a job that was handed kind capacity back at the head of
+// its tenant's line, so it runs before the jobs that arrived after it.
 func (b *Backend) makeReadyFirst(j *job) {
 	j.line.pushFront(j)
 	b.offerLine(j.line)
 }
 
-// offerLine lets a worker see a job just put on l: an already linked line only
-// needs a wake-up, an unlinked one may now be linkable.
+// offerLine lets a worker see a job just put on l: an already linked line
+// only needs a wake-up, an unlinked one may now be linkable.
 func (b *Backend) offerLine(l *tenantLine) {
 	if l.linked {
 		b.wakeWorkerFor(l)
@@ -24,8 +28,8 @@ func (b *Backend) offerLine(l *tenantLine) {
 	b.relink(l)
 }
 
-// relink links l into its rings when it has a ready job and its tenant a free
-// slot, and unlinks it otherwise.
+// relink links l into its rings when it has a ready job and its tenant a
+// free slot, and unlinks it otherwise: the one rule for ring membership.
 func (b *Backend) relink(l *tenantLine) {
 	want := l.ready > 0 && b.hasSlot(l.tenant)
 	switch {
@@ -47,7 +51,8 @@ func (b *Backend) link(l *tenantLine) {
 	}
 }
 
-// unlink takes l out of its rings.
+// unlink takes l out of its rings; l's place in the round is lost, and it
+// rejoins at the back.
 func (b *Backend) unlink(l *tenantLine) {
 	l.linked = false
 	lanes := l.tenant.lanes
@@ -56,7 +61,9 @@ func (b *Backend) unlink(l *tenantLine) {
 	}
 }
 
-// relinkTenant re-evaluates every line of t after its slot count changed.
+// relinkTenant re-evaluates every line of t after its slot count changed:
+// a tenant out of slots leaves the rings of every queue at once, and
+// rejoins them when a slot comes free.
 func (b *Backend) relinkTenant(t *tenant) {
 	for _, l := range t.linesInline {
 		if l != nil {
@@ -70,8 +77,11 @@ func (b *Backend) relinkTenant(t *tenant) {
 	}
 }
 
-// nextJob hands worker w the nextJob job of its lane, or nil. Queues are visited
-// round-robin from w.qnext; within a queue the lane's ring is round-robin.
+// nextJob hands worker w the next job of its lane, or nil, and counts it as
+// running. Queues are visited round-robin from w.nextQueue; within a queue
+// the lane's ring is round-robin: the head line gives its oldest job and
+// moves to the back. A job whose kind is at its cap is parked on the way
+// (see parking.go) and the same head is looked at again. Callers hold mu.
 func (b *Backend) nextJob(w *worker) *job {
 	nq := len(b.queues)
 	for i := 0; i < nq; i++ {
@@ -128,8 +138,10 @@ func (b *Backend) nextJob(w *worker) *job {
 	return nil
 }
 
-// release releases what a running job held: its tenant's slot and its kind's
-// capacity.
+// release gives back what a running job held: its tenant's slot and its
+// kind's capacity (handed on to a parked job of the kind at once). It is
+// the counterpart of nextJob, for a job that completed, failed or is
+// retried.
 func (b *Backend) release(j *job) {
 	l := j.line
 	t := l.tenant

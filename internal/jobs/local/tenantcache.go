@@ -5,12 +5,14 @@ import (
 	"sync/atomic"
 )
 
-// tenantSlots is the size of tenantCache, a power of two. The cache is
-// two-way set-associative: a tenant has two slots, the newest entry of its
-// set first.
+// tenantSlots is the size of Backend.tenantCache, a power of two. The cache
+// lets Insert find a job's tenant without mu, so the drain holding mu does
+// not hash tenant ids. It is two-way set-associative: a tenant has two
+// slots, the newest entry of its set first.
 const tenantSlots = 4096
 
-// tenantSet returns the two slots of id's set in tenantCache.
+// tenantSet returns the two slots of id's set in tenantCache (an even
+// index and the one after it).
 func (b *Backend) tenantSet(id string) (newest, older *atomic.Pointer[tenant]) {
 	i := maphash.String(b.tenantSeed, id) & (tenantSlots - 2)
 	return &b.tenantCache[i], &b.tenantCache[i+1]

@@ -1,17 +1,19 @@
 package local
 
-import (
-	"github.com/cellgate/cellgate/internal/jobs"
-)
+import "github.com/cellgate/cellgate/internal/jobs"
 
-// tenant is a tenant (or the shared member) across queues. With 1,000
-// tenants taking turns, a tenant's records are cold when its turn comes, so
-// they are laid out for few cache misses: what claims and drains use is in
-// the first cache line of a 128-byte (so 128-byte aligned) object.
+// tenant is a tenant (or the shared member) across queues: its slot count
+// (running against Backend.maxConcurrent), its lanes (its shuffle shard) and
+// its line in each queue it has used. A tenant with no jobs left is kept on
+// the idle list for a while rather than forgotten (see maxIdleTenants).
+//
+// With 1,000 tenants taking turns, a tenant's records are cold when its turn
+// comes, so they are laid out for few cache misses: what claims and drains
+// use is in the first cache line of a 128-byte (so 128-byte aligned) object.
 type tenant struct {
-	running int32 // jobs running, at most Backend.maxConc
+	running int32 // jobs running, at most Backend.maxConcurrent
 	jobs    int32 // jobs of the tenant in any state; at 0 it goes idle
-	shared  bool
+	shared  bool  // the shared member: no slot limit, never idle
 	// idle: on the backend's idle list (no jobs), evicted beyond
 	// maxIdleTenants; evicted: no longer in Backend.tenants, so a hint
 	// pointing to it is stale.
@@ -24,13 +26,16 @@ type tenant struct {
 	_           [16]byte
 
 	linesMore          []*tenantLine // lines in the queues of index 2 and up
-	lanes              []int
-	idlePrev, idleNext *tenant
+	lanes              []int         // the lanes whose rings it joins, ascending
+	idlePrev, idleNext *tenant       // links in the backend's idle list
 }
 
+// newTenant returns a tenant with no jobs and no lines yet.
 func newTenant(id string, lanes []int) *tenant { return &tenant{id: id, lanes: lanes} }
 
-// tenant returns the state of tenant id, creating it with its lanes.
+// tenant returns the state of tenant id, creating it with its lanes (its
+// shuffle shard, or lane 0 without lanes), taking it off the idle list if it
+// was there, and making it the newest entry of the tenant cache.
 func (b *Backend) tenant(id string) *tenant {
 	t := b.tenants[id]
 	if t != nil {
@@ -49,7 +54,8 @@ func (b *Backend) tenant(id string) *tenant {
 	return t
 }
 
-// hasSlot reports whether the tenant may start another job.
+// hasSlot reports whether the tenant may start another job: only a tenant
+// with slots free is linked into the rings.
 func (b *Backend) hasSlot(t *tenant) bool {
 	return t.shared || b.maxConcurrent == 0 || int(t.running) < b.maxConcurrent
 }
@@ -60,8 +66,10 @@ func (b *Backend) hasSlot(t *tenant) bool {
 // tenants with jobs.
 const maxIdleTenants = 4096
 
-// addIdleTenant puts a tenant without jobs at the back of the idle list, evicting
-// the longest-idle one beyond maxIdleTenants.
+// addIdleTenant puts a tenant without jobs at the back of the idle list,
+// evicting the longest-idle one beyond maxIdleTenants: it leaves the
+// tenants map and the cache, and is marked so that a stale hint to it is
+// not used (see admit).
 func (b *Backend) addIdleTenant(t *tenant) {
 	t.idle = true
 	t.idlePrev, t.idleNext = b.idleTenantsTail, nil
@@ -81,7 +89,8 @@ func (b *Backend) addIdleTenant(t *tenant) {
 	}
 }
 
-// removeIdleTenant takes t off the idle list.
+// removeIdleTenant takes t off the idle list, because it has a job again or
+// is being evicted.
 func (b *Backend) removeIdleTenant(t *tenant) {
 	if t.idlePrev != nil {
 		t.idlePrev.idleNext = t.idleNext
