@@ -160,7 +160,7 @@ func TestCloseReleasesParkedClaim(t *testing.T) {
 		_, err := b.Claim(context.Background(), 0)
 		errc <- err
 	}()
-	for b.idleN.Load() == 0 {
+	for b.idleWorkerCount.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}
 	if err := b.Close(context.Background()); err != nil {
@@ -209,7 +209,7 @@ func stepsPerClaim(t *testing.T, p jobs.OpenParams, tenants, perTenant int, capp
 		}
 	}
 	b.mu.Lock()
-	start := b.steps
+	start := b.headsVisited
 	b.mu.Unlock()
 	run := func(n int) {
 		for range n {
@@ -235,11 +235,11 @@ func stepsPerClaim(t *testing.T, p jobs.OpenParams, tenants, perTenant int, capp
 	run(parked)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.drain() // the last Complete is still on the done stack
+	b.drain() // the last Complete is still on the finished stack
 	if st := b.queues[0]; st.waiting != 0 || st.running != 0 {
 		t.Fatalf("after draining: waiting %d running %d", st.waiting, st.running)
 	}
-	return float64(b.steps-start) / float64(free+parked)
+	return float64(b.headsVisited-start) / float64(free+parked)
 }
 
 // TestDequeueCostIsConstant: the work per claim does not grow with the
@@ -356,7 +356,7 @@ func TestRecordSizes(t *testing.T) {
 	var (
 		j  job
 		tn tenant
-		l  tq
+		l  tenantLine
 		q  queue
 		be Backend
 	)
@@ -366,7 +366,7 @@ func TestRecordSizes(t *testing.T) {
 	}{
 		{"job", unsafe.Sizeof(j), 256},
 		{"tenant", unsafe.Sizeof(tn), 128},
-		{"tq", unsafe.Sizeof(l), 128},
+		{"tenantLine", unsafe.Sizeof(l), 128},
 		{"queue", unsafe.Sizeof(q), 128},
 		{"Backend's lock-free line", unsafe.Offsetof(be.mu), 64},
 	} {
@@ -379,7 +379,7 @@ func TestRecordSizes(t *testing.T) {
 // TestLineBuffer checks a tenant's line: FIFO order across growth and
 // wrap-around, pushFront, and a buffer that shrinks back after a burst.
 func TestLineBuffer(t *testing.T) {
-	var l tq
+	var l tenantLine
 	js := make([]*job, 1000)
 	for i := range js {
 		js[i] = &job{}
@@ -402,7 +402,7 @@ func TestLineBuffer(t *testing.T) {
 	if j := l.pop(); j != front {
 		t.Fatal("pushFront: the job is not first")
 	}
-	for l.n > 0 {
+	for l.ready > 0 {
 		if j := l.pop(); j != js[next%len(js)] {
 			t.Fatalf("popped job %p, want job %d", j, next%len(js))
 		}
@@ -437,8 +437,8 @@ func TestStaleTenantHint(t *testing.T) {
 	run("a") // a exists, idle and cached
 	p := jobs.InsertParams{Kind: "k", Queue: "default", Tenant: "a", MaxAttempts: 1}
 	j := b.newJob(&p, b.now())
-	b.lookUp(j, &p)
-	stale := j.ten
+	b.lookUpHints(j, &p)
+	stale := j.tenantHint
 	if stale == nil {
 		t.Fatal("tenant a is not in the cache")
 	}
@@ -456,14 +456,14 @@ func TestStaleTenantHint(t *testing.T) {
 	}
 	j.row.ID = jobs.JobID(b.nextID.Add(1))
 	b.inbox.push(j)
-	b.inboxN.Add(1)
+	b.inboxLen.Add(1)
 	row, err := b.Claim(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fresh := b.tenants["a"]
-	if row.Tenant != "a" || fresh == nil || fresh == stale || row.Handle.(*job).tq.ten != fresh {
-		t.Fatalf("job of a admitted under tenant %p (stale %p, current %p)", row.Handle.(*job).tq.ten, stale, fresh)
+	if row.Tenant != "a" || fresh == nil || fresh == stale || row.Handle.(*job).line.tenant != fresh {
+		t.Fatalf("job of a admitted under tenant %p (stale %p, current %p)", row.Handle.(*job).line.tenant, stale, fresh)
 	}
 	if err := b.Complete(ctx, row); err != nil {
 		t.Fatal(err)
