@@ -8,8 +8,10 @@ package sql
 
 import "embed"
 
-// Migrations holds sql/migrations/*.sql, applied to the control database
-// and to every shard.
+// Migrations holds sql/migrations/*.sql, the app's own migrations, applied
+// to the control database and to every shard under golang-migrate's
+// schema_migrations table. The job backend's tables are not here:
+// internal/jobs/pgjobs embeds and applies its own.
 //
 //go:embed migrations/*.sql
 var Migrations embed.FS

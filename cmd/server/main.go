@@ -2,7 +2,7 @@
 // operator tasks.
 //
 //	server [serve] [-config cell.json]   run the cell (default)
-//	server migrate [-config cell.json]   apply migrations to control and shards, then exit
+//	server migrate [-config cell.json]   apply the app's migrations (and the job backend's) to control and shards, then exit
 //	server check   [-config cell.json]   validate the final config (CUE + policy), then exit
 //	server devdb   [-base URL]           create local databases, print their DSN exports (make run)
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
 )
@@ -70,7 +71,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	return runErr
 }
 
-// migrateWithRetry applies migrations to control, then every shard,
+// migrateWithRetry applies the app's migrations (not the job backend's:
+// its runtime applies those) to control, then every shard,
 // retrying with backoff while a database is down, until ctx ends.
 func migrateWithRetry(ctx context.Context, set *shards.Set, log *slog.Logger) error {
 	delay := 200 * time.Millisecond
@@ -102,7 +104,10 @@ func migrateSet(ctx context.Context, set *shards.Set) error {
 	return nil
 }
 
-// migrateAll is the `migrate` subcommand.
+// migrateAll is the `migrate` subcommand: the app's migrations, as serve
+// applies them, and, with jobs.backend = "postgres", the job backend's on
+// the databases its runtime would use (serve leaves those to the runtime,
+// which migrates them as it starts).
 func migrateAll(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	set, err := shards.OpenCell(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv)
 	if err != nil {
@@ -111,6 +116,18 @@ func migrateAll(ctx context.Context, cfg config.Config, log *slog.Logger) error 
 	defer set.Close()
 	if err := migrateSet(ctx, set); err != nil {
 		return err
+	}
+	if cfg.Jobs.Backend == "postgres" {
+		if err := pgjobs.Migrate(ctx, set.ControlDSN()); err != nil {
+			return fmt.Errorf("control: jobs: %w", err)
+		}
+		if cfg.Jobs.Postgres.ShardLocal {
+			for _, sh := range set.Shards() {
+				if err := pgjobs.Migrate(ctx, sh.DSN); err != nil {
+					return fmt.Errorf("%s: jobs: %w", sh.Name, err)
+				}
+			}
+		}
 	}
 	log.Info("migrations applied", "shards", len(set.Shards()))
 	return nil

@@ -18,31 +18,6 @@ type Account struct {
 	CreatedAt pgtype.Timestamptz `json:"created_at"`
 }
 
-type CellgateJob struct {
-	ID          int64              `json:"id"`
-	Kind        string             `json:"kind"`
-	Queue       string             `json:"queue"`
-	Tenant      string             `json:"tenant"`
-	Args        []byte             `json:"args"`
-	State       string             `json:"state"`
-	Attempt     int32              `json:"attempt"`
-	MaxAttempts int32              `json:"max_attempts"`
-	RunAt       pgtype.Timestamptz `json:"run_at"`
-	UniqueKey   pgtype.Text        `json:"unique_key"`
-	Errors      []byte             `json:"errors"`
-	CreatedAt   pgtype.Timestamptz `json:"created_at"`
-	AttemptedAt pgtype.Timestamptz `json:"attempted_at"`
-	HeartbeatAt pgtype.Timestamptz `json:"heartbeat_at"`
-	FinishedAt  pgtype.Timestamptz `json:"finished_at"`
-	ClaimedBy   pgtype.Text        `json:"claimed_by"`
-	Vtime       pgtype.Int8        `json:"vtime"`
-}
-
-type CellgateJobsHead struct {
-	One   bool  `json:"one"`
-	Vtime int64 `json:"vtime"`
-}
-
 type Order struct {
 	TenantID    string             `json:"tenant_id"`
 	ID          int64              `json:"id"`

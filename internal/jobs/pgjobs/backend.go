@@ -124,7 +124,7 @@ type doneRec struct {
 }
 
 // New returns an unopened Backend over pool, whose database must already
-// have the migrations applied (shards.Migrate). It validates cfg.
+// have the job backend's migrations applied (Migrate). It validates cfg.
 func New(pool *pgxpool.Pool, cfg Config, o Options) (*Backend, error) {
 	b, err := newBackend(pool, cfg, o)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 	"sync"
@@ -12,14 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
-	cgsql "github.com/cellgate/cellgate/sql"
 )
 
 type cappedArgs struct {
@@ -458,42 +455,6 @@ func TestEnqueueTx(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM cellgate_jobs`); n != 1 {
 		t.Fatalf("%d jobs after one committed and one rolled-back enqueue, want 1", n)
-	}
-}
-
-// TestMigrationDownUp: the down migration removes everything the up
-// migration made, and the up migration applies again.
-func TestMigrationDownUp(t *testing.T) {
-	dsn := newMigratedDB(t)
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	var files []string
-	for i := len(jobsMigrationsUp) - 1; i >= 0; i-- {
-		files = append(files, strings.Replace(jobsMigrationsUp[i], ".up.", ".down.", 1))
-	}
-	lastDown := files[len(files)-1]
-	files = append(files, jobsMigrationsUp...)
-	for _, f := range files {
-		sql, err := fs.ReadFile(cgsql.Migrations, cgsql.MigrationsDir+"/"+f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Exec(ctx, string(sql)); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		if f == lastDown {
-			var n int
-			_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname LIKE 'cellgate_jobs%'`).Scan(&n)
-			var f int
-			_ = conn.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE proname LIKE 'cellgate_jobs%'`).Scan(&f)
-			if n != 0 || f != 0 {
-				t.Fatalf("after down: %d relations and %d functions left", n, f)
-			}
-		}
 	}
 }
 

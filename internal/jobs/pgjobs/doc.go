@@ -1,7 +1,9 @@
 // Package pgjobs is the PostgreSQL job backend: a jobs.Backend over the
-// cellgate_jobs table (sql/migrations/000002_jobs.up.sql and later), and Runtime, which
-// runs one such backend on the control database and, with shard_local, one
-// per shard behind a single jobs.Client.
+// cellgate_jobs table, and Runtime, which runs one such backend on the
+// control database and, with shard_local, one per shard behind a single
+// jobs.Client. The package owns its schema: migrations/ holds its
+// golang-migrate files, which Migrate applies under their own migrations
+// table (cellgate_jobs_schema_migrations), apart from the app's.
 //
 // What one Backend does, and where (docs/jobs-postgres.md has the SQL):
 //

@@ -73,7 +73,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	c := newCell(t, 1, 3)
 	ctx := context.Background()
 	for _, dsn := range c.dsns {
-		if err := shards.Migrate(ctx, dsn); err != nil {
+		if err := Migrate(ctx, dsn); err != nil {
 			t.Fatal(err)
 		}
 	}

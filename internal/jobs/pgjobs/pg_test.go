@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
-	"path"
 	"sort"
 	"strings"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/testpg"
-	cgsql "github.com/cellgate/cellgate/sql"
 )
 
 // baseDSN is the server the tests create their databases on.
@@ -65,13 +63,14 @@ func newDB(tb testing.TB) string {
 	return testpg.CreateDB(tb, "pgjobs")
 }
 
-// newMigratedDB is newDB with the embedded migrations applied.
+// newMigratedDB is newDB with the job backend's migrations (Migrate)
+// applied, and nothing else: the backend needs none of the app's tables.
 func newMigratedDB(tb testing.TB) string {
 	tb.Helper()
 	dsn := newDB(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := shards.Migrate(ctx, dsn); err != nil {
+	if err := Migrate(ctx, dsn); err != nil {
 		tb.Fatalf("migrate: %v", err)
 	}
 	return dsn
@@ -110,7 +109,7 @@ func newSchema(tb testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
 		tb.Fatal(err)
 	}
 	for _, f := range jobsMigrationsUp {
-		up, err := fs.ReadFile(cgsql.Migrations, cgsql.MigrationsDir+"/"+f)
+		up, err := fs.ReadFile(migrations, f)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -121,16 +120,11 @@ func newSchema(tb testing.TB, dsn string, maxConns int32) *pgxpool.Pool {
 	return pool
 }
 
-// jobsMigrationsUp are the migrations that make the jobs table and its
-// functions (every up file named *_jobs*), in order; the down files undo
-// them in reverse.
+// jobsMigrationsUp are the job backend's embedded up files, in order.
 var jobsMigrationsUp = func() []string {
-	names, err := fs.Glob(cgsql.Migrations, cgsql.MigrationsDir+"/*_jobs*.up.sql")
+	names, err := fs.Glob(migrations, "migrations/*.up.sql")
 	if err != nil || len(names) == 0 {
 		panic(fmt.Sprintf("no jobs migrations embedded: %v", err))
-	}
-	for i, n := range names {
-		names[i] = path.Base(n)
 	}
 	sort.Strings(names)
 	return names
@@ -159,8 +153,9 @@ func count(tb testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-// cell is a test cell: a control database and shards, not migrated (the
-// Runtime migrates them).
+// cell is a test cell: a control database and shards with the app's
+// migrations applied, as the server applies them at boot; the jobs tables
+// are not there yet (the Runtime migrates them).
 type cell struct {
 	set  *shards.Set
 	dsns map[string]string // by database name in the runtime: control, shard-0, …
@@ -169,6 +164,9 @@ type cell struct {
 func newCell(tb testing.TB, nShards, maxConns int) *cell {
 	tb.Helper()
 	env := map[string]string{"CONTROL_DSN": newDB(tb)}
+	if err := shards.Migrate(context.Background(), env["CONTROL_DSN"]); err != nil {
+		tb.Fatalf("app migrations on control: %v", err)
+	}
 	db := config.Database{Control: config.ControlDB{Name: "control", DSNEnv: "CONTROL_DSN", MaxConns: maxConns}}
 	c := &cell{dsns: map[string]string{"control": env["CONTROL_DSN"]}}
 	for i := range nShards {
@@ -176,6 +174,9 @@ func newCell(tb testing.TB, nShards, maxConns int) *cell {
 		envName := fmt.Sprintf("S%d_DSN", i)
 		env[envName] = newDB(tb)
 		c.dsns[name] = env[envName]
+		if err := shards.Migrate(context.Background(), env[envName]); err != nil {
+			tb.Fatalf("app migrations on %s: %v", name, err)
+		}
 		db.Shards = append(db.Shards, config.Shard{Name: name, DSNEnv: envName, MaxConns: maxConns})
 	}
 	set, err := shards.Open(context.Background(), db, func(k string) string { return env[k] })

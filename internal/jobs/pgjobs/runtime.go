@@ -36,8 +36,8 @@ type Runtime struct {
 	client  *jobs.Client
 	ready   *prometheus.GaugeVec
 
-	// migrate applies the migrations to one database; shards.Migrate
-	// outside tests.
+	// migrate applies the job backend's migrations to one database;
+	// Migrate outside tests.
 	migrate func(ctx context.Context, dsn string) error
 
 	mu         sync.Mutex
@@ -66,7 +66,7 @@ func NewRuntime(ctx context.Context, set *shards.Set, cfg Config, jcfg jobs.Conf
 	r := &Runtime{
 		cfg:     cfg,
 		log:     log,
-		migrate: shards.Migrate,
+		migrate: Migrate,
 		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cellgate_jobs_database_ready",
 			Help: "1 once the job runtime has migrated the database's jobs table, by database (control or shard name).",

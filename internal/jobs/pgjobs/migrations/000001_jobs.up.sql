@@ -1,14 +1,64 @@
--- Fair claims by virtual time. Each ready job gets a place in one fair
--- order when it is enqueued (or, for a job that becomes ready later, when a
--- fair claim first sees it due), and a fair claim reads that order from one
--- index, as a FIFO claim reads run_at order: no walk over the tenants.
--- docs/jobs-postgres.md has the rule, its guarantees and its costs.
+-- The PostgreSQL job backend's schema (internal/jobs/pgjobs). pgjobs embeds
+-- this file and applies it with pgjobs.Migrate under a migrations table of
+-- its own, cellgate_jobs_schema_migrations, so its versions never mix with
+-- the app's (sql/migrations, schema_migrations). It runs on the control
+-- database and, with jobs.postgres.shard_local, on every shard.
+-- docs/jobs-postgres.md explains the states, the indexes and the claim SQL.
 --
--- vtime is the job's place: NULL while the job is not placed (scheduled for
--- later, back from a retry or a rescue, or inserted by hand without it).
--- A job's vtime is set only while it is ready (run_at <= the time it was
--- placed), so a placed job never waits for its run_at.
-ALTER TABLE cellgate_jobs ADD COLUMN vtime bigint;
+-- A job is 'available' (waiting; run_at says from when: now, later, or after
+-- a retry's backoff), 'running' (claimed; heartbeat_at is refreshed by the
+-- claiming process), then 'completed' or 'failed' (kept for the retention
+-- period, then deleted by the maintenance leader).
+CREATE TABLE cellgate_jobs (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind         text        NOT NULL,
+    queue        text        NOT NULL,
+    -- '' is "no tenant". COLLATE "C": tenants compare and sort in byte
+    -- order, which must not depend on the database's locale.
+    tenant       text        COLLATE "C" NOT NULL DEFAULT '',
+    args         jsonb       NOT NULL,
+    state        text        NOT NULL DEFAULT 'available'
+                             CHECK (state IN ('available', 'running', 'completed', 'failed')),
+    attempt      integer     NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts integer     NOT NULL CHECK (max_attempts >= 1),
+    run_at       timestamptz NOT NULL,
+    -- NULL for kinds without unique_by.
+    unique_key   text,
+    -- One {"attempt", "at", "error"} object per failed attempt.
+    errors       jsonb       NOT NULL DEFAULT '[]',
+    created_at   timestamptz NOT NULL,
+    attempted_at timestamptz,
+    heartbeat_at timestamptz,
+    finished_at  timestamptz,
+    -- host/pid of the process that ran the latest attempt, for operators.
+    claimed_by   text,
+    -- The job's place in the fair order. Fair claims go by virtual time:
+    -- each ready job gets a place in one fair order when it is enqueued
+    -- (or, for a job that becomes ready later, when a fair claim first sees
+    -- it due), and a fair claim reads that order from one index, as a FIFO
+    -- claim reads run_at order: no walk over the tenants.
+    -- docs/jobs-postgres.md has the rule, its guarantees and its costs.
+    -- NULL while the job is not placed (scheduled for later, back from a
+    -- retry or a rescue, or inserted by hand without it). A job's vtime is
+    -- set only while it is ready (run_at <= the time it was placed), so a
+    -- placed job never waits for its run_at.
+    vtime        bigint
+) WITH (
+    -- A queue table churns: vacuum and analyze it long before the 20 %
+    -- default, where autovacuum runs at all.
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_analyze_scale_factor = 0.02
+);
+
+-- Each claim index has its own extra (always true) condition, which only
+-- the queries meant for it repeat: a query can then use no other index, so
+-- the plans of the claim function, made once per session while the table
+-- may be small, cannot pick an index that becomes a scan of the whole
+-- backlog later (FIFO order from a fair index plus a sort, say).
+
+-- FIFO claims: the oldest ready job. (queue IS NOT NULL: FIFO queries only.)
+CREATE INDEX cellgate_jobs_fifo_idx ON cellgate_jobs (run_at, id)
+    WHERE state = 'available' AND queue IS NOT NULL;
 
 -- Fair claims: the placed jobs in fair order. (vtime IS NOT NULL: only the
 -- fair queries say it, as with the other claim indexes.)
@@ -24,8 +74,21 @@ CREATE INDEX cellgate_jobs_tenant_vtime_idx ON cellgate_jobs (tenant, vtime)
 CREATE INDEX cellgate_jobs_unplaced_idx ON cellgate_jobs (run_at, id)
     WHERE state = 'available' AND vtime IS NULL;
 
--- The round-robin walk's index is no longer read.
-DROP INDEX cellgate_jobs_fair_idx;
+-- Uniqueness keys hold among active jobs only: once a job completes or
+-- fails, the same key may be enqueued again.
+CREATE UNIQUE INDEX cellgate_jobs_unique_idx ON cellgate_jobs (kind, tenant, unique_key)
+    WHERE unique_key IS NOT NULL AND state IN ('available', 'running');
+
+-- Per-kind concurrency counts and the rescue of jobs whose process died
+-- (the running jobs are few, so rescue reads them all). heartbeat_at is not
+-- indexed, so a heartbeat is a HOT update. (attempt > 0: only those
+-- queries; a lookup by id must use the primary key, not this index, which
+-- also holds the dead entries of every job run since the last vacuum.)
+CREATE INDEX cellgate_jobs_running_idx ON cellgate_jobs (kind)
+    WHERE state = 'running' AND attempt > 0;
+
+-- The retention sweep needs no index of its own: it walks the primary key
+-- from the oldest job, and the oldest jobs are the finished ones.
 
 -- The head of the fair order: the highest place claimed so far, which fair
 -- claims raise. Reading the lowest waiting place from vtime_idx instead
@@ -41,8 +104,22 @@ CREATE TABLE cellgate_jobs_head (
     -- walks stays a few dozen long instead of a page's worth.
     fillfactor = 10
 );
-INSERT INTO cellgate_jobs_head (vtime)
-SELECT coalesce(max(vtime), 0) FROM cellgate_jobs;
+-- Its one row: nothing claimed yet.
+INSERT INTO cellgate_jobs_head (vtime) VALUES (0);
+
+-- Plans. The functions below pin their plans to index access (SET
+-- enable_seqscan etc. off; the claim function also disables sorts, so an
+-- ORDER BY ... LIMIT is read in order from the index made for it) and plan
+-- each statement once per session (force_generic_plan). A session
+-- caches a function's plans, and a queue table swings from empty to
+-- millions of rows between two statistics updates, so a plan chosen while
+-- the table was small (a sequential scan, a hash join, the wrong index and
+-- a sort) would later read the whole table on every call. Every statement
+-- in them has an index path whose cost follows the rows it returns, not
+-- the table's size, and these settings leave the planner only that path.
+-- jit = off: a disabled plan type adds a huge nominal cost, which would
+-- otherwise make PostgreSQL JIT-compile these millisecond statements (a
+-- third of a second, on every call).
 
 -- cellgate_jobs_vtimes returns the places of new jobs of p_tenants due at
 -- p_run_ats (in that order; NULL for a job not due at p_now, which is
@@ -90,37 +167,14 @@ BEGIN
 END;
 $$;
 
--- cellgate_jobs_insert_many inserts jobs given as parallel arrays, placing
--- the ready ones, and returns their ids in input order: the backend's
--- batched plain enqueue, one statement and one commit for many callers.
-CREATE FUNCTION cellgate_jobs_insert_many(
-    p_kinds        text[],
-    p_queues       text[],
-    p_tenants      text[],
-    p_args         text[],
-    p_max_attempts integer[],
-    p_run_ats      timestamptz[],
-    p_now          timestamptz
-) RETURNS TABLE (job_id bigint) LANGUAGE plpgsql VOLATILE
-SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET enable_mergejoin = off
-SET plan_cache_mode = force_generic_plan SET jit = off
-AS $$
-BEGIN
-    -- Identities are drawn in the SELECT's order, the input order.
-    RETURN QUERY
-    INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at, vtime)
-    SELECT u.kind, u.queue, u.tenant, u.args::jsonb, u.max_attempts, u.run_at, p_now, u.vtime
-    FROM unnest(p_kinds, p_queues, p_tenants, p_args, p_max_attempts, p_run_ats,
-                cellgate_jobs_vtimes(p_tenants, p_run_ats, p_now))
-         WITH ORDINALITY AS u(kind, queue, tenant, args, max_attempts, run_at, vtime, ord)
-    ORDER BY u.ord
-    RETURNING id;
-END;
-$$;
-
--- cellgate_jobs_insert: as in 000002 (one job, or the active job with the
--- same uniqueness key), and the job is placed when ready.
-CREATE OR REPLACE FUNCTION cellgate_jobs_insert(
+-- cellgate_jobs_insert inserts one job, or finds the active job with the
+-- same (kind, tenant, unique_key), in one round trip. It does not NOTIFY:
+-- a NOTIFY makes its transaction take a cluster-wide lock through commit
+-- (WAL flush included), which would serialize every transaction that
+-- enqueues. The backend sends the NOTIFY in a statement of its own.
+-- A ready job is placed in the fair order as it is inserted
+-- (cellgate_jobs_vtimes).
+CREATE FUNCTION cellgate_jobs_insert(
     p_kind         text,
     p_queue        text,
     p_tenant       text,
@@ -163,7 +217,62 @@ BEGIN
 END;
 $$;
 
-DROP FUNCTION cellgate_jobs_claim(timestamptz, integer, boolean, text, text[], integer[], integer, text, bigint[], integer[], integer);
+-- cellgate_jobs_insert_many inserts jobs given as parallel arrays, placing
+-- the ready ones, and returns their ids in input order: the backend's
+-- batched plain enqueue, one statement and one commit for many callers.
+CREATE FUNCTION cellgate_jobs_insert_many(
+    p_kinds        text[],
+    p_queues       text[],
+    p_tenants      text[],
+    p_args         text[],
+    p_max_attempts integer[],
+    p_run_ats      timestamptz[],
+    p_now          timestamptz
+) RETURNS TABLE (job_id bigint) LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan SET jit = off
+AS $$
+BEGIN
+    -- Identities are drawn in the SELECT's order, the input order.
+    RETURN QUERY
+    INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at, vtime)
+    SELECT u.kind, u.queue, u.tenant, u.args::jsonb, u.max_attempts, u.run_at, p_now, u.vtime
+    FROM unnest(p_kinds, p_queues, p_tenants, p_args, p_max_attempts, p_run_ats,
+                cellgate_jobs_vtimes(p_tenants, p_run_ats, p_now))
+         WITH ORDINALITY AS u(kind, queue, tenant, args, max_attempts, run_at, vtime, ord)
+    ORDER BY u.ord
+    RETURNING id;
+END;
+$$;
+
+-- cellgate_jobs_complete marks running jobs completed, each only at the
+-- attempt given (an attempt that was rescued in the meantime has lost the
+-- job), without waiting for the WAL flush: a completion lost in a crash
+-- makes the job run again, which at-least-once allows. It returns the
+-- number of jobs completed.
+CREATE FUNCTION cellgate_jobs_complete(
+    p_ids      bigint[],
+    p_attempts integer[],
+    p_now      timestamptz
+) RETURNS integer LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+SET plan_cache_mode = force_generic_plan SET jit = off
+AS $$
+DECLARE
+    n integer;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    -- A nested loop of primary-key probes (hash and merge joins are off):
+    -- the running jobs' partial index would also match, but it holds the
+    -- dead entries of every job that ran since the last vacuum.
+    UPDATE cellgate_jobs j
+    SET state = 'completed', finished_at = p_now
+    FROM unnest(p_ids, p_attempts) AS c(id, attempt)
+    WHERE j.id = c.id AND j.attempt = c.attempt AND j.state = 'running';
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END;
+$$;
 
 -- cellgate_jobs_claim claims up to p_limit ready jobs in one round trip and
 -- returns them with their hand-out order (job_ord). It first completes the

@@ -1,0 +1,31 @@
+package pgjobs
+
+import (
+	"context"
+	"embed"
+
+	"github.com/cellgate/cellgate/internal/dbmigrate"
+)
+
+// migrations holds the job backend's own golang-migrate files: the jobs
+// tables and functions belong to this package, not to the app's
+// sql/migrations, so an app that uses the job backend gets them without
+// copying SQL, and the app's version numbers stay its own.
+//
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// MigrationsTable is the table in which golang-migrate records the version
+// of the job backend's schema in each database. It is not the app's
+// schema_migrations: both sets of files live in one database, each with its
+// own version sequence.
+const MigrationsTable = "cellgate_jobs_schema_migrations"
+
+// Migrate applies the job backend's embedded migrations to the database at
+// dsn (a postgres:// URL) up to the newest version, under MigrationsTable.
+// Runtime.Start calls it for every database the runtime uses; call it
+// yourself before using a Backend built with New. Concurrent calls on one
+// database take turns on golang-migrate's advisory lock.
+func Migrate(ctx context.Context, dsn string) error {
+	return dbmigrate.Up(ctx, dsn, migrations, "migrations", MigrationsTable)
+}
