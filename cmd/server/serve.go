@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	cgsql "github.com/cellgate/cellgate/sql"
+
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/internal/config"
@@ -93,11 +95,11 @@ func migrateWithRetry(ctx context.Context, set *shards.Set, log *slog.Logger) er
 }
 
 func migrateSet(ctx context.Context, set *shards.Set) error {
-	if err := shards.Migrate(ctx, set.ControlDSN()); err != nil {
+	if err := cgsql.Migrate(ctx, set.ControlDSN()); err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
 	for _, sh := range set.Shards() {
-		if err := shards.Migrate(ctx, sh.DSN); err != nil {
+		if err := cgsql.Migrate(ctx, sh.DSN); err != nil {
 			return fmt.Errorf("%s: %w", sh.Name, err)
 		}
 	}

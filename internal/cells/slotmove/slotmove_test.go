@@ -12,11 +12,12 @@ import (
 	"testing"
 	"time"
 
+	cgsql "github.com/cellgate/cellgate/sql"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cellgate/cellgate/internal/cells"
-	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/slots"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
@@ -37,7 +38,7 @@ func newWorld(t *testing.T) *world {
 	w := &world{conns: map[string]*pgx.Conn{}}
 	mk := func(name string, slotSpecs ...string) Shard {
 		dsn := testpg.CreateDB(t, name)
-		if err := shards.Migrate(ctx, dsn); err != nil {
+		if err := cgsql.Migrate(ctx, dsn); err != nil {
 			t.Fatal(err)
 		}
 		c, err := pgx.Connect(ctx, dsn)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	cgsql "github.com/cellgate/cellgate/sql"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -164,7 +166,7 @@ type cell struct {
 func newCell(tb testing.TB, nShards, maxConns int) *cell {
 	tb.Helper()
 	env := map[string]string{"CONTROL_DSN": newDB(tb)}
-	if err := shards.Migrate(context.Background(), env["CONTROL_DSN"]); err != nil {
+	if err := cgsql.Migrate(context.Background(), env["CONTROL_DSN"]); err != nil {
 		tb.Fatalf("app migrations on control: %v", err)
 	}
 	db := config.Database{Control: config.ControlDB{Name: "control", DSNEnv: "CONTROL_DSN", MaxConns: maxConns}}
@@ -174,7 +176,7 @@ func newCell(tb testing.TB, nShards, maxConns int) *cell {
 		envName := fmt.Sprintf("S%d_DSN", i)
 		env[envName] = newDB(tb)
 		c.dsns[name] = env[envName]
-		if err := shards.Migrate(context.Background(), env[envName]); err != nil {
+		if err := cgsql.Migrate(context.Background(), env[envName]); err != nil {
 			tb.Fatalf("app migrations on %s: %v", name, err)
 		}
 		db.Shards = append(db.Shards, config.Shard{Name: name, DSNEnv: envName, MaxConns: maxConns})
