@@ -78,8 +78,8 @@ func TestArchitectureRules(t *testing.T) {
 			m("cmd/server"):      {m("internal/jobs"), "github.com/labstack/echo/v4"},
 		}, nil},
 		{"a forbidden link two hops down", importGraph{
-			m("internal/jobs"):   {m("internal/shards")},
-			m("internal/shards"): {"github.com/other/lib"},
+			m("internal/jobs"):     {m("internal/shards")},
+			m("internal/shards"):   {"github.com/other/lib"},
 			"github.com/other/lib": {"github.com/labstack/echo/v4"},
 			m("cmd/server"):        {m("internal/jobs")},
 		}, []string{"line 3: internal/jobs must never link github.com/labstack/echo/v4: internal/jobs → internal/shards → github.com/other/lib → github.com/labstack/echo/v4"}},
