@@ -12,12 +12,11 @@ import (
 
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/cuecontext"
-	cueerrors "cuelang.org/go/cue/errors"
 	"cuelang.org/go/cue/load"
+	"cuelang.org/go/cue/token"
 )
 
 // Definitions is the source of cellgate.cue, the shape every spec obeys.
@@ -53,82 +52,92 @@ func Load(dir string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: expected one CUE package, found %d", dir, len(insts))
 	}
 	if err := insts[0].Err; err != nil {
-		return nil, describe(err)
+		return nil, describe(err, cue.Value{})
 	}
 	ctx := cuecontext.New()
 	root := ctx.BuildInstance(insts[0])
 	if err := root.Err(); err != nil {
-		return nil, describe(err)
+		return nil, describe(err, cue.Value{})
 	}
 	v := root.LookupPath(cue.ParsePath(SpecField))
 	if !v.Exists() {
 		return nil, fmt.Errorf("%s: no `%s` field: the spec must define `%s: #Config & {...}`", dir, SpecField, SpecField)
 	}
-	return export(v)
+	return export(v, userPart(v))
+}
+
+// userPart is the user's own struct of `config: #Config & {...}`: the
+// operand that is not the definition, so a failing path can be read as the
+// user wrote it. A zero Value when the spec has another shape.
+func userPart(v cue.Value) cue.Value {
+	op, args := v.Expr()
+	if op != cue.AndOp {
+		return cue.Value{}
+	}
+	for _, a := range args {
+		if _, ok := a.Source().(interface{ End() token.Pos }); ok && a.IncompleteKind() == cue.StructKind && !isDefinition(a) {
+			return a
+		}
+	}
+	return cue.Value{}
+}
+
+// isDefinition reports whether v is a reference to a #definition.
+func isDefinition(v cue.Value) bool {
+	_, p := v.ReferencePath()
+	sel := p.Selectors()
+	return len(sel) > 0 && sel[len(sel)-1].IsDefinition()
 }
 
 // Check unifies a config given as JSON with #Config and reports what is
 // missing, mistyped or out of range. The server calls it at boot on the
 // config it will actually run, after the per-cell file was applied.
-func Check(configJSON []byte) error {
+func Check(configJSON []byte) error { return CheckNamed(configJSON, "config.json") }
+
+// CheckNamed is Check with the name positions in configJSON are reported
+// under.
+func CheckNamed(configJSON []byte, name string) error {
 	ctx := cuecontext.New()
 	defs := ctx.CompileString(Definitions, cue.Filename("cellgate.cue"))
 	if err := defs.Err(); err != nil {
-		return describe(err)
+		return describe(err, cue.Value{})
 	}
-	cfg := ctx.CompileBytes(configJSON, cue.Filename("config.json"))
+	cfg := ctx.CompileBytes(configJSON, cue.Filename(name))
 	if err := cfg.Err(); err != nil {
-		return describe(err)
+		return describe(err, cue.Value{})
 	}
 	v := defs.LookupPath(cue.ParsePath("#Config")).Unify(cfg)
-	_, err := export(v)
+	_, err := export(v, cfg)
 	return err
 }
 
 // export validates v as concrete data and marshals it.
-func export(v cue.Value) ([]byte, error) {
-	if err := v.Validate(cue.Concrete(true), cue.Final()); err != nil {
-		return nil, describe(err)
+func export(v, user cue.Value) ([]byte, error) {
+	if err := v.Validate(cue.Concrete(true), cue.Final(), cue.All()); err != nil {
+		return nil, describe(err, user)
 	}
 	b, err := v.MarshalJSON()
 	if err != nil {
-		return nil, describe(err)
+		return nil, describe(err, user)
 	}
 	return b, nil
 }
 
-// describe flattens a CUE error list into one message per line, each with
-// its position, dropping the #Config prefix so paths read as spec paths.
-func describe(err error) error {
-	var lines []string
-	for _, e := range cueerrors.Errors(err) {
-		msg := strings.TrimSpace(cueerrors.Details(e, nil))
-		msg = strings.ReplaceAll(msg, "#Config.", "")
-		msg = strings.ReplaceAll(msg, SpecField+".", "")
-		lines = append(lines, msg)
-	}
-	if len(lines) == 0 {
+// describe turns a CUE error into an *Error of Issues; root is the
+// top-level field the config sits under ("config" for a spec).
+func describe(err error, user cue.Value) error {
+	is := issues(err, SpecField, user)
+	if len(is) == 0 {
 		return err
 	}
-	sort.Strings(lines)
-	return &Error{Lines: dedupe(lines)}
+	return &Error{Issues: is}
 }
 
-func dedupe(s []string) []string {
-	out := s[:0]
-	for i, l := range s {
-		if i == 0 || l != s[i-1] {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// Error lists every problem CUE found, one per line, each naming the spec
-// path and, where known, the file and line.
+// Error lists every problem CUE found, one Issue per bad field, ordered by
+// file:line, each naming the spec path.
 type Error struct {
-	// Lines holds one message per problem, sorted.
-	Lines []string
+	// Issues holds one entry per problem, sorted by position.
+	Issues []Issue
 }
 
-func (e *Error) Error() string { return strings.Join(e.Lines, "\n") }
+func (e *Error) Error() string { return FormatIssues(e.Issues) }

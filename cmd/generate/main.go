@@ -14,7 +14,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,8 +25,7 @@ import (
 	"strings"
 
 	"github.com/cellgate/cellgate/internal/cells"
-	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/policy"
+	"github.com/cellgate/cellgate/internal/configload"
 	"github.com/cellgate/cellgate/schema"
 )
 
@@ -81,28 +79,20 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
 	}
-	cfg, err := decode(raw)
+	cfg, warns, err := configload.Validate(ctx, raw, "spec", configload.Spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("spec %s: %w", o.specDir, err)
+		return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(strings.TrimPrefix(err.Error(), "config is invalid:\n  ")))
 	}
-	ev, err := policy.New(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: %w", err)
-	}
-	res, err := ev.Eval(ctx, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("policy: %w", err)
-	}
-	if len(res.Deny) > 0 {
-		return nil, res.Warn, fmt.Errorf("spec %s is denied by policy:\n%s", o.specDir, indent("deny: "+strings.Join(res.Deny, "\ndeny: ")))
+	if err := checkNames(cfg); err != nil {
+		return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(err.Error()))
 	}
 	files, err := Render(Input{Config: cfg, JSON: string(raw)})
 	if err != nil {
-		return nil, res.Warn, err
+		return nil, warns, err
 	}
 	deploy, err := cells.DeployFiles(cfg)
 	if err != nil {
-		return nil, res.Warn, fmt.Errorf("deploy output: %w", err)
+		return nil, warns, fmt.Errorf("deploy output: %w", err)
 	}
 	for name, b := range deploy {
 		files[name] = b
@@ -110,25 +100,13 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	if o.sqlc {
 		db, err := runSQLC(ctx, o.root)
 		if err != nil {
-			return nil, res.Warn, err
+			return nil, warns, err
 		}
 		for name, b := range db {
 			files[name] = b
 		}
 	}
-	return files, res.Warn, nil
-}
-
-// decode reads CUE's export into the typed config, refusing fields the Go
-// side does not know so schema and config.Config cannot drift apart.
-func decode(raw []byte) (config.Config, error) {
-	var cfg config.Config
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("decode exported config: %w", err)
-	}
-	return cfg, nil
+	return files, warns, nil
 }
 
 // runSQLC compiles the queries in a scratch copy of sqlc.yaml and sql/, so

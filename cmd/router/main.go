@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	cfg, err := configload.Load(ctx, spec.Config(), *path, nil, log)
+	cfg, err := configload.LoadMode(ctx, configload.Spec, spec.Config(), *path, nil, log)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,8 @@
 //
 //	server [serve] [-config cell.json]   run the cell (default)
 //	server migrate [-config cell.json]   apply the app's migrations (and the job backend's) to control and shards, then exit
-//	server check   [-config cell.json]   validate the final config (CUE + policy), then exit
+//	server check   [-config cell.json]   validate the final config (CUE, start-up rules, policy), then exit
+//	server export  [-config cell.json]   print the final config as JSON (for conftest, opa eval), then exit
 //	server devdb   [-base URL]           create local databases, print their DSN exports (make run)
 //
 // Config = the spec's generated defaults (gen/spec) + the optional per-cell
@@ -13,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,6 +34,12 @@ func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if err := run(ctx, os.Args[1:], log, os.Stdout); err != nil {
 		log.Error("exit", "error", err.Error())
+		// A refused config is read by people: print it as lines too.
+		var ce *configload.Error
+		var fe *config.FileError
+		if errors.As(err, &ce) || errors.As(err, &fe) {
+			fmt.Fprintln(os.Stderr, err)
+		}
 		os.Exit(1)
 	}
 }
@@ -47,10 +55,21 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if cmd == "export" {
+		cfg, err := configload.Merged(spec.Config(), *path)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(append(config.Indent(cfg.JSON()), '\n'))
+		return err
+	}
 	cfg, err := loadConfig(ctx, *path, log)
 	if err != nil {
 		return err
 	}
+	// Every config reason to refuse a start lies above this line: what
+	// follows fails only for the environment (databases, keys, ports).
+	log.Info("config accepted", "cell", cfg.Server.Cell, "command", cmd)
 	switch cmd {
 	case "serve":
 		return serve(ctx, cfg, log)
@@ -62,7 +81,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 		fmt.Fprintln(stdout, "config ok")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q; want serve, migrate or check", cmd)
+	return fmt.Errorf("unknown command %q; want serve, migrate, check, export or devdb", cmd)
 }
 
 // loadConfig builds the final config: defaults + file + the environment,

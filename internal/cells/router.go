@@ -242,3 +242,11 @@ func (b *slotBitmap) setRange(r slots.Range) {
 		b[s>>6] |= 1 << (uint(s) & 63)
 	}
 }
+
+// CheckURL reports whether raw is a URL the cell router accepts for a cell
+// (absolute http or https, a host, no user info, query or fragment): the
+// config check calls it so `server check` refuses what the router would.
+func CheckURL(raw string) error {
+	_, err := parseCellURL(raw)
+	return err
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
+	"strings"
 )
 
 // Overlay applies a per-cell JSON file to base and returns the result.
@@ -23,15 +25,45 @@ func Overlay(base Config, path string) (Config, error) {
 	return OverlayJSON(base, raw, path)
 }
 
-// OverlayJSON is Overlay on bytes; name labels errors.
+// OverlayJSON is Overlay on bytes; name labels errors. The file is
+// checked against Config's shape first (CheckShape), so a typo or a
+// mistyped value is an error naming its full spec path and line; then it
+// is merged over base's JSON with Merge (lists replace whole lists, a null
+// list is empty) and decoded.
 func OverlayJSON(base Config, raw []byte, name string) (Config, error) {
-	cfg := base.Clone()
-	dec := json.NewDecoder(bytes.NewReader(raw))
+	if es := CheckShape(raw); len(es) > 0 {
+		return base, &FileError{File: name, Errs: es}
+	}
+	merged, err := Merge(base.JSON(), raw)
+	if err != nil {
+		return base, fmt.Errorf("config file %s: %w", name, err)
+	}
+	var cfg Config
+	dec := json.NewDecoder(bytes.NewReader(merged))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
 		return base, fmt.Errorf("config file %s: %w", name, err)
 	}
 	return cfg, nil
+}
+
+// FileError lists the shape errors of one config file.
+type FileError struct {
+	// File names the file.
+	File string
+	// Errs are its problems in document order.
+	Errs FieldErrors
+}
+
+func (e *FileError) Error() string {
+	var b strings.Builder
+	for i, fe := range e.Errs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "%s (%s:%d)", fe.Error(), e.File, fe.Line)
+	}
+	return b.String()
 }
 
 // Clone returns a deep copy of c, so an overlay never writes through a
@@ -51,10 +83,43 @@ func (c Config) Clone() Config {
 
 // JSON returns c in the spec's JSON form, the input of schema.Check and the
 // policy.
+//
+// Nil lists are written as [] (the schema's empty list), never null.
 func (c Config) JSON() []byte {
+	c = c.Clone()
+	fillSlices(reflect.ValueOf(&c).Elem())
 	raw, err := json.Marshal(c)
 	if err != nil {
 		panic(fmt.Sprintf("config: marshal: %v", err))
 	}
 	return raw
+}
+
+// fillSlices replaces nil slices in v (addressable) with empty ones; JSON
+// calls it on a clone, so the caller's slices are never written.
+func fillSlices(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fillSlices(v.Field(i))
+		}
+	case reflect.Slice:
+		if v.IsNil() {
+			v.Set(reflect.MakeSlice(v.Type(), 0, 0))
+			return
+		}
+		for i := range v.Len() {
+			fillSlices(v.Index(i))
+		}
+	}
+}
+
+// Indent spreads a JSON document over lines (two-space indent), so
+// positions in messages point at one field each.
+func Indent(raw []byte) []byte {
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return raw
+	}
+	return b.Bytes()
 }

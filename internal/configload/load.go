@@ -1,60 +1,80 @@
 // Package configload is how every process of a cell (the server, the
-// router) gets its final config: the spec's generated defaults, then the
-// per-cell JSON file, then the environment, re-checked at boot with the same
-// embedded CUE definitions and Rego policy the generator used, so a per-cell
-// file cannot start a process the generator would have refused.
+// router) and the generator check a config: one validation path (Validate:
+// CUE definitions, Go shape, start-up rules, Rego policy), so a config that
+// `server check` accepts never fails `serve` for a config reason, and one
+// the generator accepts has defaults that pass `server check`. Load builds
+// a process's final config: the spec's generated defaults, then the
+// per-cell JSON file, then the environment.
 //
-// Concurrency: Load and Check are safe for concurrent use; each call builds
-// its own policy evaluator.
+// Concurrency: Load, Check and Validate are safe for concurrent use; the
+// policy evaluator is compiled once and shared.
 package configload
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
+	"sync"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/policy"
-	"github.com/cellgate/cellgate/schema"
 )
 
-// Check re-checks the config a cell will run with the same CUE
-// definitions and Rego policy the generator used: a per-cell file or a
-// hand-edited spec cannot start a cell the generator would have refused.
-// It returns the policy's warnings; any deny or schema error is an error
-// that lists every message.
+var shared struct {
+	once sync.Once
+	ev   *policy.Evaluator
+	err  error
+}
+
+// evaluator compiles the embedded policy once per process.
+func evaluator(ctx context.Context) (*policy.Evaluator, error) {
+	shared.once.Do(func() { shared.ev, shared.err = policy.New(ctx) })
+	if shared.err != nil {
+		return nil, fmt.Errorf("policy: %w", shared.err)
+	}
+	return shared.ev, nil
+}
+
+// Check validates a final config (Validate in mode Final) and returns the
+// policy's warnings.
 func Check(ctx context.Context, cfg config.Config) ([]string, error) {
-	if err := schema.Check(cfg.JSON()); err != nil {
-		return nil, fmt.Errorf("config is invalid:\n  %s", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-	}
-	ev, err := policy.New(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	res, err := ev.Eval(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if len(res.Deny) > 0 {
-		return res.Warn, fmt.Errorf("config is denied by policy:\n  deny: %s", strings.Join(res.Deny, "\n  deny: "))
-	}
-	return res.Warn, nil
+	_, warns, err := Validate(ctx, config.Indent(cfg.JSON()), "config.json", Final)
+	return warns, err
+}
+
+// Merged returns the final config before the environment is applied:
+// defaults, then the per-cell JSON file at path (empty: none), merged with
+// config.Overlay (lists replace whole lists), unchecked. `server export`
+// prints it for conftest and opa.
+func Merged(defaults config.Config, path string) (config.Config, error) {
+	return config.Overlay(defaults, path)
 }
 
 // Load returns the final config: defaults (the spec's, gen/spec), then the
-// per-cell JSON file at path (empty: none), re-checked with Check, then the
-// environment's CELLGATE_ADDRESS (getenv; nil reads nothing), which tests and
-// `make cells` use to pick a port and which takes no part in the policy.
-// DSNs and secrets stay in the environment: the config names their
-// variables and the shards and tenancy read them. Policy warnings are
-// logged; a schema error or a deny is returned.
+// per-cell JSON file at path (empty: none), validated with Validate (mode
+// Final), then the environment's CELLGATE_ADDRESS (getenv; nil reads
+// nothing), which tests and `make cells` use to pick a port; its form is
+// checked like server.address. DSNs and secrets stay in the environment:
+// the config names their variables and the shards and tenancy read them.
+// Policy warnings are logged; every problem is returned at once.
 func Load(ctx context.Context, defaults config.Config, path string, getenv func(string) string, log *slog.Logger) (config.Config, error) {
-	cfg, err := config.Overlay(defaults, path)
+	return LoadMode(ctx, Final, defaults, path, getenv, log)
+}
+
+// LoadMode is Load with the mode given: the cell router, which serves
+// every cell, loads in mode Spec (no server.cell needed).
+func LoadMode(ctx context.Context, mode Mode, defaults config.Config, path string, getenv func(string) string, log *slog.Logger) (config.Config, error) {
+	cfg, err := Merged(defaults, path)
 	if err != nil {
 		return cfg, err
 	}
-	warns, err := Check(ctx, cfg)
+	name := "config.json"
+	if path != "" {
+		name = path
+	}
+	cfg, warns, err := Validate(ctx, config.Indent(cfg.JSON()), name, mode)
 	for _, w := range warns {
 		log.Warn("config", "policy", w)
 	}
@@ -63,6 +83,9 @@ func Load(ctx context.Context, defaults config.Config, path string, getenv func(
 	}
 	if getenv != nil {
 		if addr := getenv(AddressEnv); addr != "" {
+			if err := CheckAddress(addr); err != nil {
+				return cfg, fmt.Errorf("%s: %w", AddressEnv, err)
+			}
 			cfg.Server.Address = addr
 		}
 	}
@@ -71,3 +94,15 @@ func Load(ctx context.Context, defaults config.Config, path string, getenv func(
 
 // AddressEnv overrides server.address after the check.
 const AddressEnv = "CELLGATE_ADDRESS"
+
+// decode reads a checked config into the typed form, refusing fields the
+// Go side does not know so schema and config.Config cannot drift apart.
+func decode(raw []byte) (config.Config, error) {
+	var cfg config.Config
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("decode config: %w", err)
+	}
+	return cfg, nil
+}

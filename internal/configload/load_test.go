@@ -2,10 +2,13 @@ package configload
 
 import (
 	"context"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/config"
 )
 
 // TestCheckConfigWarnsOnClientChosenTenantWithCaps: the boot check (which
@@ -67,3 +70,47 @@ func TestCheckConfigDeniesTenantCapAtServerCap(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestDeployFilesExampleSpec: the generated per-cell file of the example
+// spec passes the boot check and gives the cell its port and shards.
+func TestDeployFilesExampleSpec(t *testing.T) {
+	files, err := cells.DeployFiles(spec.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if strings.Join(names, " ") != "deploy/cell-1.json deploy/slotmap.json" {
+		t.Fatalf("files %v", names)
+	}
+	// The overlay must be accepted by the cells' strict loader and give
+	// the cell its port and both shards with explicit slots.
+	cfg, err := config.OverlayJSON(spec.Config(), files["deploy/cell-1.json"], "cell-1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(context.Background(), cfg); err != nil {
+		t.Fatalf("the example cell's overlay does not pass the boot check: %v", err)
+	}
+	if cfg.Server.Address != ":8080" || cfg.Server.Cell != "cell-1" {
+		t.Errorf("address %q cell %q", cfg.Server.Address, cfg.Server.Cell)
+	}
+	shards, err := cells.ShardsOf(spec.Config(), "cell-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shards) != 2 || strings.Join(shards[0].Slots, ",") != "0-8191" || shards[1].DSNEnv != "CELLGATE_SHARD_1_DSN" {
+		t.Errorf("shards %+v", shards)
+	}
+	m, r, err := cells.ParseSlotMap(files["deploy/slotmap.json"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Len() != 1 || strings.Join(m.Cells[0].Slots, ",") != "0-16383" || m.Cells[0].URL != "http://127.0.0.1:8080" {
+		t.Errorf("slot map %+v", m)
+	}
+}
+
