@@ -375,9 +375,12 @@ func alternatives(v cue.Value) []cue.Value {
 }
 
 // acceptsAny reports whether any definition of the field accepts got.
+// got comes from the caller's CUE runtime, so it is re-read as text in
+// the definitions' runtime (values of two runtimes do not unify).
 func acceptsAny(alts []cue.Value, got cue.Value) bool {
 	for _, a := range alts {
-		if a.Unify(got).Validate(cue.Concrete(true)) == nil {
+		g := a.Context().CompileString(fmt.Sprint(got))
+		if g.Err() == nil && a.Unify(g).Validate(cue.Concrete(true)) == nil {
 			return true
 		}
 	}

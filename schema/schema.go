@@ -14,6 +14,7 @@ import (
 	"sort"
 
 	"cuelang.org/go/cue"
+	"cuelang.org/go/cue/ast"
 	"cuelang.org/go/cue/cuecontext"
 	"cuelang.org/go/cue/load"
 	"cuelang.org/go/cue/token"
@@ -56,38 +57,46 @@ func Load(dir string) ([]byte, error) {
 	}
 	ctx := cuecontext.New()
 	root := ctx.BuildInstance(insts[0])
+	user := userPart(ctx, insts[0].Files)
 	if err := root.Err(); err != nil {
-		return nil, describe(err, cue.Value{})
+		return nil, describe(err, user)
 	}
 	v := root.LookupPath(cue.ParsePath(SpecField))
 	if !v.Exists() {
 		return nil, fmt.Errorf("%s: no `%s` field: the spec must define `%s: #Config & {...}`", dir, SpecField, SpecField)
 	}
-	return export(v, userPart(v))
+	return export(v, user)
 }
 
-// userPart is the user's own struct of `config: #Config & {...}`: the
-// operand that is not the definition, so a failing path can be read as the
-// user wrote it. A zero Value when the spec has another shape.
-func userPart(v cue.Value) cue.Value {
-	op, args := v.Expr()
-	if op != cue.AndOp {
-		return cue.Value{}
-	}
-	for _, a := range args {
-		if _, ok := a.Source().(interface{ End() token.Pos }); ok && a.IncompleteKind() == cue.StructKind && !isDefinition(a) {
-			return a
+// userPart is the user's own struct of `config: #Config & {...}`, built
+// from the source alone (without #Config), so a failing path can be read
+// as the user wrote it. A zero Value when the spec has another shape.
+func userPart(ctx *cue.Context, files []*ast.File) cue.Value {
+	for _, f := range files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.Field)
+			if !ok {
+				continue
+			}
+			if name, _, _ := ast.LabelName(fd.Label); name != SpecField {
+				continue
+			}
+			expr := fd.Value
+			if be, ok := expr.(*ast.BinaryExpr); ok && be.Op == token.AND {
+				for _, x := range []ast.Expr{be.X, be.Y} {
+					if _, ok := x.(*ast.StructLit); ok {
+						expr = x
+					}
+				}
+			}
+			if sl, ok := expr.(*ast.StructLit); ok {
+				return ctx.BuildExpr(sl)
+			}
 		}
 	}
 	return cue.Value{}
 }
 
-// isDefinition reports whether v is a reference to a #definition.
-func isDefinition(v cue.Value) bool {
-	_, p := v.ReferencePath()
-	sel := p.Selectors()
-	return len(sel) > 0 && sel[len(sel)-1].IsDefinition()
-}
 
 // Check unifies a config given as JSON with #Config and reports what is
 // missing, mistyped or out of range. The server calls it at boot on the

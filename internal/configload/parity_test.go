@@ -1,0 +1,88 @@
+package configload
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/schema"
+)
+
+// generateVerdict is what cmd/generate decides for a whole config written
+// as a CUE spec (config: #Config & <json>): CUE load with positions, then
+// Validate in mode Final, so a multi-cell config without server.cell is
+// judged as the process would judge it.
+func generateVerdict(tb testing.TB, full []byte) ([]string, error) {
+	tb.Helper()
+	dir := tb.TempDir()
+	app := "package cellgate\n\nconfig: #Config & " + string(full) + "\n"
+	for name, src := range map[string]string{"cellgate.cue": schema.Definitions, "app.cue": app} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	raw, err := schema.Load(dir)
+	if err != nil {
+		var se *schema.Error
+		if !errors.As(err, &se) {
+			return nil, err
+		}
+		return paths(se.Issues), err
+	}
+	_, _, err = Validate(context.Background(), raw, "spec", Final)
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce.Paths(), err
+	}
+	return nil, err
+}
+
+func paths(is []schema.Issue) []string {
+	out := make([]string, len(is))
+	for i, v := range is {
+		out[i] = v.Path
+	}
+	return out
+}
+
+// FuzzOverlayVerdict: an overlay never panics the loader, and when it
+// merges, `server check` (Validate on the final config) and the generator
+// (the same config as a CUE spec) give the same verdict and name the same
+// paths.
+func FuzzOverlayVerdict(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"server":{"address":"8080"}}`, `{"jobs":{"workers":0}}`,
+		`{"server":{"shutdown_timeout":"0s"}}`, `{"tenancy":{"source":"cookie"}}`,
+		`{"database":{"shards":[{"name":"shard-0","dsn_env":"A","slots":["007"]}]}}`,
+		`{"cells":[{"name":"a","url":"http://u:p@a:1"}]}`, `{"tenancy":{"public_paths":["/a/*/b"]}}`,
+		`{"tenancy":{"enabled":true,"rate_per_second":5,"burst":0}}`,
+		`{"cells":[{"name":"a","url":"http://a:1","slots":["0-8191"]},{"name":"b","url":"http://b:1","slots":["8192-16383"]}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	defaults := spec.Config()
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		cfg, err := config.OverlayJSON(defaults, raw, "cell.json")
+		if err != nil {
+			return
+		}
+		full := config.Indent(cfg.JSON())
+		_, _, checkErr := Validate(context.Background(), full, "cell.json", Final)
+		genPaths, genErr := generateVerdict(t, full)
+		if (checkErr == nil) != (genErr == nil) {
+			t.Fatalf("verdicts differ for %s:\ncheck: %v\ngenerate: %v", raw, checkErr, genErr)
+		}
+		var ce *Error
+		if errors.As(checkErr, &ce) {
+			a, b := slices.Sorted(slices.Values(ce.Paths())), slices.Sorted(slices.Values(genPaths))
+			if !slices.Equal(slices.Compact(a), slices.Compact(b)) {
+				t.Fatalf("paths differ for %s:\ncheck: %q\ngenerate: %q\n%v", raw, a, b, genErr)
+			}
+		}
+	})
+}
