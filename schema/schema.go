@@ -97,7 +97,6 @@ func userPart(ctx *cue.Context, files []*ast.File) cue.Value {
 	return cue.Value{}
 }
 
-
 // Check unifies a config given as JSON with #Config and reports what is
 // missing, mistyped or out of range. The server calls it at boot on the
 // config it will actually run, after the per-cell file was applied.

@@ -113,4 +113,3 @@ func TestDeployFilesExampleSpec(t *testing.T) {
 		t.Errorf("slot map %+v", m)
 	}
 }
-
