@@ -205,6 +205,28 @@ func (a *App) ListOrders(c echo.Context) error {
 	return c.JSON(http.StatusOK, orders)
 }
 
+// GetOrder reads one order by the {id} path parameter of GET /orders/{id}.
+func (a *App) GetOrder(c echo.Context) error {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return echo.NewHTTPError(http.StatusBadRequest, "path parameter id must be a positive integer")
+	}
+	ctx := c.Request().Context()
+	sh, err := a.shard(ctx)
+	if err != nil {
+		return err
+	}
+	var o db.Order
+	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		o, err = db.New(conn).GetOrder(ctx, db.GetOrderParams{TenantID: sh.Tenant(), ID: id})
+		return err
+	})
+	if err != nil {
+		return dbError(err)
+	}
+	return c.JSON(http.StatusOK, o)
+}
+
 // shard returns the request's accessor to its tenant's shard. Handlers
 // check connections out only through it, so each checkout takes one of the
 // tenant's database permits (tenancy.max_db_connections) and a tenant at

@@ -53,8 +53,9 @@ duplicates(keys) := [[s[k][1], s[k - 1][1], s[k][0]] |
 ]
 
 # route_key is a route's identity as Echo sees it: method plus path with
-# every :param segment reduced to ":", since "/orders/:id" and
-# "/orders/:oid" are the same node in Echo's router.
+# every {param} segment reduced to ":", since "/orders/{id}" and
+# "/orders/{oid}" are the same node in Echo's router (one shadows the
+# other).
 route_key(r) := sprintf("%s %s", [r.method, route_shape(r.path)])
 
 route_shape(path) := concat("/", [seg |
@@ -63,7 +64,7 @@ route_shape(path) := concat("/", [seg |
 ])
 
 param_shape(s) := ":" if {
-	startswith(s, ":")
+	startswith(s, "{")
 } else := s
 
 # route_label names a route in messages: routes[3] (POST /orders).

@@ -62,10 +62,10 @@ test_duplicate_route_denied if {
 
 test_duplicate_route_with_renamed_param_denied if {
 	c := cfg([
-		add("/routes/-", route("GET", "/orders/:id", "GetOrder")),
-		add("/routes/-", route("GET", "/orders/:oid", "GetOrder2")),
+		add("/routes/-", route("GET", "/orders/{id}", "GetOrder")),
+		add("/routes/-", route("GET", "/orders/{oid}", "GetOrder2")),
 	])
-	has(deny_of(c), "routes[6] (GET /orders/:oid): same method and path as routes[5] (GET /orders/:id)")
+	has(deny_of(c), "routes[6] (GET /orders/{oid}): same method and path as routes[5] (GET /orders/{id})")
 }
 
 test_same_path_other_method_allowed if {

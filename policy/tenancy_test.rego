@@ -219,10 +219,10 @@ test_public_and_tenant_route_same_path_denied if {
 
 test_public_and_tenant_route_same_param_path_denied if {
 	c := cfg([
-		add("/routes/-", {"method": "GET", "path": "/items/:id", "handler": "GetItem", "public": true}),
-		add("/routes/-", {"method": "DELETE", "path": "/items/:item", "handler": "DeleteItem", "public": false}),
+		add("/routes/-", {"method": "GET", "path": "/items/{id}", "handler": "GetItem", "public": true}),
+		add("/routes/-", {"method": "DELETE", "path": "/items/{item}", "handler": "DeleteItem", "public": false}),
 	])
-	has(deny_of(c), "routes[6] (DELETE /items/:item): tenant route shares its path with public route routes[5] (GET /items/:id)")
+	has(deny_of(c), "routes[6] (DELETE /items/{item}): tenant route shares its path with public route routes[5] (GET /items/{id})")
 }
 
 test_public_and_tenant_routes_distinct_paths_allowed if {

@@ -192,6 +192,24 @@ func TestCellsRouterEndToEnd(t *testing.T) {
 				t.Fatalf("ackedOrder of %s via router: %d cell %q request id %q %s", tn, resp.StatusCode,
 					resp.Header.Get("X-Cellgate-Cell"), resp.Header.Get("X-Request-ID"), body)
 			}
+			// GET /orders/{id}: the spec's path parameter reaches the
+			// handler through the router; another tenant cannot read it.
+			var created struct {
+				ID int64 `json:"id"`
+			}
+			if err := json.Unmarshal(body, &created); err != nil || created.ID <= 0 {
+				t.Fatalf("order body %s: %v", body, err)
+			}
+			byID := fmt.Sprintf("%s/orders/%d", r.url, created.ID)
+			if resp, body := httpCall(t, "GET", byID, tn, ""); resp.StatusCode != 200 || !strings.Contains(string(body), "via router") {
+				t.Errorf("GET /orders/{id} of %s: %d %s", tn, resp.StatusCode, body)
+			}
+			if resp, body := httpCall(t, "GET", byID, tn+"-other", ""); resp.StatusCode != 404 {
+				t.Errorf("GET /orders/{id} of %s by another tenant: %d %s", tn, resp.StatusCode, body)
+			}
+			if resp, body := httpCall(t, "GET", r.url+"/orders/not-a-number", tn, ""); resp.StatusCode != 400 {
+				t.Errorf("GET /orders/not-a-number: %d %s", resp.StatusCode, body)
+			}
 			// The order is in the tenant's own cell's databases only.
 			path := fmt.Sprintf("/orders?account_id=%d", ids[tn])
 			if resp, body := httpCall(t, "GET", group.own.url+path, tn, ""); resp.StatusCode != 200 || !strings.Contains(string(body), "via router") {

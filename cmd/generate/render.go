@@ -63,12 +63,14 @@ func Render(in Input) (map[string][]byte, error) {
 
 func funcs() template.FuncMap {
 	return template.FuncMap{
-		"header":    func() string { return Header },
-		"goLiteral": goLiteral,
-		"goName":    goName,
-		"goType":    goType,
-		"join":      strings.Join,
-		"usesTime":  usesTime,
+		"header":     func() string { return Header },
+		"goLiteral":  goLiteral,
+		"goName":     goName,
+		"goType":     goType,
+		"join":       strings.Join,
+		"usesTime":   usesTime,
+		"echoPath":   echoPath,
+		"pathParams": pathParams,
 	}
 }
 
@@ -97,6 +99,30 @@ func goType(t string) (string, error) {
 		return "time.Time", nil
 	}
 	return "", fmt.Errorf("unknown arg type %q", t)
+}
+
+// echoPath turns the spec's route syntax (/orders/{id}) into Echo's
+// (/orders/:id). The policy has already refused anything but whole-segment
+// {name} parameters.
+func echoPath(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+			segs[i] = ":" + s[1:len(s)-1]
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// pathParams lists a path's parameter names in order.
+func pathParams(p string) []string {
+	var out []string
+	for _, s := range strings.Split(p, "/") {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+			out = append(out, s[1:len(s)-1])
+		}
+	}
+	return out
 }
 
 // usesTime reports whether any kind has a time argument, so the template

@@ -22,6 +22,9 @@ type Handler interface {
 	CreateOrder(c echo.Context) error
 	// ListOrders serves GET /orders (tenant).
 	ListOrders(c echo.Context) error
+	// GetOrder serves GET /orders/{id} (tenant).
+	// Path parameters: c.Param("id").
+	GetOrder(c echo.Context) error
 }
 
 // Router is what Register needs from the server: a way to add a public
@@ -33,21 +36,25 @@ type Router interface {
 	Tenant(method, path string, h echo.HandlerFunc)
 }
 
-// Register adds every spec route to r, served by h.
+// Register adds every spec route to r, served by h. A spec path parameter
+// {name} is registered in Echo's form :name.
 func Register(r Router, h Handler) {
 	r.Public("GET", "/", h.Index)
 	r.Tenant("POST", "/signup", h.SignUp)
 	r.Tenant("GET", "/account", h.GetAccount)
 	r.Tenant("POST", "/orders", h.CreateOrder)
 	r.Tenant("GET", "/orders", h.ListOrders)
+	r.Tenant("GET", "/orders/:id", h.GetOrder)
 }
 
 // Route describes one spec route.
 type Route struct {
 	// Method is the HTTP method.
 	Method string
-	// Path is Echo's path pattern.
+	// Path is the spec's path pattern ({name} parameters).
 	Path string
+	// EchoPath is Path in Echo's form (:name parameters).
+	EchoPath string
 	// Handler is the Handler method serving it.
 	Handler string
 	// Public routes skip tenancy.
@@ -56,9 +63,10 @@ type Route struct {
 
 // Routes lists the spec routes in spec order.
 var Routes = []Route{
-	{Method: "GET", Path: "/", Handler: "Index", Public: true},
-	{Method: "POST", Path: "/signup", Handler: "SignUp", Public: false},
-	{Method: "GET", Path: "/account", Handler: "GetAccount", Public: false},
-	{Method: "POST", Path: "/orders", Handler: "CreateOrder", Public: false},
-	{Method: "GET", Path: "/orders", Handler: "ListOrders", Public: false},
+	{Method: "GET", Path: "/", EchoPath: "/", Handler: "Index", Public: true},
+	{Method: "POST", Path: "/signup", EchoPath: "/signup", Handler: "SignUp", Public: false},
+	{Method: "GET", Path: "/account", EchoPath: "/account", Handler: "GetAccount", Public: false},
+	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false},
+	{Method: "GET", Path: "/orders", EchoPath: "/orders", Handler: "ListOrders", Public: false},
+	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false},
 }

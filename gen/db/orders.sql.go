@@ -45,6 +45,32 @@ func (q *Queries) CreateOrder(ctx context.Context, arg CreateOrderParams) (Order
 	return i, err
 }
 
+const getOrder = `-- name: GetOrder :one
+SELECT tenant_id, id, slot, account_id, amount_cents, note, created_at FROM orders
+WHERE tenant_id = $1 AND id = $2
+`
+
+type GetOrderParams struct {
+	TenantID string `json:"tenant_id"`
+	ID       int64  `json:"id"`
+}
+
+// GetOrder reads one order of the tenant by id.
+func (q *Queries) GetOrder(ctx context.Context, arg GetOrderParams) (Order, error) {
+	row := q.db.QueryRow(ctx, getOrder, arg.TenantID, arg.ID)
+	var i Order
+	err := row.Scan(
+		&i.TenantID,
+		&i.ID,
+		&i.Slot,
+		&i.AccountID,
+		&i.AmountCents,
+		&i.Note,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
 const listOrders = `-- name: ListOrders :many
 SELECT tenant_id, id, slot, account_id, amount_cents, note, created_at FROM orders
 WHERE tenant_id = $1 AND account_id = $2 AND id < $3

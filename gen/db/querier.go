@@ -16,6 +16,8 @@ type Querier interface {
 	CreateOrder(ctx context.Context, arg CreateOrderParams) (Order, error)
 	GetAccount(ctx context.Context, arg GetAccountParams) (Account, error)
 	GetAccountByEmail(ctx context.Context, arg GetAccountByEmailParams) (Account, error)
+	// GetOrder reads one order of the tenant by id.
+	GetOrder(ctx context.Context, arg GetOrderParams) (Order, error)
 	// ListOrders pages through an account's orders, newest first.
 	ListOrders(ctx context.Context, arg ListOrdersParams) ([]Order, error)
 }

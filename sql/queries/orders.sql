@@ -9,3 +9,8 @@ SELECT * FROM orders
 WHERE tenant_id = @tenant_id AND account_id = @account_id AND id < @before_id
 ORDER BY id DESC
 LIMIT @max_rows;
+
+-- name: GetOrder :one
+-- GetOrder reads one order of the tenant by id.
+SELECT * FROM orders
+WHERE tenant_id = @tenant_id AND id = @id;

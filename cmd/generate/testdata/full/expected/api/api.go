@@ -16,7 +16,8 @@ type Handler interface {
 	Docs(c echo.Context) error
 	// CreateOrder serves POST /orders (tenant).
 	CreateOrder(c echo.Context) error
-	// GetOrder serves GET /orders/:id (tenant).
+	// GetOrder serves GET /orders/{id} (tenant).
+	// Path parameters: c.Param("id").
 	GetOrder(c echo.Context) error
 }
 
@@ -29,7 +30,8 @@ type Router interface {
 	Tenant(method, path string, h echo.HandlerFunc)
 }
 
-// Register adds every spec route to r, served by h.
+// Register adds every spec route to r, served by h. A spec path parameter
+// {name} is registered in Echo's form :name.
 func Register(r Router, h Handler) {
 	r.Public("GET", "/docs", h.Docs)
 	r.Tenant("POST", "/orders", h.CreateOrder)
@@ -40,8 +42,10 @@ func Register(r Router, h Handler) {
 type Route struct {
 	// Method is the HTTP method.
 	Method string
-	// Path is Echo's path pattern.
+	// Path is the spec's path pattern ({name} parameters).
 	Path string
+	// EchoPath is Path in Echo's form (:name parameters).
+	EchoPath string
 	// Handler is the Handler method serving it.
 	Handler string
 	// Public routes skip tenancy.
@@ -50,7 +54,7 @@ type Route struct {
 
 // Routes lists the spec routes in spec order.
 var Routes = []Route{
-	{Method: "GET", Path: "/docs", Handler: "Docs", Public: true},
-	{Method: "POST", Path: "/orders", Handler: "CreateOrder", Public: false},
-	{Method: "GET", Path: "/orders/:id", Handler: "GetOrder", Public: false},
+	{Method: "GET", Path: "/docs", EchoPath: "/docs", Handler: "Docs", Public: true},
+	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false},
+	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false},
 }

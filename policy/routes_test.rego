@@ -1,0 +1,49 @@
+package cellgate.policy_test
+
+test_path_parameter_allowed if {
+	c := cfg([add("/routes/-", route("GET", "/orders/{id}", "GetOrder"))])
+	count(deny_of(c)) == 0
+}
+
+test_echo_syntax_denied if {
+	c := cfg([add("/routes/-", route("GET", "/orders/:id", "GetOrder"))])
+	"routes[5].path: segment \":id\" uses Echo's syntax; write a path parameter as {name} (/orders/{id})" in deny_of(c)
+}
+
+test_wildcard_denied if {
+	c := cfg([add("/routes/-", route("GET", "/files/*", "Files"))])
+	has(deny_of(c), "routes[5].path: segment \"*\" uses Echo's syntax")
+}
+
+test_bad_parameter_name_denied if {
+	c := cfg([add("/routes/-", route("GET", "/orders/{Id}", "GetOrder"))])
+	has(deny_of(c), "routes[5].path: segment \"{Id}\" is not a path parameter")
+}
+
+test_partial_segment_parameter_denied if {
+	c := cfg([add("/routes/-", route("GET", "/orders/x{id}", "GetOrder"))])
+	has(deny_of(c), "routes[5].path: segment \"x{id}\" is not a path parameter")
+}
+
+test_unopened_brace_denied if {
+	c := cfg([add("/routes/-", route("GET", "/orders/id}", "GetOrder"))])
+	has(deny_of(c), "routes[5].path: segment \"id}\" has a } without {")
+}
+
+test_duplicate_parameter_denied if {
+	c := cfg([add("/routes/-", route("GET", "/a/{id}/b/{id}", "GetAB"))])
+	"routes[5].path: parameter {id} appears twice; each parameter of one path needs its own name" in deny_of(c)
+}
+
+test_empty_segment_denied if {
+	c := cfg([add("/routes/-", route("GET", "/orders//x", "X"))])
+	has(deny_of(c), "routes[5].path: \"/orders//x\" has an empty segment")
+}
+
+test_static_beside_parameter_allowed if {
+	c := cfg([
+		add("/routes/-", route("GET", "/orders/{id}", "GetOrder")),
+		add("/routes/-", route("GET", "/orders/latest", "LatestOrder")),
+	])
+	count(deny_of(c)) == 0
+}
