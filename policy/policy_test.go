@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"io/fs"
 	"path/filepath"
@@ -294,5 +295,43 @@ func TestEmbedsEveryRuleFile(t *testing.T) {
 	slices.Sort(embedded)
 	if !slices.Equal(onDisk, embedded) {
 		t.Fatalf("rule files on disk %q, embedded %q", onDisk, embedded)
+	}
+}
+
+// TestEvenSplitBound holds the bound of the even split: 16,385 cells
+// cannot split 16,384 slots (16,384 would: the Rego test of even_split
+// checks the formula on 1,000). It lives in Go because building 16,385 cells in a Rego test takes
+// longer than `opa test`'s default timeout.
+func TestEvenSplitBound(t *testing.T) {
+	e := newEvaluator(t)
+	cellsOf := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = map[string]any{"name": fmt.Sprintf("c%d", i), "url": fmt.Sprintf("http://c%d", i), "slots": []any{}}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		n    int
+		deny string
+	}{{16385, "cells: 16385 cells cannot split 16384 slots; each needs at least one"}} {
+		cfg := loadConfig(t, "testdata/default.json")
+		cfg["cells"] = cellsOf(c.n)
+		r, err := e.Eval(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cellDenies []string
+		for _, d := range r.Deny {
+			if strings.HasPrefix(d, "cells") {
+				cellDenies = append(cellDenies, d)
+			}
+		}
+		switch {
+		case c.deny == "" && len(cellDenies) > 0:
+			t.Errorf("%d cells: denied %q", c.n, cellDenies)
+		case c.deny != "" && (len(cellDenies) != 1 || cellDenies[0] != c.deny):
+			t.Errorf("%d cells: deny %q, want %q", c.n, cellDenies, c.deny)
+		}
 	}
 }

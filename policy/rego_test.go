@@ -45,6 +45,10 @@ func withTestModules(tb testing.TB) map[string]*ast.Module {
 	return mods
 }
 
+// regoTestTimeout is `opa test`'s default per-test timeout: a test that
+// passes here passes `opa test policy/` with no flag.
+const regoTestTimeout = 5 * time.Second
+
 // TestRego runs every test_ rule of the *_test.rego files against the
 // embedded rule files, through the OPA Go API (CI has no opa binary). Each
 // Rego test is a subtest; a failed or errored one fails this test.
@@ -60,7 +64,7 @@ func TestRego(t *testing.T) {
 		SetCompiler(compiler).
 		SetModules(mods).
 		RaiseBuiltinErrors(true).
-		SetTimeout(time.Minute).
+		SetTimeout(regoTestTimeout).
 		RunTests(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +77,11 @@ func TestRego(t *testing.T) {
 		t.Fatal("no Rego tests ran")
 	}
 	slices.SortFunc(results, func(a, b *tester.Result) int { return strings.Compare(a.Name, b.Name) })
+	for _, r := range results {
+		if r.Duration > time.Second {
+			t.Logf("slow Rego test %s: %v", r.Name, r.Duration)
+		}
+	}
 	for _, r := range results {
 		t.Run(r.Name, func(t *testing.T) {
 			switch {

@@ -105,9 +105,14 @@ test_burst_without_rate_warned if {
 	"tenancy.burst: 10 has no effect while tenancy.rate_per_second is 0 (no rate limit)" in warn_of(c)
 }
 
-test_rate_without_burst_warned if {
+test_rate_without_burst_denied if {
 	c := authed([rep("/tenancy/rate_per_second", 2.5)])
-	"tenancy.burst: 0 with tenancy.rate_per_second 2.5; a token bucket that holds no token admits no request; set burst to at least 1" in warn_of(c)
+	"tenancy.burst: 0 with tenancy.rate_per_second 2.5; a token bucket that holds no token admits no request; set burst to at least 1" in deny_of(c)
+}
+
+test_rate_without_burst_denied_with_tenancy_off if {
+	c := cfg([rep("/tenancy/enabled", false), rep("/tenancy/rate_per_second", 1), rep("/routes", [])])
+	"tenancy.burst: 0 with tenancy.rate_per_second 1; a token bucket that holds no token admits no request; set burst to at least 1" in deny_of(c)
 }
 
 test_rate_with_burst_quiet if {

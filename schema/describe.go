@@ -40,8 +40,11 @@ func (i Issue) Pos() string {
 // String is "path: msg (file:line:col)".
 func (i Issue) String() string {
 	s := i.Path + ": " + i.Msg
-	if i.Path == "" {
+	switch {
+	case i.Path == "":
 		s = i.Msg
+	case strings.HasPrefix(i.Msg, "("): // a label of the entry: "(shard-1): …"
+		s = i.Path + " " + i.Msg
 	}
 	if p := i.Pos(); p != "" {
 		s += " (" + p + ")"

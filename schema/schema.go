@@ -105,18 +105,26 @@ func Check(configJSON []byte) error { return CheckNamed(configJSON, "config.json
 // CheckNamed is Check with the name positions in configJSON are reported
 // under.
 func CheckNamed(configJSON []byte, name string) error {
+	_, err := Complete(configJSON, name)
+	return err
+}
+
+// Complete unifies a config given as JSON with #Config, so every field the
+// JSON omits (also inside list entries) takes the schema's default, and
+// returns the complete config as JSON; errors are CheckNamed's. A per-cell
+// file's list entry that names only some fields gets the others from here.
+func Complete(configJSON []byte, name string) ([]byte, error) {
 	ctx := cuecontext.New()
 	defs := ctx.CompileString(Definitions, cue.Filename("cellgate.cue"))
 	if err := defs.Err(); err != nil {
-		return describe(err, cue.Value{})
+		return nil, describe(err, cue.Value{})
 	}
 	cfg := ctx.CompileBytes(configJSON, cue.Filename(name))
 	if err := cfg.Err(); err != nil {
-		return describe(err, cue.Value{})
+		return nil, describe(err, cue.Value{})
 	}
 	v := defs.LookupPath(cue.ParsePath("#Config")).Unify(cfg)
-	_, err := export(v, cfg)
-	return err
+	return export(v, cfg)
 }
 
 // export validates v as concrete data and marshals it.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/schema"
 )
 
@@ -197,8 +198,8 @@ func TestSpecChangeChangesOutput(t *testing.T) {
 
 func TestGoName(t *testing.T) {
 	for in, want := range map[string]string{"account_id": "AccountID", "send_welcome": "SendWelcome", "due_at": "DueAt", "url": "URL"} {
-		if got := goName(in); got != want {
-			t.Errorf("goName(%q) = %q, want %q", in, got, want)
+		if got := config.GoName(in); got != want {
+			t.Errorf("config.GoName(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -83,9 +83,6 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	if err != nil {
 		return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(strings.TrimPrefix(err.Error(), "config is invalid:\n  ")))
 	}
-	if err := checkNames(cfg); err != nil {
-		return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(err.Error()))
-	}
 	files, err := Render(Input{Config: cfg, JSON: string(raw)})
 	if err != nil {
 		return nil, warns, err

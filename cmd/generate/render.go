@@ -65,7 +65,7 @@ func funcs() template.FuncMap {
 	return template.FuncMap{
 		"header":     func() string { return Header },
 		"goLiteral":  goLiteral,
-		"goName":     goName,
+		"goName":     config.GoName,
 		"goType":     goType,
 		"join":       strings.Join,
 		"usesTime":   usesTime,
@@ -73,22 +73,6 @@ func funcs() template.FuncMap {
 		"pathParams": pathParams,
 	}
 }
-
-// goName turns a snake_case spec name into an exported Go identifier,
-// keeping common initialisms upper-case (account_id → AccountID).
-func goName(s string) string {
-	var b strings.Builder
-	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == '_' || r == '-' }) {
-		if up := strings.ToUpper(part); initialisms[up] {
-			b.WriteString(up)
-			continue
-		}
-		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-	}
-	return b.String()
-}
-
-var initialisms = map[string]bool{"ID": true, "URL": true, "HTTP": true, "API": true, "UUID": true, "IP": true, "JSON": true, "SQL": true}
 
 // goType maps a spec arg type onto its Go type.
 func goType(t string) (string, error) {

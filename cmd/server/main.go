@@ -26,6 +26,7 @@ import (
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/configload"
+	"github.com/cellgate/cellgate/schema"
 )
 
 func main() {
@@ -56,11 +57,15 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 		return err
 	}
 	if cmd == "export" {
-		cfg, err := configload.Merged(spec.Config(), *path)
+		raw, name, err := configload.Merged(spec.Config(), *path)
 		if err != nil {
 			return err
 		}
-		_, err = stdout.Write(append(config.Indent(cfg.JSON()), '\n'))
+		full, err := schema.Complete(raw, name)
+		if err != nil {
+			return err
+		}
+		_, err = stdout.Write(append(config.Indent(full), '\n'))
 		return err
 	}
 	cfg, err := loadConfig(ctx, *path, log)

@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 
 	"github.com/cellgate/cellgate/internal/config"
@@ -44,12 +46,31 @@ func Check(ctx context.Context, cfg config.Config) ([]string, error) {
 	return warns, err
 }
 
-// Merged returns the final config before the environment is applied:
-// defaults, then the per-cell JSON file at path (empty: none), merged with
-// config.Overlay (lists replace whole lists), unchecked. `server export`
+// Merged returns the final config before the environment is applied and
+// before the policy: defaults, then the per-cell JSON file at path (empty:
+// none), merged with config.Merge (objects merge, lists replace whole
+// lists, null lists are empty), then completed by the CUE definitions, so
+// a list entry the file writes in part gets the schema's defaults for the
+// rest. The JSON is indented; name labels positions. `server export`
 // prints it for conftest and opa.
-func Merged(defaults config.Config, path string) (config.Config, error) {
-	return config.Overlay(defaults, path)
+func Merged(defaults config.Config, path string) (raw []byte, name string, err error) {
+	base := defaults.JSON()
+	name = "config.json"
+	if path == "" {
+		return config.Indent(base), name, nil
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		return nil, path, fmt.Errorf("config file: %w", err)
+	}
+	if es := config.CheckShape(file); len(es) > 0 {
+		return nil, path, &config.FileError{File: path, Errs: es}
+	}
+	merged, err := config.Merge(base, file)
+	if err != nil {
+		return nil, path, fmt.Errorf("config file %s: %w", path, err)
+	}
+	return config.Indent(merged), filepath.Base(path), nil
 }
 
 // Load returns the final config: defaults (the spec's, gen/spec), then the
@@ -66,15 +87,11 @@ func Load(ctx context.Context, defaults config.Config, path string, getenv func(
 // LoadMode is Load with the mode given: the cell router, which serves
 // every cell, loads in mode Spec (no server.cell needed).
 func LoadMode(ctx context.Context, mode Mode, defaults config.Config, path string, getenv func(string) string, log *slog.Logger) (config.Config, error) {
-	cfg, err := Merged(defaults, path)
+	raw, name, err := Merged(defaults, path)
 	if err != nil {
-		return cfg, err
+		return defaults, err
 	}
-	name := "config.json"
-	if path != "" {
-		name = path
-	}
-	cfg, warns, err := Validate(ctx, config.Indent(cfg.JSON()), name, mode)
+	cfg, warns, err := Validate(ctx, raw, name, mode)
 	for _, w := range warns {
 		log.Warn("config", "policy", w)
 	}

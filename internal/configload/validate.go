@@ -57,15 +57,17 @@ func Validate(ctx context.Context, raw []byte, name string, mode Mode) (config.C
 	// The CUE definitions first; the typed checks below need the shape
 	// right, the policy needs every type right.
 	var issues []schema.Issue
-	cueOK := true
-	if err := schema.CheckNamed(raw, name); err != nil {
+	complete, err := schema.Complete(raw, name)
+	cueOK := err == nil
+	if !cueOK {
 		se, ok := err.(*schema.Error)
 		if !ok {
 			return cfg, nil, &Error{Issues: []schema.Issue{{Msg: err.Error()}}}
 		}
-		issues, cueOK = se.Issues, false
+		issues = se.Issues
+		complete = raw // the typed checks below still run where the shape allows
 	}
-	if es := config.CheckShape(raw); len(es) > 0 {
+	if es := config.CheckShape(complete); len(es) > 0 {
 		if cueOK {
 			for _, e := range es {
 				issues = append(issues, schema.Issue{Path: e.Path, Msg: e.Msg})
@@ -73,11 +75,12 @@ func Validate(ctx context.Context, raw []byte, name string, mode Mode) (config.C
 		}
 		return cfg, nil, &Error{Issues: schema.SortIssues(issues)}
 	}
-	cfg, err := decode(raw)
+	cfg, err = decode(complete)
 	if err != nil {
 		return cfg, nil, &Error{Issues: append(issues, schema.Issue{Msg: err.Error()})}
 	}
 	issues = append(issues, StartRules(cfg, mode)...)
+	issues = append(issues, nameRules(cfg)...)
 	if !cueOK {
 		return cfg, nil, &Error{Issues: schema.SortIssues(issues)}
 	}

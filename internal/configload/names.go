@@ -1,11 +1,10 @@
-package main
+package configload
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/schema"
 )
 
 // reservedJobNames are identifiers the jobkinds template declares itself:
@@ -16,11 +15,17 @@ var reservedJobNames = map[string]string{"Kinds": "the list of every kind"}
 // arg field of that Go name would collide with the method.
 var reservedArgNames = map[string]string{"JobSpec": "the generated method JobSpec", "UniqueKey": "the generated method UniqueKey"}
 
-// checkNames refuses a spec whose names collide after the mapping to Go
-// identifiers (gen/ would not compile), naming both spec paths.
-func checkNames(cfg config.Config) error {
-	var errs []string
-	fail := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+// nameRules refuse a config whose names collide after the mapping to Go
+// identifiers (config.GoName), naming both spec paths: the generator would
+// render gen/ that does not compile. They are in the one validation path,
+// so `server check` refuses such a per-cell file as generate refuses the
+// spec.
+func nameRules(cfg config.Config) []schema.Issue {
+	var errs []schema.Issue
+	fail := func(format string, args ...any) {
+		path, msg := splitPath(fmt.Sprintf(format, args...))
+		errs = append(errs, schema.Issue{Path: path, Msg: msg})
+	}
 
 	// Package-level identifiers of gen/jobkinds: one var per kind (GoName),
 	// one type per kind (GoName+"Args"), and Kinds.
@@ -38,14 +43,14 @@ func checkNames(cfg config.Config) error {
 	}
 	for i, k := range cfg.Jobs.Kinds {
 		path := fmt.Sprintf("jobs.kinds[%d].name", i)
-		claim(goName(k.Name), path)
-		claim(goName(k.Name)+"Args", path+" (its args type)")
+		claim(config.GoName(k.Name), path)
+		claim(config.GoName(k.Name)+"Args", path+" (its args type)")
 		fields := map[string]string{}
 		for j, a := range k.Args {
 			apath := fmt.Sprintf("jobs.kinds[%d].args[%d].name", i, j)
-			g := goName(a.Name)
+			g := config.GoName(a.Name)
 			if why, ok := reservedArgNames[g]; ok {
-				fail("%s: %q maps to the Go field %s, which collides with %s of %sArgs; rename the arg", apath, a.Name, g, why, goName(k.Name))
+				fail("%s: %q maps to the Go field %s, which collides with %s of %sArgs; rename the arg", apath, a.Name, g, why, config.GoName(k.Name))
 				continue
 			}
 			if prev, ok := fields[g]; ok {
@@ -56,9 +61,5 @@ func checkNames(cfg config.Config) error {
 		}
 	}
 
-	if len(errs) == 0 {
-		return nil
-	}
-	sort.Strings(errs)
-	return fmt.Errorf("%s", strings.Join(errs, "\n"))
+	return errs
 }
