@@ -2,8 +2,8 @@ package policy
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"slices"
