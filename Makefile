@@ -6,7 +6,14 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet policy build run test bench cells clean
+# The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
+# them from the module cache; nothing is installed by hand).
+POLICY_TOOLS := $(GO) -C tools/policy tool
+OPA          := $(POLICY_TOOLS) opa
+CUE          := $(POLICY_TOOLS) cue
+CONFTEST     := $(POLICY_TOOLS) conftest
+
+.PHONY: all generate gen-if-needed check drift vet policy fmt-check opa-check conftest build run test bench cells plan clean
 
 all: build
 
@@ -18,8 +25,8 @@ generate:
 gen-if-needed:
 	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
 
-## check: drift check of gen/, policy tests, go vet
-check: drift policy vet
+## check: drift check of gen/, policy tests, go vet, cue fmt / opa fmt, opa check and opa test, conftest
+check: drift policy vet fmt-check opa-check conftest
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -30,6 +37,26 @@ policy:
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+## fmt-check: the CUE and Rego files are as `cue fmt` and `opa fmt` write them
+fmt-check:
+	$(CUE) fmt --check $(CURDIR)/schema/*.cue
+	@test -z "$$($(OPA) fmt --list $(CURDIR)/policy)" || { echo "opa fmt needed:"; $(OPA) fmt --list $(CURDIR)/policy; exit 1; }
+
+## opa-check: the policy compiles in strict mode and its tests pass with opa's defaults
+opa-check:
+	$(OPA) check --strict $(CURDIR)/policy
+	$(OPA) test $(CURDIR)/policy
+
+## conftest: the exported config passes conftest with no flags; a denied one fails it
+conftest:
+	@mkdir -p bin
+	$(GO) run ./cmd/server export > bin/config.json
+	$(CONFTEST) test --policy $(CURDIR)/policy $(CURDIR)/bin/config.json
+	$(GO) run ./cmd/server export -config tests/testdata/corpus/invalid/policy_lanes_over_workers.json > bin/denied.json
+	@if $(CONFTEST) test --policy $(CURDIR)/policy $(CURDIR)/bin/denied.json >bin/denied.out 2>&1; then \
+		echo "conftest passed a denied config:"; cat bin/denied.out; exit 1; fi
+	@grep -q "jobs.tenants.lanes" bin/denied.out && echo "conftest: denied config fails as it must"
 
 ## build: the cell server
 build: gen-if-needed
