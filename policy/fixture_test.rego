@@ -43,6 +43,7 @@ base := {
 			],
 			"key_env": "CELLGATE_JWT_KEY",
 			"key_file": "",
+			"jwks_file": "",
 			"claim": "tenant",
 			"leeway": "0s",
 		},

@@ -126,9 +126,12 @@ type JWTSource struct {
 	KeyEnv string `json:"key_env"`
 	// KeyFile, when set, is read instead of KeyEnv.
 	KeyFile string `json:"key_file"`
+	// JWKSFile, when set, is a JWKS file read instead of KeyFile and KeyEnv;
+	// tokens select its keys by kid.
+	JWKSFile string `json:"jwks_file"`
 	// Claim holds the tenant id.
 	Claim string `json:"claim"`
-	// Leeway tolerated on exp and nbf.
+	// Leeway tolerated on exp, nbf and iat.
 	Leeway Duration `json:"leeway"`
 }
 
