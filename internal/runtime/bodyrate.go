@@ -17,11 +17,11 @@ type bodyLimits struct {
 	grace   time.Duration
 }
 
-// wrap returns body bounded by the limits, or body itself when there are
-// none. start is the end of the head.
-func (l bodyLimits) wrap(w http.ResponseWriter, body io.ReadCloser, start time.Time) io.ReadCloser {
+// wrap returns body bounded by the limits, or nil when there are none.
+// start is the end of the head.
+func (l bodyLimits) wrap(w http.ResponseWriter, body io.ReadCloser, start time.Time) *slowBodyGuard {
 	if l.timeout <= 0 && l.rate <= 0 {
-		return body
+		return nil
 	}
 	b := &slowBodyGuard{ReadCloser: body, rc: http.NewResponseController(w), limits: l}
 	if l.timeout > 0 {
@@ -48,11 +48,8 @@ type slowBodyGuard struct {
 	done   bool
 }
 
-func (b *slowBodyGuard) Read(p []byte) (int, error) {
-	if b.done {
-		return b.ReadCloser.Read(p)
-	}
-	now := time.Now()
+// deadline is when the next read must have its bytes, from now.
+func (b *slowBodyGuard) deadline(now time.Time) time.Time {
 	dl := b.hard
 	if l := b.limits; l.rate > 0 {
 		budget := l.grace + time.Duration(b.n)*time.Second/time.Duration(l.rate) - b.waited
@@ -60,7 +57,25 @@ func (b *slowBodyGuard) Read(p []byte) (int, error) {
 			dl = rd
 		}
 	}
-	_ = b.rc.SetReadDeadline(dl)
+	return dl
+}
+
+// finish runs when the handler returns: what it left unread, net/http
+// drains (up to 256 KiB) before the next request, and that drain must keep
+// to the same deadlines or a stalled body holds the connection until
+// read_timeout.
+func (b *slowBodyGuard) finish() {
+	if !b.done {
+		_ = b.rc.SetReadDeadline(b.deadline(time.Now()))
+	}
+}
+
+func (b *slowBodyGuard) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	now := time.Now()
+	_ = b.rc.SetReadDeadline(b.deadline(now))
 	n, err := b.ReadCloser.Read(p)
 	b.waited += time.Since(now)
 	b.n += int64(n)

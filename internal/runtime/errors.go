@@ -108,9 +108,9 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 				"constraint", a.pg.ConstraintName, "path", c.Path(), "request_id", id)
 		}
 		if a.closeConn {
-			// The connection's framing can no longer be trusted (a body
-			// that stalled mid-way): answer and close.
-			c.Response().Header().Set(echo.HeaderConnection, "close")
+			// What is left of the body is not worth reading (over the
+			// limit, or stalled mid-way): answer and close.
+			closeAfterAnswer(c.Response())
 		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(a.status)
@@ -158,7 +158,7 @@ func errorStatus(err error) answer {
 	switch {
 	case errors.As(err, &tooLarge):
 		// Before HTTPError and ClientError: a bind wraps a read error.
-		return answer{status: http.StatusRequestEntityTooLarge, code: "body_too_large", msg: "request body too large", known: true}
+		return answer{status: http.StatusRequestEntityTooLarge, code: "body_too_large", msg: "request body too large", known: true, closeConn: true}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		// A body read hit the body deadline or fell below the minimum
 		// rate (server.body_read_timeout, server.body_min_bytes_per_second).
@@ -185,7 +185,7 @@ func errorStatus(err error) answer {
 // handler's echo.NewHTTPError(499) would put a code no RFC defines on the
 // wire, so it is answered 500 (and logged as unexpected).
 func standardStatus(code int) int {
-	if code < 400 || code > 599 || http.StatusText(code) == "" {
+	if code < 100 || code > 599 || http.StatusText(code) == "" {
 		return http.StatusInternalServerError
 	}
 	return code

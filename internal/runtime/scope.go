@@ -51,23 +51,29 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 	res.Header().Set(requestid.Header, id)
 	defer rs.recover(c, id, &err)
 
-	if closeAfter, err := rs.checkHead(req); err != nil || closeAfter {
+	if closeAfter, err := rs.checkHead(req); err != nil {
 		// A refusal comes before a byte of the body is read; the
 		// connection closes after the answer, so nothing of the body is
 		// ever read as a request.
+		closeAfterAnswer(res)
+		return err
+	} else if closeAfter {
 		res.Header().Set(echo.HeaderConnection, "close")
-		if err != nil {
-			return err
-		}
 	}
 
 	if req.ContentLength > rs.limit {
+		closeAfterAnswer(res)
 		return errBodyTooLarge
 	}
 	if req.Body != nil && req.Body != http.NoBody {
 		// The server's own writer, so an overrun also closes the connection.
 		req.Body = http.MaxBytesReader(res.Writer, req.Body, rs.limit)
-		req.Body = rs.body.wrap(res.Writer, req.Body, time.Now())
+		if g := rs.body.wrap(res.Writer, req.Body, time.Now()); g != nil {
+			// What the handler left unread, net/http drains after it:
+			// under the body's deadlines too.
+			defer g.finish()
+			req.Body = g
+		}
 	}
 
 	ctx := req.Context()
@@ -88,7 +94,25 @@ var (
 		"Transfer-Encoding with Content-Length, or on HTTP/1.0, is not accepted")
 	errHopByHopIdentity = NewClientError(http.StatusBadRequest, "hop_by_hop_identity",
 		"the Connection header may not name the tenant header, Authorization or Cookie")
+	errVersion = &ClientError{Status: http.StatusHTTPVersionNotSupported, Code: "http_version_not_supported",
+		Message: "this server speaks HTTP/1.1"}
+	errMethodNotAllowed = NewClientError(http.StatusMethodNotAllowed, "method_not_allowed",
+		"CONNECT and TRACE are not served")
+	errMethodUnknown = &ClientError{Status: http.StatusNotImplemented, Code: "method_not_implemented",
+		Message: "the method is not one this server knows (methods are case-sensitive)"}
 )
+
+// standardMethod reports the methods of RFC 9110 §9 and PATCH, which
+// routes may use; CONNECT and TRACE are refused as not allowed, anything
+// else (a lower-case "get", an extension method) as not implemented.
+func standardMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return true
+	}
+	return false
+}
 
 // checkHead refuses what the connection's scan found in r's head, and a
 // Connection header naming an identity header: a proxy would strip the
@@ -96,6 +120,17 @@ var (
 // identities. A head net/http had buffered before its turn was not
 // scanned: it is served, and the connection closed after it.
 func (rs *requestScope) checkHead(r *http.Request) (closeAfter bool, err error) {
+	if r.ProtoMajor != 1 {
+		// "PRI * HTTP/2.0", the HTTP/2 preface, reaches handlers as a
+		// request when the server does not speak HTTP/2 in clear text.
+		return true, errVersion
+	}
+	if !standardMethod(r.Method) {
+		if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+			return true, errMethodNotAllowed
+		}
+		return true, errMethodUnknown
+	}
 	switch headVerdictOf(r) {
 	case headObsFold:
 		return true, errObsFold
@@ -117,6 +152,16 @@ func (rs *requestScope) checkHead(r *http.Request) (closeAfter bool, err error) 
 		}
 	}
 	return closeAfter, nil
+}
+
+// closeAfterAnswer makes the connection close once the answer is written,
+// without reading what is left of the request: net/http drains up to 256
+// KiB of an unread body after the handler, even when it closes, so a
+// refused body would hold the connection until it arrived or read_timeout
+// passed. The read deadline set now ends that drain at once.
+func closeAfterAnswer(res *echo.Response) {
+	res.Header().Set(echo.HeaderConnection, "close")
+	_ = http.NewResponseController(res.Writer).SetReadDeadline(time.Now())
 }
 
 // recover turns a handler panic into a logged 500. The middleware inside
