@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -209,22 +210,47 @@ type headScan struct {
 }
 
 // feed scans b; bytes after the head's end are the body's, not looked at.
+// Lines are found with bytes.IndexByte, and of each only the first bytes
+// (and of the request line the last) are looked at one by one.
 func (s *headScan) feed(b []byte) {
-	for i := 0; i < len(b) && !s.done; i++ {
-		c := b[i]
-		if c == '\n' {
-			s.endLine()
-			continue
+	for len(b) > 0 && !s.done {
+		i := bytes.IndexByte(b, '\n')
+		seg := b
+		if i >= 0 {
+			seg = b[:i]
 		}
-		if c != '\r' {
+		s.take(seg)
+		if i < 0 {
+			return
+		}
+		s.endLine()
+		b = b[i+1:]
+	}
+}
+
+// take adds a piece of the current line. CRs do not count: a CR ends a
+// line with its LF, and net/http refuses one anywhere else.
+func (s *headScan) take(seg []byte) {
+	if s.line < len(s.prefix) || s.lines == 0 {
+		for _, c := range seg {
+			if c == '\r' {
+				continue
+			}
 			if s.line < len(s.prefix) {
 				s.prefix[s.line] = lower(c)
+			} else if s.lines != 0 {
+				s.line += len(seg) // the rest, CRs and all: only 0 or not matters now
+				return
 			}
-			copy(s.tail[:], s.tail[1:])
-			s.tail[len(s.tail)-1] = c
+			if s.lines == 0 {
+				copy(s.tail[:], s.tail[1:])
+				s.tail[len(s.tail)-1] = c
+			}
 			s.line++
 		}
+		return
 	}
+	s.line += len(seg)
 }
 
 func (s *headScan) endLine() {

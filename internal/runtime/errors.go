@@ -46,12 +46,13 @@ func rejectionOf(err error) (*bulkhead.Rejection, bool) {
 	return nil, false
 }
 
-// ClientError is an answer about the client's own request: Status (a 4xx),
+// ClientError is an answer about the client's own request: Status (a 4xx,
+// or 501/505 for a method or version the server does not implement),
 // a stable machine-readable Code and a Message safe to show. Handlers may
 // return one; the runtime builds them for bad bodies and for the
 // PostgreSQL errors a client's input causes (see errorStatus).
 type ClientError struct {
-	// Status is the HTTP status, a 4xx.
+	// Status is the HTTP status; one no RFC defines is answered 500.
 	Status int
 	// Code is stable and machine-readable, e.g. "reference_not_found".
 	Code string

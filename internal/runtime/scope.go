@@ -21,13 +21,12 @@ import (
 // its timer starts only if something waits on it), and it installs
 // the request's tenant.Scope, the one context copy a request makes.
 //
+// Before any of that is spent on it, it refuses what the guarded
+// connection found in the head and what no handler should see (checkHead).
+//
 // One middleware instead of four matters because Echo applies global
 // middleware per request: each layer is a closure allocation and a call,
 // and each context layer a copy of the *http.Request (BenchmarkChain).
-// errBodyTooLarge refuses a Content-Length over server.body_limit_bytes
-// before a byte of the body is read.
-var errBodyTooLarge = NewClientError(http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
-
 type requestScope struct {
 	log     *slog.Logger
 	limit   int64
@@ -88,6 +87,9 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 
 // Refusals of a request's head.
 var (
+	// errBodyTooLarge refuses a Content-Length over server.body_limit_bytes
+	// before a byte of the body is read.
+	errBodyTooLarge = NewClientError(http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
 	errObsFold = NewClientError(http.StatusBadRequest, "obs_fold",
 		"folded header lines (obs-fold) are not accepted")
 	errAmbiguousFraming = NewClientError(http.StatusBadRequest, "ambiguous_framing",
