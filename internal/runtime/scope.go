@@ -90,7 +90,7 @@ var (
 	// errBodyTooLarge refuses a Content-Length over server.body_limit_bytes
 	// before a byte of the body is read.
 	errBodyTooLarge = NewClientError(http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
-	errObsFold = NewClientError(http.StatusBadRequest, "obs_fold",
+	errObsFold      = NewClientError(http.StatusBadRequest, "obs_fold",
 		"folded header lines (obs-fold) are not accepted")
 	errAmbiguousFraming = NewClientError(http.StatusBadRequest, "ambiguous_framing",
 		"Transfer-Encoding with Content-Length, or on HTTP/1.0, is not accepted")
