@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,36 @@ func TestBodyHardDeadline(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusRequestTimeout || time.Since(start) > 1500*time.Millisecond {
 		t.Fatalf("%d after %s; want 408 near 500 ms", resp.StatusCode, time.Since(start))
+	}
+}
+
+// TestMethodsAndVersionsRefused: what a cell does not serve is refused
+// before routing can turn it into a 404 or a handler call.
+func TestMethodsAndVersionsRefused(t *testing.T) {
+	s := newTestServer(t, testConfig())
+	s.Public("GET", "/ok", func(c echo.Context) error { return c.String(200, "ok") })
+	cases := []struct {
+		method string
+		major  int
+		status int
+	}{
+		{"GET", 1, 200},
+		{"get", 1, http.StatusNotImplemented},
+		{"PROPFIND", 1, http.StatusNotImplemented},
+		{"CONNECT", 1, http.StatusMethodNotAllowed},
+		{"TRACE", 1, http.StatusMethodNotAllowed},
+		{"PRI", 2, http.StatusHTTPVersionNotSupported},
+	}
+	for _, tc := range cases {
+		req := httptest.NewRequest(tc.method, "/ok", nil)
+		req.ProtoMajor = tc.major
+		rec := httptest.NewRecorder()
+		s.Echo().ServeHTTP(rec, req)
+		if rec.Code != tc.status {
+			t.Errorf("%s HTTP/%d: %d, want %d", tc.method, tc.major, rec.Code, tc.status)
+		}
+		if tc.status != 200 && rec.Header().Get("Connection") != "close" {
+			t.Errorf("%s: refused without closing", tc.method)
+		}
 	}
 }
