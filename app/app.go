@@ -10,6 +10,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -94,9 +95,9 @@ func (r signUpRequest) validate() error {
 	case r.Email == "":
 		return runtime.BadBody(nil, "email is required")
 	case len(r.Email) > maxEmailBytes:
-		return runtime.BadBody(nil, "email must be at most 254 bytes")
+		return runtime.BadBody(nil, fmt.Sprintf("email must be at most %d bytes", maxEmailBytes))
 	case len(r.Name) > maxNameBytes:
-		return runtime.BadBody(nil, "name must be at most 200 bytes")
+		return runtime.BadBody(nil, fmt.Sprintf("name must be at most %d bytes", maxNameBytes))
 	}
 	return nil
 }
@@ -180,7 +181,7 @@ func (a *App) CreateOrder(c echo.Context) error {
 	case req.AmountCents < 0:
 		return runtime.BadBody(nil, "amount_cents must be >= 0")
 	case len(req.Note) > maxNoteBytes:
-		return runtime.BadBody(nil, "note must be at most 2000 bytes")
+		return runtime.BadBody(nil, fmt.Sprintf("note must be at most %d bytes", maxNoteBytes))
 	}
 	ctx := c.Request().Context()
 	sh, err := a.shard(ctx)

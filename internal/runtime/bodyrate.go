@@ -1,15 +1,17 @@
 package runtime
 
 import (
+	"errors"
 	"io"
 	"net/http"
+	"os"
 	"time"
 )
 
 // bodyLimits bound how slowly a request body may arrive
 // (server.body_read_timeout, server.body_min_bytes_per_second,
-// server.body_rate_grace). A body that misses them fails its read with
-// os.ErrDeadlineExceeded, which the error handler answers 408 with the
+// server.body_rate_grace). A body that misses them fails its read with a
+// *bodyTooSlowError, which the error handler answers 408 with the
 // connection closed.
 type bodyLimits struct {
 	timeout time.Duration // from the end of the head; 0: none
@@ -29,6 +31,14 @@ func (l bodyLimits) wrap(w http.ResponseWriter, body io.ReadCloser, start time.T
 	}
 	return b
 }
+
+// bodyTooSlowError is a body read cut by the body's deadlines, answered
+// 408 (a database call's timeout, which may wrap the same
+// os.ErrDeadlineExceeded, is not the client's).
+type bodyTooSlowError struct{ err error }
+
+func (e *bodyTooSlowError) Error() string { return "request body too slow: " + e.err.Error() }
+func (e *bodyTooSlowError) Unwrap() error { return e.err }
 
 // slowBodyGuard sets the connection's read deadline before every read of
 // the body: the hard deadline, or sooner the moment the body falls below
@@ -79,6 +89,9 @@ func (b *slowBodyGuard) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.waited += time.Since(now)
 	b.n += int64(n)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, &bodyTooSlowError{err}
+	}
 	if err == io.EOF {
 		// The whole body is in. Clear the deadline: net/http's reader of
 		// the connection keeps reading while the handler runs, and a

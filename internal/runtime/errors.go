@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -151,6 +150,7 @@ func errorStatus(err error) answer {
 		he       *echo.HTTPError
 		ce       *ClientError
 		tooLarge *http.MaxBytesError
+		tooSlow  *bodyTooSlowError
 		pe       *pgconn.PgError
 	)
 	if rej, ok := rejectionOf(err); ok {
@@ -160,7 +160,7 @@ func errorStatus(err error) answer {
 	case errors.As(err, &tooLarge):
 		// Before HTTPError and ClientError: a bind wraps a read error.
 		return answer{status: http.StatusRequestEntityTooLarge, code: "body_too_large", msg: "request body too large", known: true, closeConn: true}
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.As(err, &tooSlow):
 		// A body read hit the body deadline or fell below the minimum
 		// rate (server.body_read_timeout, server.body_min_bytes_per_second).
 		return answer{status: http.StatusRequestTimeout, code: "body_too_slow",
@@ -207,7 +207,7 @@ func statusCode(status int) string {
 func pgAnswer(pe *pgconn.PgError) (answer, bool) {
 	a := answer{status: http.StatusBadRequest, known: true, pg: pe}
 	switch {
-	case pe.Code == pgUniqueViolation:
+	case pe.Code == "23505": // unique_violation
 		a.status, a.code, a.msg = http.StatusConflict, "already_exists", "already exists"
 	case pe.Code == "23503": // foreign_key_violation
 		a.status, a.code, a.msg = http.StatusUnprocessableEntity, "reference_not_found", "a referenced record does not exist"
@@ -228,6 +228,3 @@ func pgAnswer(pe *pgconn.PgError) (answer, bool) {
 	}
 	return a, true
 }
-
-// pgUniqueViolation is SQLSTATE unique_violation.
-const pgUniqueViolation = "23505"
