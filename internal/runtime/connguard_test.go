@@ -312,3 +312,39 @@ func TestMethodsAndVersionsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowBodyReturnsItsPermit: a tenant at its cap of one request whose
+// body stalls gets 408, and its permit is back for its next request.
+func TestSlowBodyReturnsItsPermit(t *testing.T) {
+	cfg := testConfig()
+	cfg.Server.BodyLimitBytes = 1 << 10
+	cfg.Server.RequestTimeout = config.Duration(5 * time.Second)
+	cfg.Server.BodyReadTimeout = config.Duration(2 * time.Second)
+	cfg.Server.BodyMinBytesPerSecond = 100
+	cfg.Server.BodyRateGrace = config.Duration(200 * time.Millisecond)
+	cfg.Tenancy.MaxConcurrentRequests = 1
+	s := newTestServer(t, cfg)
+	defer s.bulk.close()
+	s.Tenant("POST", "/t", func(c echo.Context) error {
+		var v map[string]any
+		if err := c.Bind(&v); err != nil {
+			return err
+		}
+		return c.NoContent(204)
+	})
+	addr := startServing(t, s)
+	stalled := "POST /t HTTP/1.1\r\nHost: a\r\nX-Tenant-ID: acme\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"
+	for i := range 3 {
+		answers, closed := rawExchange(t, addr, stalled, 3*time.Second)
+		if len(answers) != 1 || answers[0].StatusCode != http.StatusRequestTimeout || !closed {
+			t.Fatalf("stalled body %d: %d answers, closed %v", i, len(answers), closed)
+		}
+	}
+	answers, _ := rawExchange(t, addr, "POST /t HTTP/1.1\r\nHost: a\r\nX-Tenant-ID: acme\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", 3*time.Second)
+	if len(answers) != 1 || answers[0].StatusCode != http.StatusNoContent {
+		t.Fatalf("the tenant's next request after three 408s: %v", answers)
+	}
+	if n := s.Bulkheads().InFlight(); n != 0 {
+		t.Fatalf("%d permits held after every request ended", n)
+	}
+}

@@ -195,9 +195,10 @@ func standardStatus(code int) int {
 // statusCode is the code of an echo.HTTPError: its status text in snake
 // case ("Not Found" → "not_found"), stable because the status texts are.
 func statusCode(status int) string {
-	t := strings.ToLower(http.StatusText(status))
-	return strings.NewReplacer(" ", "_", "-", "_", "'", "").Replace(t)
+	return statusCodeReplacer.Replace(strings.ToLower(http.StatusText(status)))
 }
+
+var statusCodeReplacer = strings.NewReplacer(" ", "_", "-", "_", "'", "")
 
 // pgAnswer maps the PostgreSQL errors a client's input can cause onto
 // 4xx answers. The message names the class of problem, never the SQL, the
