@@ -2,7 +2,8 @@
 // operator tasks.
 //
 //	server [serve] [-config cell.json]   run the cell (default)
-//	server migrate [-config cell.json]   apply the app's migrations (and the job backend's) to control and shards, then exit
+//	server migrate [-config cell.json] [-db NAME] [status|up|down N|force V]
+//	                                     each database's migrations: report, apply, roll back, repair (migrate.go)
 //	server check   [-config cell.json]   validate the final config (CUE + policy), then exit
 //	server devdb   [-base URL]           create local databases, print their DSN exports (make run)
 //
@@ -41,6 +42,9 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "migrate" {
+		return migrateMain(ctx, args, log, stdout)
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "per-cell JSON config file applied over the spec's defaults")
 	base := fs.String("base", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "devdb: PostgreSQL server URL to create the databases on")
@@ -54,8 +58,6 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 	switch cmd {
 	case "serve":
 		return serve(ctx, cfg, log)
-	case "migrate":
-		return migrateAll(ctx, cfg, log)
 	case "devdb":
 		return devDatabases(ctx, cfg, *base, stdout)
 	case "check":
