@@ -35,7 +35,7 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-# Each cell's databases: `server devdb` names them cellgate_<service>_<db>,
+# Each cell's databases: `server devdb` names them <prefix>_<service>_<db>,
 # so a devdb-only overlay with a per-cell service name keeps the two cells'
 # databases apart (cellgate_example_cell_1_control, ...).
 declare -A dsn
