@@ -59,7 +59,7 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 			return nil, fmt.Errorf("jobs: %w", err)
 		}
 		srv.AddReadiness("jobs", func(context.Context) error {
-			return jobsReadiness(rt, appMigrated())
+			return jobsReadiness(appMigrated(), rt.NotReady(), rt.MigrationFailures())
 		})
 		return rt, nil
 	}
@@ -69,23 +69,25 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 // jobsReadiness is the PostgreSQL runtime's readiness: not started while
 // the app's migrations are not in place, failed where its own migrations
 // failed in a database (with the repair), else pending where its tables
-// are still being created.
-func jobsReadiness(rt *pgjobs.Runtime, appMigrated bool) error {
+// are still being created. notReady and failures are the runtime's
+// NotReady and MigrationFailures.
+func jobsReadiness(appMigrated bool, notReady []string, failures map[string]error) error {
 	if !appMigrated {
 		return errors.New("not started: the job runtime starts once the app's migrations are applied (see the migrations check)")
 	}
-	var msgs []string
-	failures := rt.MigrationFailures()
-	for _, db := range rt.NotReady() {
+	var msgs, pending []string
+	for _, db := range notReady {
 		if err, ok := failures[db]; ok {
 			msgs = append(msgs, describeFailure(migrationTarget{db: db, schema: schemaJobs}, err))
+		} else {
+			pending = append(pending, db)
 		}
+	}
+	if len(pending) > 0 {
+		msgs = append(msgs, fmt.Sprintf("jobs tables still being created on %v", pending))
 	}
 	if len(msgs) > 0 {
 		return errors.New(strings.Join(msgs, "; "))
-	}
-	if pending := rt.NotReady(); len(pending) > 0 {
-		return fmt.Errorf("jobs tables still being created on %v", pending)
 	}
 	return nil
 }

@@ -123,3 +123,28 @@ func TestProgressRetriesUnreachable(t *testing.T) {
 		t.Fatalf("run = %v, delays %v; want backoff until cancelled", err, delays)
 	}
 }
+
+// TestJobsReadiness: the jobs check never claims tables are being created
+// when the runtime has not started or its migration failed.
+func TestJobsReadiness(t *testing.T) {
+	if err := jobsReadiness(false, []string{"control"}, nil); err == nil || !strings.Contains(err.Error(), "not started") {
+		t.Fatalf("before the app's migrations: %v", err)
+	}
+	fail := &dbmigrate.Error{Version: 1, File: "000001_jobs.up.sql", Previous: -1, Err: errors.New("ERROR: boom (SQLSTATE XX000)")}
+	err := jobsReadiness(true, []string{"control", "shard-1"}, map[string]error{"control": fail})
+	if err == nil {
+		t.Fatal("ready with a failed migration")
+	}
+	msg := err.Error()
+	for _, want := range []string{"control: migration 000001_jobs.up.sql failed: ERROR: boom", "server migrate -db control -schema jobs force -1", "still being created on [shard-1]"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "[control") {
+		t.Errorf("%q says the failed database is still being created", msg)
+	}
+	if err := jobsReadiness(true, nil, nil); err != nil {
+		t.Fatalf("all ready: %v", err)
+	}
+}
