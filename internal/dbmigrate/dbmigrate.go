@@ -5,10 +5,18 @@
 // cellgate_jobs_schema_migrations) share one database but not one version
 // sequence: each owner numbers, applies and rolls back its own files.
 //
+// A Files value names one owner's files; its methods apply them (Up,
+// Steps), repair a database (Force) and report where it stands (Status). A
+// file that fails in the database comes back as an *Error naming the file,
+// the version the database is now dirty at and PostgreSQL's error, so
+// callers can tell "stop and repair" from "the database is unreachable,
+// retry" (IsFailed).
+//
 // It is a leaf package: it knows nothing of the rest of cellgate, so any
 // package that owns a schema can use it.
 //
-// Concurrency: the functions keep no state and are safe for concurrent use.
+// Concurrency: Files is an immutable value; its methods keep no state and
+// are safe for concurrent use.
 // golang-migrate holds a PostgreSQL advisory lock while it migrates; the
 // lock is derived from the database and the migrations table, so concurrent
 // runs of one set of files on one database (several processes of a cell
@@ -44,20 +52,6 @@ type Files struct {
 	Dir string
 	// Table is the migrations table golang-migrate records the version in.
 	Table string
-}
-
-// Up applies the migrations in directory dir of src to the database at dsn
-// (a postgres:// URL) up to the newest version, recording the version in
-// table; see Files.Up.
-func Up(ctx context.Context, dsn string, src fs.FS, dir, table string) error {
-	return Files{FS: src, Dir: dir, Table: table}.Up(ctx, dsn)
-}
-
-// Down rolls back every migration in directory dir of src that the
-// database at dsn has applied (per table). Tests use it to check that a
-// down file removes what its up file created; the server never rolls back.
-func Down(ctx context.Context, dsn string, src fs.FS, dir, table string) error {
-	return Files{FS: src, Dir: dir, Table: table}.Down(ctx, dsn)
 }
 
 // Up applies the files to the database at dsn up to the newest version. A
