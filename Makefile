@@ -13,7 +13,7 @@ OPA          := $(POLICY_TOOLS) opa
 CUE          := $(POLICY_TOOLS) cue
 CONFTEST     := $(POLICY_TOOLS) conftest
 
-.PHONY: all generate gen-if-needed check drift vet policy fmt-check opa-check conftest build run test bench cells plan clean
+.PHONY: all generate gen-if-needed check drift vet policy fmt-check opa-check conftest build run devdb-stop test bench cells clean
 
 all: build
 
@@ -62,9 +62,15 @@ conftest:
 build: gen-if-needed
 	$(GO) build -o $(BIN) ./cmd/server
 
-## run: a single cell on local PostgreSQL (see scripts/devdb.sh)
+## run: a single cell on local PostgreSQL, in databases of this checkout (see scripts/devdb.sh)
+# devdb.sh's exports are taken first, so a failing devdb.sh stops here with
+# its own message (eval "$$(…)" would succeed on empty output).
 run: build
-	@eval "$$(scripts/devdb.sh $(BIN))" && exec $(BIN) serve
+	@exports=$$(scripts/devdb.sh $(BIN)) || exit $$?; eval "$$exports"; exec $(BIN) serve
+
+## devdb-stop: stop the private PostgreSQL cluster make run may have started in .devdb/
+devdb-stop:
+	@scripts/devdb.sh --stop
 
 ## test: every test, with the race detector
 test:

@@ -95,6 +95,11 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 		files[name] = b
 	}
 	if o.sqlc {
+		tw, err := checkTenantTables(filepath.Join(o.root, "sql", "migrations"), cfg.Database.TenantTables)
+		warns = append(warns, tw...)
+		if err != nil {
+			return nil, warns, err
+		}
 		db, err := runSQLC(ctx, o.root)
 		if err != nil {
 			return nil, warns, err
