@@ -13,7 +13,7 @@ OPA          := $(POLICY_TOOLS) opa
 CUE          := $(POLICY_TOOLS) cue
 CONFTEST     := $(POLICY_TOOLS) conftest
 
-.PHONY: all generate gen-if-needed check drift vet policy fmt-check opa-check conftest build run devdb-stop test bench cells clean
+.PHONY: all generate gen-if-needed check drift vet policy fmt-check opa-check conftest build run devdb-stop test bench cells plan clean
 
 all: build
 
@@ -57,6 +57,10 @@ conftest:
 	@if $(CONFTEST) test --policy $(CURDIR)/policy $(CURDIR)/bin/denied.json >bin/denied.out 2>&1; then \
 		echo "conftest passed a denied config:"; cat bin/denied.out; exit 1; fi
 	@grep -q "jobs.tenants.lanes" bin/denied.out && echo "conftest: denied config fails as it must"
+
+## plan: effective-config difference per cell and operator actions since BASE (default: merge base with main); exit 2 when an action is needed
+plan:
+	$(GO) run ./cmd/plan $(if $(BASE),-base $(BASE))
 
 ## build: the cell server
 build: gen-if-needed
