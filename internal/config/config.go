@@ -4,7 +4,7 @@
 //
 // The generator renders the spec's values as a Go literal of Config (gen/);
 // the server starts from that literal, overlays an optional per-cell JSON
-// file and then the environment (see Load). Values are plain data: a Config
+// file and then the environment (see configload.Load). Values are plain data: a Config
 // is safe to read from many goroutines once loaded and must not be mutated
 // after the server starts.
 package config

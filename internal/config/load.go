@@ -4,28 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 )
 
-// Overlay applies a per-cell JSON file to base and returns the result.
-// Fields the file names replace base's (lists replace whole lists); fields
-// it omits keep base's value. Unknown fields are an error naming the field,
-// so a typo cannot silently fall back to a default. An empty path returns
-// base unchanged.
-func Overlay(base Config, path string) (Config, error) {
-	if path == "" {
-		return base, nil
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return base, fmt.Errorf("config file: %w", err)
-	}
-	return OverlayJSON(base, raw, path)
-}
-
-// OverlayJSON is Overlay on bytes; name labels errors. The file is
+// OverlayJSON applies a per-cell JSON document to base and returns the
+// typed result; name labels errors. It knows no schema: a list entry the
+// document writes in part keeps Go zero values for the rest, which is why
+// processes load through configload (Merge, then the CUE definitions fill
+// the defaults); tests and tools that write whole entries use this. The file is
 // checked against Config's shape first (CheckShape), so a typo or a
 // mistyped value is an error naming its full spec path and line; then it
 // is merged over base's JSON with Merge (lists replace whole lists, a null
