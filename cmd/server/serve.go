@@ -53,11 +53,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		return nil
 	})
-	srv.AddReadiness("databases", set.Ping)
+	bm, err := newBootMetrics(srv.Registry())
+	if err != nil {
+		return err
+	}
+	bm.readiness(set, func(name string, check func(context.Context) error) { srv.AddReadiness(name, check) })
 	go func() {
-		if err := migrateWithRetry(ctx, set, log); err != nil {
+		if err := migrateWithRetry(ctx, set, log, bm.migrationFailures.Inc); err != nil {
 			return
 		}
+		bm.migrationsApplied.Set(1)
 		migrated.Store(true)
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
@@ -75,8 +80,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 // migrateWithRetry applies the app's migrations (not the job backend's:
 // its runtime applies those) to control, then every shard,
-// retrying with backoff while a database is down, until ctx ends.
-func migrateWithRetry(ctx context.Context, set *shards.Set, log *slog.Logger) error {
+// retrying with backoff while a database is down, until ctx ends; failed
+// counts each failed attempt.
+func migrateWithRetry(ctx context.Context, set *shards.Set, log *slog.Logger, failed func()) error {
 	delay := 200 * time.Millisecond
 	for {
 		err := migrateSet(ctx, set)
@@ -84,6 +90,7 @@ func migrateWithRetry(ctx context.Context, set *shards.Set, log *slog.Logger) er
 			log.Info("migrations applied", "shards", len(set.Shards()))
 			return nil
 		}
+		failed()
 		log.Warn("migrations failed; retrying", "error", err.Error(), "in", delay.String())
 		select {
 		case <-ctx.Done():
