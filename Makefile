@@ -6,7 +6,7 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet policy build run test bench cells clean
+.PHONY: all generate gen-if-needed check drift vet policy build run test test-deploy bench cells clean
 
 all: build
 
@@ -29,6 +29,7 @@ policy:
 
 vet:
 	$(GO) vet ./...
+	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 ## build: the cell server
@@ -39,9 +40,13 @@ build: gen-if-needed
 run: build
 	@eval "$$(scripts/devdb.sh $(BIN))" && exec $(BIN) serve
 
-## test: every test, with the race detector
-test:
+## test: every test, with the race detector, then the deploy output checks
+test: test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
+test-deploy:
+	cd deploytest && $(GO) test -count=1 ./...
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:

@@ -81,9 +81,11 @@ func rulesYAML() ([]byte, error) {
 			},
 		}
 	}
+	// One group, recordings first: Prometheus evaluates a group's rules in
+	// order, so every alert reads the recordings of the same evaluation
+	// (two groups would run concurrently and read one interval late).
 	return kube.YAML(kube.M{"groups": kube.L{
-		kube.M{"name": "cellgate.rules", "rules": rec},
-		kube.M{"name": "cellgate.alerts", "rules": alerts},
+		kube.M{"name": "cellgate", "rules": append(rec, alerts...)},
 	}})
 }
 

@@ -119,6 +119,6 @@ var Alerts = []Alert{
 		For:         10 * time.Minute,
 		Severity:    "critical",
 		Summary:     "Migrations of cell {{ $labels.cell }} do not apply.",
-		Description: "Cell {{ $labels.cell }} keeps failing to apply the app's migrations or the job runtime's (database {{ $labels.database }}): it stays unready and serves nothing. Read the pod's \"migrations failed\" logs, then fix the database or the migration.",
+		Description: "Cell {{ $labels.cell }} keeps failing to apply the app's migrations, or the job runtime's on the database of the alert's database label: it stays unready and serves nothing. Read the pod's \"migrations failed\" logs, then fix the database or the migration.",
 	},
 }
