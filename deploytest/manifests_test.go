@@ -417,7 +417,7 @@ func checkRouter(t *testing.T, tr tree, cfg config.Config, cm *corev1.ConfigMap)
 		t.Fatalf("router ConfigMap %s: %v", cells.SlotMapFile, err)
 	}
 	for i := range want.Cells {
-		port, err := portOf(want.Cells[i].URL)
+		port, err := cells.Port(want.Cells[i].URL)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"path"
 	"slices"
 	"strconv"
@@ -93,7 +92,7 @@ func Files(cfg config.Config) (map[string][]byte, error) {
 	}
 	routed := make([]cells.CellSpec, len(cfg.Cells))
 	for i, c := range cfg.Cells {
-		port, err := cellPort(c.URL)
+		port, err := cells.Port(c.URL)
 		if err != nil {
 			return nil, fmt.Errorf("cells[%d] (%s).url: %w", i, c.Name, err)
 		}
@@ -470,23 +469,6 @@ func (r *renderer) networkPolicy(name, component, cell string, sel M, port int, 
 			"ingress":     L{rule},
 		},
 	}
-}
-
-// cellPort is the port of a cell URL, the scheme's default when it has none.
-func cellPort(raw string) (int, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return 0, err
-	}
-	p := u.Port()
-	if p == "" {
-		p = map[string]string{"http": "80", "https": "443"}[u.Scheme]
-	}
-	n, err := strconv.Atoi(p)
-	if err != nil || n < 1 || n > 65535 {
-		return 0, fmt.Errorf("%q has no valid port", raw)
-	}
-	return n, nil
 }
 
 func seconds(d time.Duration) int { return int(d / time.Second) }
