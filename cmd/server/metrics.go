@@ -15,7 +15,7 @@ import (
 type bootMetrics struct {
 	databaseUp        *prometheus.GaugeVec
 	migrationsApplied prometheus.Gauge
-	migrationFailures prometheus.Counter
+	migrationsFailed  prometheus.Gauge
 }
 
 func newBootMetrics(reg prometheus.Registerer) (*bootMetrics, error) {
@@ -28,12 +28,12 @@ func newBootMetrics(reg prometheus.Registerer) (*bootMetrics, error) {
 			Name: "cellgate_migrations_applied",
 			Help: "1 once the app's migrations are applied to control and every shard of the cell, 0 while they are not.",
 		}),
-		migrationFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cellgate_migration_failures_total",
-			Help: "Failed attempts to apply the app's migrations (each is retried with backoff).",
+		migrationsFailed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cellgate_migrations_failed",
+			Help: "1 once one of the app's migrations failed in a database (final: the cell stays unready until it is repaired and restarted), else 0.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.databaseUp, m.migrationsApplied, m.migrationFailures} {
+	for _, c := range []prometheus.Collector{m.databaseUp, m.migrationsApplied, m.migrationsFailed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -14,7 +14,7 @@ func TestBootMetricsLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.databaseUp.WithLabelValues("control").Set(1)
-	m.migrationFailures.Inc()
+	m.migrationsFailed.Set(1)
 	problems, err := testutil.GatherAndLint(reg)
 	if err != nil {
 		t.Fatal(err)
@@ -22,8 +22,8 @@ func TestBootMetricsLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	if got := testutil.ToFloat64(m.migrationFailures); got != 1 {
-		t.Fatalf("cellgate_migration_failures_total = %v, want 1", got)
+	if got := testutil.ToFloat64(m.migrationsFailed); got != 1 {
+		t.Fatalf("cellgate_migrations_failed = %v, want 1", got)
 	}
 	if _, err := newBootMetrics(reg); err == nil {
 		t.Fatal("registering twice on one registry succeeded")

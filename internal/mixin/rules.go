@@ -115,10 +115,10 @@ var Alerts = []Alert{
 	},
 	{
 		Name:        "CellgateMigrationsFailing",
-		Expr:        `(max by (cell) (increase(cellgate_migration_failures_total[10m])) > 0 and on (cell) min by (cell) (cellgate_migrations_applied) == 0) or max by (cell, database) (cellgate_jobs_database_ready == 0)`,
-		For:         10 * time.Minute,
+		Expr:        `max by (cell) (cellgate_migrations_failed) == 1 or max by (cell, database) (cellgate_jobs_database_ready == 0)`,
+		For:         5 * time.Minute,
 		Severity:    "critical",
 		Summary:     "Migrations of cell {{ $labels.cell }} do not apply.",
-		Description: "Cell {{ $labels.cell }} keeps failing to apply the app's migrations, or the job runtime's on the database of the alert's database label: it stays unready and serves nothing. Read the pod's \"migrations failed\" logs, then fix the database or the migration.",
+		Description: "A migration of cell {{ $labels.cell }} failed (the app's, or the job runtime's on the database of the alert's database label): the cell stays unready and serves nothing until the migration is repaired. /readyz and the pod's logs name the database, the file, PostgreSQL's error and the repair.",
 	},
 }
