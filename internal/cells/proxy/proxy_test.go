@@ -683,14 +683,41 @@ func TestProxyMetricsLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
-	n, err := testutil.GatherAndCount(f.reg)
+	mfs, err := f.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Per cell: 5 request classes, up, in flight, 3 rejections, 3 errors,
-	// 2 ejections = 15; plus no_cell, 3 reloads, current, cells = 6.
-	if n != 2*15+6 {
-		t.Errorf("%d series; want %d (labels must stay bounded by the slot map)", n, 2*15+6)
+	n, engine := 0, 0
+	for _, mf := range mfs {
+		switch {
+		case strings.HasPrefix(mf.GetName(), "cellgate_router_"):
+			n += len(mf.GetMetric())
+		case strings.HasPrefix(mf.GetName(), "cellgate_admission_"):
+			engine += len(mf.GetMetric())
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" || l.GetName() == "engine" && l.GetValue() != "router" {
+						t.Errorf("%s has label %s=%s", mf.GetName(), l.GetName(), l.GetValue())
+					}
+				}
+			}
+		}
+	}
+	// Per cell: 5 request classes, up, in flight, 4 rejections, 3 errors,
+	// 2 ejections, client errors = 17; plus no_cell, bad_requests, 3
+	// reloads, current, cells = 7.
+	if n != 2*17+7 {
+		t.Errorf("%d series; want %d (labels must stay bounded by the slot map)", n, 2*17+7)
+	}
+	if engine == 0 {
+		t.Error("the per-tenant engine's metrics (engine=router) are not registered")
+	}
+	problems, err = testutil.GatherAndLint(f.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
 }
 

@@ -50,11 +50,14 @@ type RouterOptions struct {
 	// Ready, when set, is called with the listening address once the
 	// router serves.
 	Ready func(net.Addr)
-	// NetHTTPOnly serves every connection with net/http's server instead
-	// of the router's own loop for the lean path (see frontServer): the
-	// same answers, at the cost of two or three thread wake-ups more per
-	// request. For comparison and as a way back should the own loop
-	// misbehave.
+	// NetHTTPOnly turns the whole lean HTTP path off: every connection is
+	// served by net/http's server instead of the router's own loop (see
+	// frontServer), and every request is forwarded by
+	// httputil.ReverseProxy over an http.Transport instead of the lean
+	// client path (see forward.go): the same answers, at the cost of
+	// thread wake-ups and allocations per request. For comparison and as a
+	// way back should the lean path misbehave. It overrides
+	// Proxy.NetHTTPOnly.
 	NetHTTPOnly bool
 }
 
@@ -84,6 +87,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		opts.Registry = prometheus.NewRegistry()
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	opts.Proxy.NetHTTPOnly = opts.NetHTTPOnly
 	if opts.Proxy.Logger == nil {
 		opts.Proxy.Logger = opts.Logger
 	}
@@ -119,6 +123,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 			return fmt.Errorf("router address %q: %w", opts.Address, err)
 		}
 	}
+	ln = scanListener{ln} // the raw framing check (rawhead.go), in both modes
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait() // runs after stop: the watcher ends with runCtx
@@ -139,6 +144,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		Handler:           probes(mux, p),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
+		ConnContext:       withScanConn,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	var front *frontServer
