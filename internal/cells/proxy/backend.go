@@ -212,7 +212,7 @@ func (b *backend) onResponse(resp *http.Response) error {
 // Retry-After as every later request until the cell is back. Other cell
 // errors answer 502/504 and eject the cell after FailAfter in a row.
 func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
-	if cb, ok := r.Body.(*clientBody); ok {
+	if cb, ok := r.Context().Value(clientBodyKey{}).(*clientBody); ok {
 		if failed, slow := cb.failed(); failed {
 			b.clientFaults.Add(1)
 			setRequestID(w, r)

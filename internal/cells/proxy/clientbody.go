@@ -38,6 +38,9 @@ type clientBody struct {
 	timedOut atomic.Bool
 }
 
+// clientBodyKey holds a forwarded request's clientBody in its context.
+type clientBodyKey struct{}
+
 // bodyLimits are a Proxy's bounds on reading a client's body.
 type bodyLimits struct {
 	timeout time.Duration // 0: none

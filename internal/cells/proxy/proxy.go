@@ -488,7 +488,11 @@ func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bo
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = newClientBody(w, r.Body, p.body, time.Now())
+		// ReverseProxy hands its error handler the outgoing request, whose
+		// body it wraps: the context is how onError finds this one.
+		cb := newClientBody(w, r.Body, p.body, time.Now())
+		r = r.WithContext(context.WithValue(r.Context(), clientBodyKey{}, cb))
+		r.Body = cb
 	}
 	fw := flushWriters.Get().(*flushWriter)
 	fw.ResponseWriter, fw.cellHeader, fw.cellValue = w, p.cellHeader, b.nameValue

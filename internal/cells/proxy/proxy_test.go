@@ -117,21 +117,21 @@ func newFixture(tb testing.TB, cfg ProxyConfig) *fixture {
 		cfg.HealthInterval = time.Hour // tests drive checks with CheckNow
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+	cfg.NetHTTPOnly = cfg.NetHTTPOnly || reverseProxyOnly
 	p, err := NewProxy(cfg, x, r, reg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(p.Close)
-	if reverseProxyOnly {
-		for _, be := range p.table.Load().backends {
-			be.lean = false
-		}
-	}
 	f := &fixture{p: p, reg: reg, cells: []*testCell{c1, c2}}
 	if ownLoop {
 		f.router, f.front = serveOwnLoop(tb, p, cfg.Logger)
 	} else {
-		f.router = httptest.NewServer(p)
+		// net/http's server as RunRouter sets it up without the own loop.
+		f.router = httptest.NewUnstartedServer(p)
+		f.router.Listener = scanListener{f.router.Listener}
+		f.router.Config.ConnContext = withScanConn
+		f.router.Start()
 		tb.Cleanup(f.router.Close)
 	}
 	return f
