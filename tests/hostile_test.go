@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -536,4 +538,180 @@ func TestRouterHostileCorpusRealCell(t *testing.T) {
 			runCorpus(t, r.url, nil, "/")
 		})
 	}
+}
+
+// Blast radius settings: attacks of attackDuration.
+const (
+	attackDuration   = 10 * time.Second
+	chunkFloodPerSec = 8
+	stalledConns     = 1100
+)
+
+// raiseFileLimit lifts the process's open-file soft limit to its hard
+// limit, for the attack's connections (the router, a Go binary, lifts its
+// own at start).
+func raiseFileLimit(tb testing.TB, need uint64) {
+	tb.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		tb.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if lim.Cur < need {
+		tb.Fatalf("open-file limit %d is below the %d this test needs", lim.Cur, need)
+	}
+}
+
+// TestRouterBlastRadiusUnderAttack: two attacker tenants of one cell and a
+// victim of the same cell, through the router in each mode. For
+// attackDuration, attacker A sends chunkFloodPerSec requests a second with
+// a malformed chunk size, and attacker B holds stalledConns connections
+// that each sent a head with Content-Length: 200 and one byte; the victim
+// polls every 100 ms. No victim request may be refused, in either attack
+// (they run at the same time, both against the victim's cell). The
+// attackers' outcomes are logged: A gets 400s, B's requests are refused at
+// its tenant cap (503) or cut at the body deadline (408), and the cell is
+// never ejected.
+func TestRouterBlastRadiusUnderAttack(t *testing.T) {
+	raiseFileLimit(t, 2*stalledConns+512)
+	for _, mode := range routerModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			cell := startRecordingCell(t)
+			mapFile := filepath.Join(t.TempDir(), "slotmap.json")
+			writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: cell.url}}})
+			r := startRouter(t, mapFile, append([]string{"-config", writeRouterConfig(t, 0)}, mode.flags...)...)
+			addr := strings.TrimPrefix(r.url, "http://")
+
+			stop := make(chan struct{})
+			v := startVictim(r.url+"/victim", "victim", stop)
+			var wg sync.WaitGroup
+			var flood, stall attackTally
+			wg.Go(func() { chunkFlood(addr, &flood) })
+			wg.Go(func() { stalledBodies(addr, &stall) })
+			wg.Wait()
+			close(stop)
+			<-v.done
+			t.Logf("victim: %s", v)
+			t.Logf("attacker A (malformed chunks, %d/s for %s): %s", chunkFloodPerSec, attackDuration, &flood)
+			t.Logf("attacker B (%d stalled bodies for %s): %s", stalledConns, attackDuration, &stall)
+			if v.refused.Load() != 0 || v.served.Load() < int64(attackDuration/(100*time.Millisecond))/2 {
+				t.Errorf("victim: %s; want every request served", v)
+			}
+			if n := flood.count(400); n < int64(chunkFloodPerSec*attackDuration/time.Second)*9/10 {
+				t.Errorf("attacker A: %s; want its malformed bodies answered 400", &flood)
+			}
+			if flood.count(502)+flood.count(503) > 0 {
+				t.Errorf("attacker A: %s; a malformed body was blamed on the cell", &flood)
+			}
+		})
+	}
+}
+
+// attackTally counts an attacker's outcomes by status (0: no answer).
+type attackTally struct {
+	mu    sync.Mutex
+	codes map[int]int64
+}
+
+func (a *attackTally) add(code int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.codes == nil {
+		a.codes = map[int]int64{}
+	}
+	a.codes[code]++
+}
+
+func (a *attackTally) count(code int) int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.codes[code]
+}
+
+func (a *attackTally) String() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	keys := make([]int, 0, len(a.codes))
+	for k := range a.codes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		name := strconv.Itoa(k)
+		if k == 0 {
+			name = "no answer"
+		}
+		parts = append(parts, fmt.Sprintf("%s×%d", name, a.codes[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// readStatus reads one answer's status from conn (0: none).
+func readStatus(conn net.Conn, within time.Duration) int {
+	_ = conn.SetReadDeadline(time.Now().Add(within))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// chunkFlood sends chunkFloodPerSec malformed chunked requests a second
+// for attackDuration, each on a new connection, as tenant attacker-a.
+func chunkFlood(addr string, tally *attackTally) {
+	t := time.NewTicker(time.Second / chunkFloodPerSec)
+	defer t.Stop()
+	var wg sync.WaitGroup
+	for end := time.Now().Add(attackDuration); time.Now().Before(end); <-t.C {
+		wg.Go(func() {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				tally.add(-1)
+				return
+			}
+			defer conn.Close()
+			_, _ = io.WriteString(conn, "POST /flood HTTP/1.1\r\nHost: x\r\nX-Tenant-ID: attacker-a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n")
+			tally.add(readStatus(conn, 5*time.Second))
+		})
+	}
+	wg.Wait()
+}
+
+// stalledBodies opens stalledConns connections as tenant attacker-b, each
+// sending a head with Content-Length: 200 and one byte of body, holds them
+// for attackDuration and records what the router answered by then.
+func stalledBodies(addr string, tally *attackTally) {
+	conns := make([]net.Conn, 0, stalledConns)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	start := time.Now()
+	for range stalledConns {
+		wg.Go(func() {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				tally.add(-1)
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+			_, _ = io.WriteString(conn, "POST /stall HTTP/1.1\r\nHost: x\r\nX-Tenant-ID: attacker-b\r\nContent-Length: 200\r\n\r\nx")
+			tally.add(readStatus(conn, attackDuration-time.Since(start)))
+		})
+	}
+	wg.Wait()
+	time.Sleep(time.Until(start.Add(attackDuration)))
 }
