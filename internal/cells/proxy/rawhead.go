@@ -258,25 +258,27 @@ func (c *scanConn) scan(b []byte) {
 				s.reset()
 			}
 		case scChunkSize:
-			switch {
-			case isHex(ch):
+			if isHex(ch) {
 				s.chunkLen++
 				if s.chunkLen > 15 {
 					c.stop()
 					return
 				}
 				s.left = s.left<<4 | int64(unhex(ch))
-			case ch == ';' || ch == ' ' || ch == '\t':
-				s.state = scChunkExt
-			case ch == '\r':
-				s.state = scChunkSizeLF
-			case ch == '\n':
-				c.endChunkSize()
-			default:
+				continue
+			}
+			if s.chunkLen == 0 { // an empty size: net/http refuses it
 				c.stop()
 				return
 			}
-			if s.chunkLen == 0 && s.state != scChunkSize {
+			switch ch {
+			case ';', ' ', '\t':
+				s.state = scChunkExt
+			case '\r':
+				s.state = scChunkSizeLF
+			case '\n':
+				c.endChunkSize()
+			default:
 				c.stop()
 				return
 			}
