@@ -141,6 +141,9 @@ type hostileCase struct {
 	// half-closed request); pause is the wait before it.
 	then  string
 	pause time.Duration
+	// later are more parts sent after raw (and then), each after its
+	// pause.
+	later []hostileStep
 	// halfClose closes the client's write side after sending.
 	halfClose bool
 	// trickle sends raw one byte every trickle, for slow heads.
@@ -158,6 +161,12 @@ type hostileCase struct {
 	// cellSees, for a request that reaches the fake cell, checks its head
 	// as the cell received it.
 	cellSees func(head string) error
+}
+
+// hostileStep is a part of a request sent after a pause.
+type hostileStep struct {
+	pause time.Duration
+	data  string
 }
 
 var (
@@ -239,6 +248,14 @@ func hostileCorpus() []hostileCase {
 		{name: "slow-head", raw: get("X-Slow: " + strings.Repeat("s", 40) + "\r\n"), trickle: 100 * time.Millisecond, want: []int{0, 400, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		{name: "slow-big-head", raw: get("X-Big: " + big + "\r\n"), trickle: 20 * time.Millisecond, want: []int{0, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		{name: "stalled-head", raw: "GET {p} HTTP/1.1\r\nHost: x\r\n", want: []int{0, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
+		// The head's timeout counts from the accept and never restarts:
+		// not at the first byte, not when a head outgrows the own loop's
+		// buffer and goes to net/http.
+		{name: "late-head", raw: "", later: []hostileStep{{1500 * time.Millisecond, "GET {p} HTTP/1.1\r\n"}, {time.Second, "Host: x\r\n" + tenantA + "\r\n"}},
+			want: []int{0, 400, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
+		{name: "late-big-head", raw: "GET {p} HTTP/1.1\r\nHost: x\r\n" + tenantA,
+			later: []hostileStep{{1500 * time.Millisecond, "X-Big: " + big + "\r\n"}, {time.Second, "\r\n"}},
+			want: []int{0, 400, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		{name: "big-head-fast", raw: get("X-Big: " + big + "\r\n"), want: ok, reaches: yes},
 		{name: "huge-head", raw: get("X-Huge: " + strings.Repeat("h", 1100<<10) + "\r\n"), want: []int{431, 0}, closes: true, reaches: no}, // 0: a reset may beat the 431 while the rest is still sent
 		{name: "long-target", raw: strings.Replace(get(""), "{p}", "{p}"+strings.Repeat("t", 20<<10), 1), want: ok, reaches: yes},
@@ -321,12 +338,18 @@ func sendHostile(addr string, c hostileCase) hostileResult {
 			}
 			return
 		}
-		if _, err := io.WriteString(conn, raw); err != nil {
+		if _, err := io.WriteString(conn, raw); raw != "" && err != nil {
 			return
 		}
 		if c.then != "" {
 			time.Sleep(c.pause)
 			if _, err := io.WriteString(conn, c.then); err != nil {
+				return
+			}
+		}
+		for _, st := range c.later {
+			time.Sleep(st.pause)
+			if _, err := io.WriteString(conn, strings.ReplaceAll(st.data, "{p}", marker)); err != nil {
 				return
 			}
 		}
