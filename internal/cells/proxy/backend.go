@@ -191,7 +191,13 @@ var (
 // onResponse counts the cell's answer. Any answer, even a 5xx, proves the
 // cell is reachable: a cell's 500 or a tenant bulkhead's 503 is about one
 // request or one tenant, not the cell, so it never ejects.
+//
+// A status outside 100-599 is a malformed answer (the cell's fault): the
+// router never writes a non-standard code on the wire, so it answers 502.
 func (b *backend) onResponse(resp *http.Response) error {
+	if resp.StatusCode > 599 {
+		return errBadStatus
+	}
 	b.count(resp.StatusCode)
 	if b.passiveFails.Load() != 0 {
 		b.passiveFails.Store(0)

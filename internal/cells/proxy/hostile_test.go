@@ -158,3 +158,32 @@ func TestProxyFramingRefusals(t *testing.T) {
 		}
 	})
 }
+
+// A cell answering a status outside 100-599 gets 502 on its behalf (a
+// malformed answer, counted against the cell): no such code reaches the
+// wire.
+func TestProxyNeverWritesNonStandardStatus(t *testing.T) {
+	routerModes(t, func(t *testing.T) {
+		f := newFixture(t, ProxyConfig{FailAfter: 100})
+		f.cells[1].extra = func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "2")
+			w.WriteHeader(799)
+			_, _ = io.WriteString(w, "no")
+		}
+		for _, method := range []string{"GET", "POST"} {
+			var in io.Reader
+			if method == "POST" {
+				in = strings.NewReader("body")
+			}
+			req, _ := http.NewRequest(method, f.router.URL+"/x/odd", in)
+			req.Header.Set("X-Tenant-ID", tenant2)
+			resp, body := do(t, req)
+			if resp.StatusCode != 502 || !strings.Contains(string(body), "cell_error") {
+				t.Errorf("%s: a cell's 799 reached the client as %d %s", method, resp.StatusCode, body)
+			}
+		}
+		if n := f.p.table.Load().backends[1].passiveFails.Load(); n != 2 {
+			t.Errorf("passive failures = %d, want 2 (a malformed answer is the cell's fault)", n)
+		}
+	})
+}
