@@ -255,7 +255,7 @@ func hostileCorpus() []hostileCase {
 			want: []int{0, 400, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		{name: "late-big-head", raw: "GET {p} HTTP/1.1\r\nHost: x\r\n" + tenantA,
 			later: []hostileStep{{1500 * time.Millisecond, "X-Big: " + big + "\r\n"}, {time.Second, "\r\n"}},
-			want: []int{0, 400, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
+			want:  []int{0, 400, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		{name: "big-head-fast", raw: get("X-Big: " + big + "\r\n"), want: ok, reaches: yes},
 		{name: "huge-head", raw: get("X-Huge: " + strings.Repeat("h", 1100<<10) + "\r\n"), want: []int{431, 0}, closes: true, reaches: no}, // 0: a reset may beat the 431 while the rest is still sent
 		{name: "long-target", raw: strings.Replace(get(""), "{p}", "{p}"+strings.Repeat("t", 20<<10), 1), want: ok, reaches: yes},
