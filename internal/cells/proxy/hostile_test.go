@@ -187,3 +187,40 @@ func TestProxyNeverWritesNonStandardStatus(t *testing.T) {
 		}
 	})
 }
+
+// Requests without a tenant share one account of the tenant cap, so
+// leaving the tenant out is no way around it.
+func TestProxyTenantlessRequestsShareACap(t *testing.T) {
+	routerModes(t, func(t *testing.T) {
+		f := newFixture(t, ProxyConfig{MaxInFlightPerTenant: 1})
+		entered, release := make(chan struct{}), make(chan struct{})
+		for _, c := range f.cells {
+			c.extra = func(w http.ResponseWriter, r *http.Request) {
+				entered <- struct{}{}
+				<-release
+			}
+		}
+		done := make(chan int, 1)
+		go func() {
+			resp, err := http.Get(f.router.URL + "/x/hold")
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		<-entered
+		resp, body := f.get(t, "/other", "")
+		if resp.StatusCode != 503 || !strings.Contains(string(body), `"code":"tenant_overloaded"`) {
+			t.Fatalf("a second tenant-less request: %d %s", resp.StatusCode, body)
+		}
+		if s := f.seen(t, "/other", tenant2); s.Cell != "cell-2" {
+			t.Fatalf("a tenant's request: %q", s.Cell)
+		}
+		close(release)
+		if code := <-done; code != 200 {
+			t.Fatalf("held request: %d", code)
+		}
+	})
+}

@@ -62,8 +62,8 @@ type ProxyConfig struct {
 	// cannot take its cell's whole MaxInFlightPerCell (stalled uploads,
 	// slow answers): a request over it gets 503 with Retry-After: 1 and
 	// code tenant_overloaded. Counted by an admission.Engine (the cells'
-	// engine), keyed by tenant id; requests without a tenant are not
-	// counted. Keep it at most MaxInFlightPerCell (the spec's policy
+	// engine), keyed by tenant id; requests without a usable tenant
+	// share one account. Keep it at most MaxInFlightPerCell (the spec's policy
 	// checks router.max_in_flight_per_tenant). -1 means no cap. Default:
 	// 256.
 	MaxInFlightPerTenant int
@@ -450,16 +450,26 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool
 		b.rejectDown.Add(1)
 		b.refuse(w, r, p.retryAfter, b.bodyDown)
 	default:
+		if tenant == "" {
+			// No usable tenant: all such requests share one account, so
+			// they cannot fill a cell's cap either (public routes, or an
+			// attacker who leaves the tenant out).
+			tenant = anonymousTenant
+		}
 		p.send(w, r, b, lean, tenant)
 	}
 	return true
 }
 
-// send forwards r to b's cell within the tenant's cap (tenant "": none)
-// and the per-cell cap.
+// anonymousTenant is the tenant-cap account of the requests without a
+// usable tenant; a NUL byte is never in a tenant id.
+const anonymousTenant = "\x00anonymous"
+
+// send forwards r to b's cell within the tenant's cap and the per-cell
+// cap.
 func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bool, tenant string) {
 	var permit admission.Permit
-	if p.tenants != nil && tenant != "" {
+	if p.tenants != nil {
 		var o admission.Outcome
 		if permit, o = p.tenants.Admit(tenant, 1); o != admission.Admitted {
 			b.rejectTenant.Add(1)
