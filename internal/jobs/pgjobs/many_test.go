@@ -2,6 +2,8 @@ package pgjobs
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -156,4 +158,53 @@ func BenchmarkEnqueueMany(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/job")
 	})
+}
+
+// TestRuntimeEnqueueMany: the Runtime's EnqueueManyTx writes to the jobs
+// table of the transaction's shard (and says when it does not exist yet),
+// its EnqueueMany to the control database's.
+func TestRuntimeEnqueueMany(t *testing.T) {
+	c := newCell(t, 2, 4)
+	r, err := NewRuntime(context.Background(), c.set, Config{ShardLocal: true, PollInterval: 50 * time.Millisecond},
+		jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = r.Stop(context.Background()) })
+	ctx := tenant.With(context.Background(), "acme")
+	batch := []jobs.Args{welcomeArgs{Email: "a@x"}, welcomeArgs{Email: "b@x"}, welcomeArgs{Email: "c@x"}}
+	sh := c.set.Shards()[1]
+	err = sh.Tx(ctx, func(tx shards.Tx) error {
+		_, err := r.EnqueueManyTx(ctx, tx, batch)
+		return err
+	})
+	if !errors.Is(err, ErrShardJobsNotReady) {
+		t.Fatalf("EnqueueManyTx before the shard is migrated: %v, want ErrShardJobsNotReady", err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, r)
+	err = sh.Tx(ctx, func(tx shards.Tx) error {
+		rs, err := r.EnqueueManyTx(ctx, tx, batch)
+		if err == nil && len(rs) != len(batch) {
+			err = fmt.Errorf("%d results for %d jobs", len(rs), len(batch))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.EnqueueMany(ctx, batch[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, sh.Pool, `SELECT count(*) FROM cellgate_jobs WHERE tenant = 'acme'`); n != 3 {
+		t.Errorf("%s holds %d jobs, want the batch's 3", sh.Name, n)
+	}
+	if n := count(t, c.set.Shards()[0].Pool, `SELECT count(*) FROM cellgate_jobs`); n != 0 {
+		t.Errorf("the other shard holds %d jobs, want 0", n)
+	}
+	if n := count(t, c.set.Control(), `SELECT count(*) FROM cellgate_jobs`); n != 2 {
+		t.Errorf("control holds %d jobs, want EnqueueMany's 2", n)
+	}
 }
