@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,14 +18,16 @@ type cgArgs payload
 
 func (cgArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "peers_noop"} }
 
-// cellgateSide is our PostgreSQL backend (pgjobs.Backend, default settings:
-// fair claims) driven by a jobs.Client, as a cell runs it.
+// cellgateSide is our PostgreSQL backend (pgjobs.Backend; default settings,
+// so fair claims, unless -cellgate-prefetch) driven by a jobs.Client, as a
+// cell runs it.
 type cellgateSide struct {
 	pool, app *pgxpool.Pool
+	cfg       pgjobs.Config
 	c         *jobs.Client
 }
 
-func newCellgate(ctx context.Context, dsn string, conns, appConns int32) (*cellgateSide, error) {
+func newCellgate(ctx context.Context, dsn string, cfg pgjobs.Config, conns, appConns int32) (*cellgateSide, error) {
 	if err := pgjobs.Migrate(ctx, dsn); err != nil {
 		return nil, fmt.Errorf("cellgate: migrate: %w", err)
 	}
@@ -34,7 +35,7 @@ func newCellgate(ctx context.Context, dsn string, conns, appConns int32) (*cellg
 	if err != nil {
 		return nil, err
 	}
-	return &cellgateSide{pool: pool, app: app}, nil
+	return &cellgateSide{pool: pool, app: app, cfg: cfg}, nil
 }
 
 func (s *cellgateSide) Name() string        { return "cellgate" }
@@ -45,8 +46,8 @@ func (s *cellgateSide) Reset(ctx context.Context) error {
 }
 
 func (s *cellgateSide) Start(ctx context.Context, workers int, run func(p *payload)) error {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := pgjobs.New(s.pool, pgjobs.Config{}, pgjobs.Options{Logger: quiet})
+	quiet := slog.New(slog.DiscardHandler)
+	b, err := pgjobs.New(s.pool, s.cfg, pgjobs.Options{Logger: quiet})
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
 
 func main() {
@@ -46,13 +48,15 @@ func main() {
 	flag.DurationVar(&st.window, "window", 10*time.Second, "measured window of the bulk and tx shapes")
 	conns := flag.Int("conns", 8, "connections of each side's job system")
 	appConns := flag.Int("app-conns", 32, "connections of each side's application pool (the tx shape's transactions)")
+	var cgCfg pgjobs.Config
+	flag.IntVar(&cgCfg.Prefetch, "cellgate-prefetch", 0, "the cellgate side's pgjobs Config.Prefetch (0: the default, one per worker; -1: off)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("peers: ")
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *dsn, *rounds, strings.Split(*shapes, ","), st, int32(*conns), int32(*appConns)); err != nil {
+	if err := run(ctx, *dsn, *rounds, strings.Split(*shapes, ","), st, cgCfg, int32(*conns), int32(*appConns)); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -70,7 +74,7 @@ var allShapes = []shape{
 	{"noisy", runNoisy, true},
 }
 
-func run(ctx context.Context, adminDSN string, rounds int, names []string, st settings, conns, appConns int32) (err error) {
+func run(ctx context.Context, adminDSN string, rounds int, names []string, st settings, cgCfg pgjobs.Config, conns, appConns int32) (err error) {
 	var todo []shape
 	for _, n := range names {
 		i := slices.IndexFunc(allShapes, func(s shape) bool { return s.name == n })
@@ -93,7 +97,7 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 		return err
 	}
 	defer func() { err = errors.Join(err, dropDB(cleanup, adminDSN, rvName)) }()
-	cg, err := newCellgate(ctx, cgDSN, conns, appConns)
+	cg, err := newCellgate(ctx, cgDSN, cgCfg, conns, appConns)
 	if err != nil {
 		return err
 	}
@@ -105,7 +109,7 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 	defer rv.close()
 	sides := []side{cg, rv}
 
-	fmt.Printf("peers: workers=%d window=%s rounds=%d conns=%d app-conns=%d\n", st.workers, st.window, rounds, conns, appConns)
+	fmt.Printf("peers: workers=%d window=%s rounds=%d conns=%d app-conns=%d cellgate-prefetch=%d\n", st.workers, st.window, rounds, conns, appConns, cgCfg.Prefetch)
 	for _, sh := range todo {
 		var res [2][]result
 		for r := range rounds {
@@ -146,6 +150,9 @@ func report(sh shape, cg, rv []result) {
 		fmt.Printf("peers-cpu: %s %s pg-µs/job=%.1f go-µs/job=%.1f xacts/job=%.3f blocks/job=%.1f tuple-writes/job=%.2f\n",
 			sh.name, s.name, float64(u.pgCPU.Microseconds())/j, float64(u.goCPU.Microseconds())/j,
 			float64(u.xacts)/j, float64(u.blocks)/j, float64(u.tupWrites)/j)
+		if s.r.detail != "" {
+			fmt.Printf("peers-detail: %s %s %s\n", sh.name, s.name, s.r.detail)
+		}
 	}
 }
 

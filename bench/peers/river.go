@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -68,7 +67,7 @@ func (s *riverSide) Start(ctx context.Context, workers int, run func(p *payload)
 		// every 2ms, poll every 20ms without notifications.
 		FetchCooldown:     2 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
-		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:            slog.New(slog.DiscardHandler),
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
 		Workers:           w,
 	})

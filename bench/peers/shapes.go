@@ -30,6 +30,9 @@ type result struct {
 	value float64 // jobs/s, or the quiet p99 wait in ms
 	jobs  int64
 	use   usage
+	// detail is printed with the median round (noisy: where the wait
+	// goes).
+	detail string
 }
 
 func tenantName(i int) string { return fmt.Sprintf("tenant-%03d", i) }
@@ -174,6 +177,7 @@ func runNoisy(ctx context.Context, s side, st settings) (result, error) {
 		return result{}, fmt.Errorf("%s: noisy enqueue: %w", s.Name(), err)
 	}
 	var sent atomic.Int64
+	var enqueues []time.Duration // how long each quiet Enqueue call took, under mu
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	for q := range st.quiet {
@@ -191,12 +195,17 @@ func runNoisy(ctx context.Context, s side, st settings) (result, error) {
 					return
 				case <-t.C:
 				}
-				p := payload{N: i, Tenant: id, Quiet: true, At: time.Now().UnixNano()}
+				at := time.Now()
+				p := payload{N: i, Tenant: id, Quiet: true, At: at.UnixNano()}
 				if err := s.Enqueue(ctx, id, p); err != nil {
 					err = fmt.Errorf("%s: quiet enqueue: %w", s.Name(), err)
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
+				took := time.Since(at)
+				mu.Lock()
+				enqueues = append(enqueues, took)
+				mu.Unlock()
 				sent.Add(1)
 			}
 		})
@@ -235,6 +244,18 @@ func runNoisy(ctx context.Context, s side, st settings) (result, error) {
 		return result{}, errors.New(s.Name() + ": no quiet job ran")
 	}
 	slices.Sort(waits)
-	p99 := waits[(len(waits)*99+99)/100-1]
-	return result{value: float64(p99) / float64(time.Millisecond), jobs: all.Load(), use: use}, nil
+	slices.Sort(enqueues)
+	detail := fmt.Sprintf("quiet-jobs=%d wait-p50=%.1fms wait-p99=%.1fms enqueue-call-p50=%.1fms enqueue-call-p99=%.1fms",
+		len(waits), ms(quantile(waits, 50)), ms(quantile(waits, 99)), ms(quantile(enqueues, 50)), ms(quantile(enqueues, 99)))
+	return result{value: ms(quantile(waits, 99)), jobs: all.Load(), use: use, detail: detail}, nil
 }
+
+// quantile returns the q-th percentile of sorted ds (nearest rank).
+func quantile(ds []time.Duration, q int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[(len(ds)*q+99)/100-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
