@@ -320,15 +320,7 @@ func (c *Client) EnqueueMany(ctx context.Context, args []Args, opts ...EnqueueOp
 	if bi, ok := c.backend.(BatchInserter); ok {
 		return bi.InsertMany(ctx, ps)
 	}
-	out := make([]EnqueueResult, 0, len(ps))
-	for i := range ps {
-		r, err := c.backend.Insert(ctx, ps[i])
-		if err != nil {
-			return out, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return insertEach(ctx, ps, c.backend.Insert)
 }
 
 // EnqueueManyTx is EnqueueMany written with the caller's transaction tx:
@@ -351,9 +343,17 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, o
 	if bi, ok := c.backend.(TxBatchInserter); ok {
 		return bi.InsertManyTx(ctx, tx, ps)
 	}
+	return insertEach(ctx, ps, func(ctx context.Context, p InsertParams) (EnqueueResult, error) {
+		return ti.InsertTx(ctx, tx, p)
+	})
+}
+
+// insertEach is the bulk enqueue of a backend without a batch insert: one
+// insert per job, stopping at the first error with the results so far.
+func insertEach(ctx context.Context, ps []InsertParams, insert func(context.Context, InsertParams) (EnqueueResult, error)) ([]EnqueueResult, error) {
 	out := make([]EnqueueResult, 0, len(ps))
 	for i := range ps {
-		r, err := ti.InsertTx(ctx, tx, ps[i])
+		r, err := insert(ctx, ps[i])
 		if err != nil {
 			return out, err
 		}
