@@ -66,6 +66,7 @@ func (s *cellgateSide) Start(ctx context.Context, workers int, run func(p *paylo
 func (s *cellgateSide) Stop(ctx context.Context) error {
 	_, err := s.c.Stop(ctx)
 	s.c = nil
+	releaseConns(s.pool, s.app)
 	return err
 }
 

@@ -84,3 +84,12 @@ func resetTables(ctx context.Context, pool *pgxpool.Pool, jobsTable string) erro
 	}
 	return nil
 }
+
+// releaseConns closes the pools' connections (they reopen on demand), so a
+// side between its phases holds none on the shared server: with its idle
+// connections kept, the two sides' pools alone would hold 80.
+func releaseConns(pools ...*pgxpool.Pool) {
+	for _, p := range pools {
+		p.Reset()
+	}
+}

@@ -47,7 +47,7 @@ func main() {
 	flag.IntVar(&st.workers, "workers", 2000, "workers per side (River's benchmark runs 2,000)")
 	flag.DurationVar(&st.window, "window", 10*time.Second, "measured window of the bulk and tx shapes")
 	conns := flag.Int("conns", 8, "connections of each side's job system")
-	appConns := flag.Int("app-conns", 32, "connections of each side's application pool (the tx shape's transactions)")
+	appConns := flag.Int("app-conns", 16, "connections of each side's application pool (the tx shape's transactions)")
 	var cgCfg pgjobs.Config
 	flag.IntVar(&cgCfg.Prefetch, "cellgate-prefetch", 0, "the cellgate side's pgjobs Config.Prefetch (0: the default, one per worker; -1: off)")
 	flag.Parse()
@@ -120,6 +120,14 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 					return fmt.Errorf("%s: reset: %w", sides[i].Name(), err)
 				}
 				out, err := sh.run(ctx, sides[i], st)
+				if err != nil && ctx.Err() == nil {
+					// The server is shared: another client may have taken
+					// its last connection. One more try, on a clean table.
+					fmt.Printf("peers-retry: %s round %d %s: %v\n", sh.name, r+1, sides[i].Name(), err)
+					if err = sides[i].Reset(ctx); err == nil {
+						out, err = sh.run(ctx, sides[i], st)
+					}
+				}
 				if err != nil {
 					return fmt.Errorf("%s round %d: %w", sh.name, r+1, err)
 				}

@@ -80,6 +80,7 @@ func (s *riverSide) Start(ctx context.Context, workers int, run func(p *payload)
 func (s *riverSide) Stop(ctx context.Context) error {
 	err := s.c.Stop(ctx)
 	s.c = nil
+	releaseConns(s.pool, s.app)
 	return err
 }
 
