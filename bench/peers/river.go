@@ -63,7 +63,7 @@ func (s *riverSide) Start(ctx context.Context, workers int, run func(p *payload)
 	river.AddWorker(w, &riverWorker{run: run})
 	var err error
 	s.c, err = river.NewClient(riverpgxv5.New(s.pool), &river.Config{
-		// River's benchmark settings (cmd/river/riverbench): fetch at most
+		// River's benchmark settings (`river bench`): fetch at most
 		// every 2ms, poll every 20ms without notifications.
 		FetchCooldown:     2 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
