@@ -10,8 +10,8 @@ import (
 type payload struct {
 	// N numbers the job within its shape.
 	N int `json:"n"`
-	// Tenant is the enqueuing tenant, carried in the args so the River
-	// side (which has no tenants) can tell quiet jobs from noisy ones.
+	// Tenant names the enqueuing tenant in the noisy shape's args, so
+	// both sides' jobs carry the same bytes (River has no tenant column).
 	Tenant string `json:"tenant,omitempty"`
 	// Quiet marks a quiet tenant's job in the noisy shape.
 	Quiet bool `json:"quiet,omitempty"`
