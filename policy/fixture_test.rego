@@ -62,6 +62,13 @@ base := {
 		"max_accounts": 100000,
 		"idle_after": "10m",
 	},
+	"router": {
+		"max_in_flight_per_cell": 1024,
+		"max_in_flight_per_tenant": 256,
+		"body_timeout": "30s",
+		"min_body_bytes_per_second": 1024,
+		"body_rate_grace": "5s",
+	},
 	"jobs": {
 		"backend": "postgres",
 		"workers": 4,

@@ -22,6 +22,7 @@ type Config struct {
 	Server    Server    `json:"server"`
 	Tenancy   Tenancy   `json:"tenancy"`
 	Admission Admission `json:"admission"`
+	Router    Router    `json:"router"`
 	Jobs      Jobs      `json:"jobs"`
 	Database  Database  `json:"database"`
 	Cells     []Cell    `json:"cells"`
@@ -150,6 +151,24 @@ type Admission struct {
 	MaxAccounts int `json:"max_accounts"`
 	// IdleAfter is how long an idle account is kept.
 	IdleAfter Duration `json:"idle_after"`
+}
+
+// Router configures the cell router's request path (cmd/router).
+type Router struct {
+	// MaxInFlightPerCell caps the requests one router has in flight to one
+	// cell (0 = no cap).
+	MaxInFlightPerCell int `json:"max_in_flight_per_cell"`
+	// MaxInFlightPerTenant caps one tenant's requests in flight through one
+	// router, before the per-cell cap (0 = no cap).
+	MaxInFlightPerTenant int `json:"max_in_flight_per_tenant"`
+	// BodyTimeout bounds reading a forwarded request's body (0 = none).
+	BodyTimeout Duration `json:"body_timeout"`
+	// MinBodyBytesPerSecond is the slowest a body may arrive after
+	// BodyRateGrace (0 = no minimum).
+	MinBodyBytesPerSecond int64 `json:"min_body_bytes_per_second"`
+	// BodyRateGrace is how long a body may take before the minimum rate
+	// applies.
+	BodyRateGrace Duration `json:"body_rate_grace"`
 }
 
 // Jobs configures the job runtime.
