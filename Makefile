@@ -13,7 +13,7 @@ OPA          := $(POLICY_TOOLS) opa
 CUE          := $(POLICY_TOOLS) cue
 CONFTEST     := $(POLICY_TOOLS) conftest
 
-.PHONY: all generate gen-if-needed check drift vet policy fmt-check opa-check conftest build run devdb-stop test bench cells plan clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy fmt-check opa-check conftest build run devdb-stop test test-deploy bench bench-peers cells plan clean
 
 all: build
 
@@ -25,8 +25,8 @@ generate:
 gen-if-needed:
 	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
 
-## check: drift check of gen/, policy tests, go vet, cue fmt / opa fmt, opa check and opa test, conftest
-check: drift policy vet fmt-check opa-check conftest
+## check: drift check of gen/, policy tests, go vet (both modules), cue fmt / opa fmt, opa check and opa test, conftest
+check: drift policy vet vet-bench fmt-check opa-check conftest
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -36,7 +36,13 @@ policy:
 
 vet:
 	$(GO) vet ./...
+	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+# The bench module (bench/go.mod, River beside our backend) builds in CI;
+# running it is `make bench-peers`.
+vet-bench:
+	cd bench && $(GO) vet ./... && $(GO) build -o /dev/null ./...
 
 ## fmt-check: the CUE and Rego files are as `cue fmt` and `opa fmt` write them
 fmt-check:
@@ -76,9 +82,13 @@ run: build
 devdb-stop:
 	@scripts/devdb.sh --stop
 
-## test: every test, with the race detector
-test:
+## test: every test, with the race detector, then the deploy output checks
+test: test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
+test-deploy:
+	cd deploytest && $(GO) test -count=1 ./...
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:
@@ -88,6 +98,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'QuietTenantWait' -benchtime 20x ./internal/jobs/local/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./internal/jobs/pgjobs/ ./internal/slots/ ./internal/cells/ ./policy/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./tests/
+
+## bench-peers: our PostgreSQL job backend and River side by side (docs/benchmarks.md)
+bench-peers:
+	cd bench && $(GO) run ./peers $(PEERS_FLAGS)
 
 ## cells: a router and two cells on loopback, each cell with its own databases
 cells:

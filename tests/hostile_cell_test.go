@@ -115,8 +115,8 @@ func TestCellAnswersBadInputWith4xx(t *testing.T) {
 	}
 }
 
-// hostile is one raw request of the corpus.
-type hostile struct {
+// cellHostile is one raw request of the corpus.
+type cellHostile struct {
 	name string
 	raw  string
 	// send, when set, writes the request instead of raw (slow clients).
@@ -148,7 +148,7 @@ func trickle(s string, gap time.Duration) func(net.Conn) error {
 
 // runHostile sends h on a new connection and returns the first answer's
 // status (0: none), whether the server closed the connection and when.
-func runHostile(t *testing.T, addr string, h hostile) (int, bool, time.Duration) {
+func runCellHostile(t *testing.T, addr string, h cellHostile) (int, bool, time.Duration) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -196,10 +196,10 @@ func runHostile(t *testing.T, addr string, h hostile) (int, bool, time.Duration)
 	return status, closed, took
 }
 
-// hostileCorpus is the cell's own raw-socket corpus: smuggling variants,
+// cellHostileCorpus is the cell's own raw-socket corpus: smuggling variants,
 // malformed and stalled bodies, huge heads, hop-by-hop tricks, slow heads
 // and bad input in the body. attacker is the attacking tenant's account.
-func hostileCorpus(attacker int64) []hostile {
+func cellHostileCorpus(attacker int64) []cellHostile {
 	const tenant = "X-Tenant-ID: attacker\r\n"
 	order := fmt.Sprintf(`{"account_id":%d,"amount_cents":1}`, attacker)
 	post := func(extra, body string) string {
@@ -209,7 +209,7 @@ func hostileCorpus(attacker int64) []hostile {
 	chunked := func(chunks string) string { return post("Transfer-Encoding: chunked\r\n", chunks) }
 	next := "GET /orders?account_id=1 HTTP/1.1\r\nHost: cell\r\n" + tenant + "\r\n"
 	big := strings.Repeat("x", 10000)
-	return []hostile{
+	return []cellHostile{
 		// Smuggling: framing net/http accepts and forgets.
 		{name: "CL then TE", raw: post("Content-Length: 6\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n"+next), status: 400, closed: true},
 		{name: "TE then CL", raw: post("Transfer-Encoding: chunked\r\nContent-Length: 60\r\n", "0\r\n\r\n"+next), status: 400, closed: true},
@@ -286,7 +286,7 @@ func hostileCorpus(attacker int64) []hostile {
 }
 
 // TestCellHostileCorpus sends the corpus at a real cell, one connection
-// each, while a victim tenant polls every 100 ms: every hostile request
+// each, while a victim tenant polls every 100 ms: every cellHostile request
 // gets its answer (or its cut), and no victim request fails, during or
 // after any of them.
 func TestCellHostileCorpus(t *testing.T) {
@@ -325,12 +325,12 @@ func TestCellHostileCorpus(t *testing.T) {
 		}
 	}()
 
-	corpus := hostileCorpus(attacker)
+	corpus := cellHostileCorpus(attacker)
 	if len(corpus) < 30 {
 		t.Fatalf("the corpus has %d requests, want at least 30", len(corpus))
 	}
 	for _, h := range corpus {
-		status, closed, took := runHostile(t, addr, h)
+		status, closed, took := runCellHostile(t, addr, h)
 		if status != h.status || (h.closed && !closed) {
 			t.Errorf("%s: answered %d (closed %v), want %d (closed %v)", h.name, status, closed, h.status, h.closed)
 		}
@@ -346,7 +346,7 @@ func TestCellHostileCorpus(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	t.Logf("%d hostile requests; victim: %d polls, %d failed", len(corpus), polls.Load(), failed.Load())
+	t.Logf("%d cellHostile requests; victim: %d polls, %d failed", len(corpus), polls.Load(), failed.Load())
 	if polls.Load() < 20 {
 		t.Fatalf("the victim polled only %d times", polls.Load())
 	}

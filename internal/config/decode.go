@@ -83,7 +83,7 @@ func (w *walker) value(t reflect.Type, path string) bool {
 		label = "(document)"
 	}
 	if tok == nil { // null
-		if t.Kind() != reflect.Slice {
+		if t.Kind() != reflect.Slice && t.Kind() != reflect.Map {
 			w.fail(label, off, "must be %s; got null (leave the field out to keep its default)", jsonKind(t))
 		}
 		return true
@@ -127,6 +127,25 @@ func (w *walker) value(t reflect.Type, path string) bool {
 				continue
 			}
 			if !w.value(ft, sub) {
+				return false
+			}
+		}
+		_, err := w.dec.Token() // }
+		return err == nil
+	case reflect.Map:
+		if tok != json.Delim('{') {
+			w.fail(label, off, "must be an object; got %s", describeToken(tok))
+			return w.skip(tok)
+		}
+		for w.dec.More() {
+			koff := w.dec.InputOffset()
+			kt, err := w.dec.Token()
+			if err != nil {
+				w.fail(label, koff, "not valid JSON: %v", err)
+				return false
+			}
+			key, _ := kt.(string)
+			if !w.value(t.Elem(), path+"."+key) {
 				return false
 			}
 		}
@@ -272,6 +291,15 @@ func Merge(base, overlay []byte) ([]byte, error) {
 	return json.Marshal(mergeObjects(b, o))
 }
 
+// emptyLike is the empty value of the kind base holds: {} for a map
+// (an object in the base), [] otherwise.
+func emptyLike(base map[string]any) any {
+	if base != nil {
+		return map[string]any{}
+	}
+	return []any{}
+}
+
 func unmarshalNumbers(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -290,7 +318,8 @@ func mergeObjects(base, overlay map[string]any) map[string]any {
 		case bok && ook:
 			out[k] = mergeObjects(bo, oo)
 		case v == nil:
-			out[k] = []any{} // CheckShape allows null only for lists
+			delete(out, k) // CheckShape allows null only for lists and maps: empty
+			out[k] = emptyLike(bo)
 		default:
 			out[k] = v
 		}

@@ -90,6 +90,10 @@ func fillSlices(v reflect.Value) {
 		for i := range v.NumField() {
 			fillSlices(v.Field(i))
 		}
+	case reflect.Map:
+		if v.IsNil() {
+			v.Set(reflect.MakeMap(v.Type()))
+		}
 	case reflect.Slice:
 		if v.IsNil() {
 			v.Set(reflect.MakeSlice(v.Type(), 0, 0))
