@@ -83,7 +83,7 @@ func (w *walker) value(t reflect.Type, path string) bool {
 		label = "(document)"
 	}
 	if tok == nil { // null
-		if t.Kind() != reflect.Slice && t.Kind() != reflect.Map {
+		if t.Kind() != reflect.Slice {
 			w.fail(label, off, "must be %s; got null (leave the field out to keep its default)", jsonKind(t))
 		}
 		return true
@@ -291,15 +291,6 @@ func Merge(base, overlay []byte) ([]byte, error) {
 	return json.Marshal(mergeObjects(b, o))
 }
 
-// emptyLike is the empty value of the kind base holds: {} for a map
-// (an object in the base), [] otherwise.
-func emptyLike(base map[string]any) any {
-	if base != nil {
-		return map[string]any{}
-	}
-	return []any{}
-}
-
 func unmarshalNumbers(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -317,9 +308,10 @@ func mergeObjects(base, overlay map[string]any) map[string]any {
 		switch {
 		case bok && ook:
 			out[k] = mergeObjects(bo, oo)
+		case v == nil && !bok:
+			out[k] = []any{} // CheckShape allows null only for lists
 		case v == nil:
-			delete(out, k) // CheckShape allows null only for lists and maps: empty
-			out[k] = emptyLike(bo)
+			out[k] = nil // an object: the schema check refuses it
 		default:
 			out[k] = v
 		}
