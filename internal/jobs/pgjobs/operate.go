@@ -1,0 +1,167 @@
+package pgjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// The errors of the operator calls (Job, RetryJob, CancelJob, DeleteJob,
+// Depths).
+var (
+	// ErrNotReady: the database's jobs table is not migrated yet.
+	ErrNotReady = errors.New("pgjobs: the jobs table of this database is not ready")
+	// ErrJobNotFound: no job has that id in the database.
+	ErrJobNotFound = errors.New("pgjobs: no such job")
+	// ErrJobState: the job's state does not allow the action (a running job
+	// is never touched: its worker owns it).
+	ErrJobState = errors.New("pgjobs: the job's state does not allow this action")
+)
+
+// Job returns one job of this backend's database.
+func (b *Backend) Job(ctx context.Context, id jobs.JobID) (JobInfo, error) {
+	if !b.Ready() {
+		return JobInfo{}, ErrNotReady
+	}
+	j, err := b.scanJob(b.pool.QueryRow(ctx, `SELECT `+jobColumns+` FROM cellgate_jobs WHERE id = $1`, pgx.QueryExecModeExec, int64(id)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return JobInfo{}, ErrJobNotFound
+	}
+	if err != nil {
+		return JobInfo{}, fmt.Errorf("pgjobs: job %d of %s: %w", id, b.name, err)
+	}
+	return j, nil
+}
+
+// RetryJob makes a completed, failed or waiting job available now, with
+// one more attempt if its budget is spent. A job whose uniqueness key is
+// held by another active job cannot come back (ErrJobState).
+func (b *Backend) RetryJob(ctx context.Context, id jobs.JobID) error {
+	return b.operate(ctx, "retry", id, sqlRetryJob)
+}
+
+// CancelJob fails a waiting job for good, recording "cancelled by an
+// operator" as its last error. A running job cannot be cancelled.
+func (b *Backend) CancelJob(ctx context.Context, id jobs.JobID) error {
+	return b.operate(ctx, "cancel", id, sqlCancelJob)
+}
+
+// DeleteJob removes a job that is not running.
+func (b *Backend) DeleteJob(ctx context.Context, id jobs.JobID) error {
+	return b.operate(ctx, "delete", id, sqlDeleteJob)
+}
+
+func (b *Backend) operate(ctx context.Context, what string, id jobs.JobID, sql string) error {
+	if !b.Ready() {
+		return ErrNotReady
+	}
+	tag, err := b.pool.Exec(ctx, sql, pgx.QueryExecModeExec, int64(id), b.now())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return fmt.Errorf("%w: another active job holds its uniqueness key", ErrJobState)
+	}
+	if err != nil {
+		return fmt.Errorf("pgjobs: %s job %d of %s: %w", what, id, b.name, err)
+	}
+	if tag.RowsAffected() == 1 {
+		if what == "retry" {
+			signal(b.wake)
+		}
+		return nil
+	}
+	// Nothing changed: tell a missing job from one in the wrong state.
+	var exists bool
+	if err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cellgate_jobs WHERE id = $1)`, pgx.QueryExecModeExec, int64(id)).Scan(&exists); err != nil {
+		return fmt.Errorf("pgjobs: %s job %d of %s: %w", what, id, b.name, err)
+	}
+	if !exists {
+		return ErrJobNotFound
+	}
+	return ErrJobState
+}
+
+// vtime NULL: the job is placed in the fair order again when a fair claim
+// first sees it due, as after a backoff.
+const sqlRetryJob = `
+UPDATE cellgate_jobs
+SET state = 'available', run_at = $2, finished_at = NULL, vtime = NULL,
+    max_attempts = greatest(max_attempts, attempt + 1)
+WHERE id = $1 AND state IN ('available', 'completed', 'failed')`
+
+const sqlCancelJob = `
+UPDATE cellgate_jobs
+SET state = 'failed', finished_at = $2, vtime = NULL,
+    errors = errors || jsonb_build_object('attempt', attempt, 'at', $2::timestamptz, 'error', 'cancelled by an operator')
+WHERE id = $1 AND state = 'available'`
+
+const sqlDeleteJob = `DELETE FROM cellgate_jobs WHERE id = $1 AND state <> 'running' AND $2::timestamptz IS NOT NULL`
+
+// QueueDepth is one queue of one database as an operator sees it.
+type QueueDepth struct {
+	// Queue is the queue's name.
+	Queue string `json:"queue"`
+	// Available counts waiting jobs (ready now or scheduled); Ready those
+	// of them due now.
+	Available int64 `json:"available"`
+	Ready     int64 `json:"ready"`
+	// Running, Completed and Failed count the jobs in those states
+	// (finished jobs are kept for the retention period).
+	Running   int64 `json:"running"`
+	Completed int64 `json:"completed"`
+	Failed    int64 `json:"failed"`
+	// OldestReadyAge is how long the oldest ready job has been due (0
+	// without one).
+	OldestReadyAge time.Duration `json:"oldest_ready_age_ns"`
+}
+
+// Depths counts the jobs of every queue by state. It reads the whole
+// table's finished jobs too, so its cost follows the retention window.
+func (b *Backend) Depths(ctx context.Context) ([]QueueDepth, error) {
+	if !b.Ready() {
+		return nil, ErrNotReady
+	}
+	now := b.now()
+	rows, err := b.pool.Query(ctx, sqlDepths, pgx.QueryExecModeExec, now)
+	if err != nil {
+		return nil, fmt.Errorf("pgjobs: queue depths of %s: %w", b.name, err)
+	}
+	defer rows.Close()
+	var out []QueueDepth
+	for rows.Next() {
+		var d QueueDepth
+		var oldest *time.Time
+		if err := rows.Scan(&d.Queue, &d.Available, &d.Ready, &d.Running, &d.Completed, &d.Failed, &oldest); err != nil {
+			return nil, fmt.Errorf("pgjobs: queue depths of %s: %w", b.name, err)
+		}
+		if oldest != nil {
+			d.OldestReadyAge = max(now.Sub(*oldest), 0)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgjobs: queue depths of %s: %w", b.name, err)
+	}
+	return out, nil
+}
+
+const sqlDepths = `
+SELECT queue,
+       count(*) FILTER (WHERE state = 'available'),
+       count(*) FILTER (WHERE state = 'available' AND run_at <= $1),
+       count(*) FILTER (WHERE state = 'running'),
+       count(*) FILTER (WHERE state = 'completed'),
+       count(*) FILTER (WHERE state = 'failed'),
+       min(run_at) FILTER (WHERE state = 'available' AND run_at <= $1)
+FROM cellgate_jobs
+GROUP BY queue
+ORDER BY queue`
+
+// Databases returns the backend of every database the runtime serves,
+// the control database first, then the shards in spec order.
+func (r *Runtime) Databases() []*Backend { return append([]*Backend(nil), r.all...) }
