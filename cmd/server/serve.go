@@ -42,6 +42,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
+	if err := mountConsole(cfg, srv, jobsRT, log); err != nil {
+		return err
+	}
 	srv.AddReadiness("migrations", progress.check)
 	srv.AddReadiness("databases", set.Ping)
 	go func() {
