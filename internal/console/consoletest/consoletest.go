@@ -85,7 +85,7 @@ func New(tb testing.TB, o Options) *Env {
 		dbs[i] = b
 	}
 	spec := config.Config{
-		Server: config.Server{Cell: "cell-1"},
+		Server:   config.Server{Cell: "cell-1"},
 		Database: config.Database{Shards: []config.Shard{{Name: "shard-0"}, {Name: "shard-1"}}},
 		Cells:    []config.Cell{{Name: "cell-1", URL: "http://127.0.0.1:8080"}},
 		Jobs:     config.Jobs{Backend: "postgres", Workers: 4, Postgres: config.JobsPostgres{Claim: "fair"}},
