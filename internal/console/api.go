@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -22,6 +23,14 @@ func (c *Console) registerAPI(e *echo.Echo) {
 	e.GET(APIPrefix+"jobs", c.api(RoleReader, c.apiJobs))
 	e.GET(APIPrefix+"jobs/:db/:id", c.api(RoleReader, c.apiJob))
 	e.POST(APIPrefix+"jobs/:db/:id/:action", c.api(RoleOperator, c.apiAct))
+	e.POST(APIPrefix+"bulk", c.api(RoleOperator, c.apiBulk))
+	e.GET(APIPrefix+"bulk/:id", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		st, ok := c.bulk.get(ec.Param("id"))
+		if !ok {
+			return ec.JSON(http.StatusNotFound, apiError{"no such bulk action", "console_not_found"})
+		}
+		return ec.JSON(http.StatusOK, st)
+	}))
 	e.GET(APIPrefix+"queues", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.queues(ec.Request().Context()))
 	}))
@@ -111,22 +120,12 @@ func (c *Console) apiJob(ec echo.Context, _ who) error {
 	return ec.JSON(http.StatusOK, j)
 }
 
-// Action is what an operator does to a job.
-type Action string
-
-// The actions.
-const (
-	ActionRetry  Action = "retry"
-	ActionCancel Action = "cancel"
-	ActionDelete Action = "delete"
-)
-
 // ActionResult is the answer to an action.
 type ActionResult struct {
 	// Database and ID name the job; Action what was done.
 	Database string     `json:"database"`
 	ID       jobs.JobID `json:"id"`
-	Action   Action     `json:"action"`
+	Action   pgjobs.Act `json:"action"`
 }
 
 func (c *Console) apiAct(ec echo.Context, w who) error {
@@ -134,7 +133,7 @@ func (c *Console) apiAct(ec echo.Context, w who) error {
 	if bad != nil {
 		return ec.JSON(http.StatusNotFound, bad)
 	}
-	act := Action(ec.Param("action"))
+	act := pgjobs.Act(ec.Param("action"))
 	if err := c.act(ec.Request().Context(), w, db, id, act); err != nil {
 		st, body := errorStatus(db, err)
 		return ec.JSON(st, body)
@@ -145,14 +144,14 @@ func (c *Console) apiAct(ec echo.Context, w who) error {
 var errUnknownAction = errors.New("unknown action; want retry, cancel or delete")
 
 // act runs one action under the database timeout and writes its audit line.
-func (c *Console) act(ctx context.Context, w who, db Database, id jobs.JobID, act Action) error {
+func (c *Console) act(ctx context.Context, w who, db Database, id jobs.JobID, act pgjobs.Act) error {
 	var fn func(context.Context, jobs.JobID) error
 	switch act {
-	case ActionRetry:
+	case pgjobs.ActRetry:
 		fn = db.RetryJob
-	case ActionCancel:
+	case pgjobs.ActCancel:
 		fn = db.CancelJob
-	case ActionDelete:
+	case pgjobs.ActDelete:
 		fn = db.DeleteJob
 	default:
 		return errUnknownAction
@@ -183,4 +182,32 @@ func errorStatus(db Database, err error) (int, apiError) {
 		return http.StatusConflict, apiError{msg, "console_job_state"}
 	}
 	return http.StatusServiceUnavailable, apiError{msg, "console_database_unavailable"}
+}
+
+// bulkFrom reads a bulk action's action and filter from the query or form.
+func bulkFrom(ec echo.Context) (pgjobs.Act, BulkFilter, error) {
+	f := BulkFilter{
+		Database: ec.FormValue("database"), State: pgjobs.State(ec.FormValue("state")),
+		Kind: ec.FormValue("kind"), Queue: ec.FormValue("queue"), Tenant: ec.FormValue("tenant"),
+	}
+	if _, err := queryFrom(url.Values{"state": {string(f.State)}}); err != nil {
+		return "", f, err
+	}
+	return pgjobs.Act(ec.FormValue("action")), f, nil
+}
+
+func (c *Console) apiBulk(ec echo.Context, w who) error {
+	act, f, err := bulkFrom(ec)
+	var st BulkStatus
+	if err == nil {
+		st, err = c.startBulk(w, act, f)
+	}
+	switch {
+	case errors.Is(err, errBulkFull):
+		return ec.JSON(http.StatusTooManyRequests, apiError{err.Error(), "console_bulk_full"})
+	case err != nil:
+		return ec.JSON(http.StatusBadRequest, apiError{err.Error(), "console_bad_query"})
+	}
+	ec.Response().Header().Set(echo.HeaderLocation, APIPrefix+"bulk/"+st.ID)
+	return ec.JSON(http.StatusAccepted, st)
 }

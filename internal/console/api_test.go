@@ -185,7 +185,7 @@ func TestAuth(t *testing.T) {
 	}
 
 	var res console.ActionResult
-	if st, body := call(t, "POST", job+"/retry", consoletest.OperatorToken, &res); st != http.StatusOK || res.Action != console.ActionRetry {
+	if st, body := call(t, "POST", job+"/retry", consoletest.OperatorToken, &res); st != http.StatusOK || res.Action != pgjobs.ActRetry {
 		t.Fatalf("operator retry = %d %s", st, body)
 	}
 	call(t, "GET", job, consoletest.AdminToken, &j)
@@ -239,3 +239,63 @@ func TestReports(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestBulk: an action on every job matching a filter runs in the
+// background over every database, reports progress, names a database that
+// is down and changes nothing outside the filter.
+func TestBulk(t *testing.T) {
+	t.Parallel()
+	env := consoletest.New(t, consoletest.Options{})
+	failed := consoletest.Job{Kind: "bill_order", Tenant: "acme", State: pgjobs.StateFailed, Attempt: 5, Errors: []string{"boom"}}
+	env.Seed("shard-0", failed, failed, failed)
+	env.Seed("shard-1", failed, failed, consoletest.Job{Kind: "bill_order", Tenant: "globex", State: pgjobs.StateFailed, Attempt: 5})
+	if st, _ := call(t, "POST", env.URL+"/admin/api/bulk?action=retry&tenant=acme", consoletest.AdminToken, nil); st != http.StatusForbidden {
+		t.Errorf("read-only bulk = %d, want 403", st)
+	}
+	if st, _ := call(t, "POST", env.URL+"/admin/api/bulk?action=retry", consoletest.OperatorToken, nil); st != http.StatusBadRequest {
+		t.Errorf("bulk without a filter = %d, want 400", st)
+	}
+	run := func(query string) console.BulkStatus {
+		t.Helper()
+		req, _ := http.NewRequest("POST", env.URL+"/admin/api/bulk?"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+consoletest.OperatorToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("bulk %s = %d", query, resp.StatusCode)
+		}
+		loc := resp.Header.Get("Location")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var st console.BulkStatus
+			call(t, "GET", env.URL+loc, consoletest.AdminToken, &st)
+			if st.Finished != nil {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("bulk %s not finished: %+v", query, st)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	st := run("action=retry&tenant=acme&state=failed")
+	if st.Matched != 5 || st.Changed != 5 || st.Role != "operator" || len(st.Databases) != 3 {
+		t.Errorf("bulk retry = %+v, want 5 of acme's failed jobs over 3 databases", st)
+	}
+	var page console.JobPage
+	call(t, "GET", env.URL+"/admin/api/jobs?state=failed", consoletest.AdminToken, &page)
+	if len(page.Jobs) != 1 || page.Jobs[0].Tenant != "globex" {
+		t.Errorf("failed jobs after the bulk retry = %+v, want only globex's", page.Jobs)
+	}
+	env.MakeUnavailable("shard-1")
+	st = run("action=delete&tenant=acme")
+	if st.Changed != 3 || st.Databases[2].Database != "shard-1" || st.Databases[2].Error == "" {
+		t.Errorf("bulk delete with shard-1 down = %+v, want shard-0's 3 and shard-1 named", st)
+	}
+	if !strings.Contains(env.Audit.String(), `action="bulk retry"`) || !strings.Contains(env.Audit.String(), "count=5 outcome=finished") {
+		t.Errorf("audit lacks the bulk lines:\n%s", env.Audit.String())
+	}
+}

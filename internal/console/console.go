@@ -31,6 +31,9 @@ type Database interface {
 	RetryJob(ctx context.Context, id jobs.JobID) error
 	CancelJob(ctx context.Context, id jobs.JobID) error
 	DeleteJob(ctx context.Context, id jobs.JobID) error
+	// Operate applies an action to many jobs at once and returns how many
+	// it changed (the bulk actions).
+	Operate(ctx context.Context, act pgjobs.Act, ids []jobs.JobID) (int, error)
 	// Depths counts the jobs of every queue by state.
 	Depths(ctx context.Context) ([]pgjobs.QueueDepth, error)
 }
@@ -76,6 +79,7 @@ type Console struct {
 	dbs   map[string]Database
 	slots SlotReport
 	auth  authenticator
+	bulk  bulkOps
 }
 
 // New checks cfg and builds a Console.

@@ -69,7 +69,7 @@ func parseTemplates() error {
 			},
 		}
 		pages = map[string]*template.Template{}
-		for _, p := range []string{"login", "overview", "jobs", "job", "cells"} {
+		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk"} {
 			t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 			if err != nil {
 				pagesErr = fmt.Errorf("console: template %s: %w", p, err)
@@ -112,6 +112,29 @@ func (c *Console) registerUI(e *echo.Echo) {
 	e.GET(Prefix+"jobs", c.page(RoleReader, c.jobsPage))
 	e.GET(Prefix+"jobs/:db/:id", c.page(RoleReader, c.jobPage))
 	e.POST(Prefix+"jobs/:db/:id/:action", c.page(RoleOperator, c.actPage))
+	e.POST(Prefix+"bulk", c.page(RoleOperator, func(ec echo.Context, w who) error {
+		act, f, err := bulkFrom(ec)
+		var st BulkStatus
+		if err == nil {
+			st, err = c.startBulk(w, act, f)
+		}
+		if err != nil {
+			return c.render(ec, c.failure(w, http.StatusBadRequest, err.Error()))
+		}
+		return ec.Redirect(http.StatusSeeOther, Prefix+"bulk/"+st.ID)
+	}))
+	e.GET(Prefix+"bulk/:id", c.page(RoleReader, func(ec echo.Context, w who) error {
+		st, ok := c.bulk.get(ec.Param("id"))
+		if !ok {
+			return c.render(ec, c.failure(w, http.StatusNotFound, "no such bulk action"))
+		}
+		v := c.view(w, "bulk", "Bulk "+string(st.Action), st)
+		v.Nav = "jobs"
+		if st.Finished == nil {
+			v.Refresh = 2
+		}
+		return c.render(ec, v)
+	}))
 	e.GET(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))
 	}))
@@ -207,18 +230,19 @@ func (c *Console) jobsPage(ec echo.Context, w who) error {
 	}
 	v.Data = map[string]any{
 		"Query": q, "Page": page, "Names": names, "Next": next,
-		"States": []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
+		"Filtered": q.Database != "" || q.State != "" || q.Kind != "" || q.Queue != "" || q.Tenant != "",
+		"States":   []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
 	}
 	return c.render(ec, v)
 }
 
 // actionsFor lists the actions a job's state allows (a running job none).
-func actionsFor(s pgjobs.State) []Action {
+func actionsFor(s pgjobs.State) []pgjobs.Act {
 	switch s {
 	case pgjobs.StateAvailable:
-		return []Action{ActionRetry, ActionCancel, ActionDelete}
+		return []pgjobs.Act{pgjobs.ActRetry, pgjobs.ActCancel, pgjobs.ActDelete}
 	case pgjobs.StateCompleted, pgjobs.StateFailed:
-		return []Action{ActionRetry, ActionDelete}
+		return []pgjobs.Act{pgjobs.ActRetry, pgjobs.ActDelete}
 	}
 	return nil
 }
@@ -246,12 +270,12 @@ func (c *Console) actPage(ec echo.Context, w who) error {
 	if bad != nil {
 		return c.render(ec, c.failure(w, http.StatusNotFound, bad.Error))
 	}
-	act := Action(ec.Param("action"))
+	act := pgjobs.Act(ec.Param("action"))
 	if err := c.act(ec.Request().Context(), w, db, id, act); err != nil {
 		st, body := errorStatus(db, err)
 		return c.render(ec, c.failure(w, st, body.Error))
 	}
-	if act == ActionDelete {
+	if act == pgjobs.ActDelete {
 		return ec.Redirect(http.StatusSeeOther, Prefix+"jobs?"+url.Values{"database": {db.Name()}}.Encode())
 	}
 	return ec.Redirect(http.StatusSeeOther, fmt.Sprintf("%sjobs/%s/%d?done=%s", Prefix, url.PathEscape(db.Name()), id, act))

@@ -101,6 +101,22 @@ func TestPages(t *testing.T) {
 	if st != http.StatusOK || !strings.Contains(body, "retry done") || !strings.Contains(body, `id="state">available<`) {
 		t.Errorf("retry = %d, want the job page, available:\n%s", st, body)
 	}
+	// Bulk actions: offered to operators once a filter is set, never to a
+	// read-only user; the form leads to the progress page.
+	if _, body := reader.get(env.URL + "/admin/jobs?tenant=umbrella"); strings.Contains(body, "bulk-retry") {
+		t.Error("read-only user is offered bulk actions")
+	}
+	_, body = op.get(env.URL + "/admin/jobs?tenant=acme")
+	if !strings.Contains(body, `id="bulk-retry"`) {
+		t.Fatalf("operator's filtered job list offers no bulk actions:\n%s", body)
+	}
+	if _, body := op.get(env.URL + "/admin/jobs"); strings.Contains(body, "bulk-retry") {
+		t.Error("bulk actions offered without a filter")
+	}
+	st, body = op.post(env.URL+"/admin/bulk", url.Values{"csrf": {opCSRF}, "action": {"cancel"}, "tenant": {"acme"}})
+	if st != http.StatusOK || !strings.Contains(body, "Bulk cancel") || !strings.Contains(body, `tenant=&#34;acme&#34;`) {
+		t.Errorf("bulk cancel = %d:\n%s", st, body)
+	}
 	// Logged out, the session cookie is gone.
 	op.post(env.URL+"/admin/logout", url.Values{"csrf": {opCSRF}})
 	if _, body := op.get(jobURL); !strings.Contains(body, `name="token"`) {

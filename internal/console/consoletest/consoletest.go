@@ -10,12 +10,12 @@ package consoletest
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,11 +44,32 @@ type Env struct {
 	// Databases are control, shard-0 and shard-1 (and "slow" when asked).
 	Databases []*pgjobs.Backend
 	// Audit holds the log lines the console wrote.
-	Audit *strings.Builder
+	Audit *Log
 
 	tb    testing.TB
 	dsns  map[string]string
 	pools map[string]*pgxpool.Pool
+}
+
+// Log collects log lines; safe for concurrent use (bulk actions log from
+// their own goroutines).
+type Log struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// Write appends p.
+func (l *Log) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Options change what New builds.
@@ -64,7 +85,7 @@ type Options struct {
 // tb.Cleanup.
 func New(tb testing.TB, o Options) *Env {
 	tb.Helper()
-	e := &Env{tb: tb, Audit: &strings.Builder{}, dsns: map[string]string{}, pools: map[string]*pgxpool.Pool{}}
+	e := &Env{tb: tb, Audit: &Log{}, dsns: map[string]string{}, pools: map[string]*pgxpool.Pool{}}
 	ctx := context.Background()
 	for _, name := range []string{"control", "shard-0", "shard-1"} {
 		dsn := testpg.CreateDB(tb, "console_"+name)
@@ -97,7 +118,7 @@ func New(tb testing.TB, o Options) *Env {
 		DatabaseTimeout: o.DatabaseTimeout,
 		Spec:            spec,
 		Admission:       func() any { return map[string]any{"server": map[string]int{"in_flight": 0}} },
-		Logger:          slog.New(slog.NewTextHandler(io.MultiWriter(e.Audit), nil)),
+		Logger:          slog.New(slog.NewTextHandler(e.Audit, nil)),
 	})
 	if err != nil {
 		tb.Fatal(err)

@@ -43,42 +43,93 @@ func (b *Backend) Job(ctx context.Context, id jobs.JobID) (JobInfo, error) {
 // one more attempt if its budget is spent. A job whose uniqueness key is
 // held by another active job cannot come back (ErrJobState).
 func (b *Backend) RetryJob(ctx context.Context, id jobs.JobID) error {
-	return b.operate(ctx, "retry", id, sqlRetryJob)
+	return b.operateOne(ctx, ActRetry, id)
 }
 
 // CancelJob fails a waiting job for good, recording "cancelled by an
 // operator" as its last error. A running job cannot be cancelled.
 func (b *Backend) CancelJob(ctx context.Context, id jobs.JobID) error {
-	return b.operate(ctx, "cancel", id, sqlCancelJob)
+	return b.operateOne(ctx, ActCancel, id)
 }
 
 // DeleteJob removes a job that is not running.
 func (b *Backend) DeleteJob(ctx context.Context, id jobs.JobID) error {
-	return b.operate(ctx, "delete", id, sqlDeleteJob)
+	return b.operateOne(ctx, ActDelete, id)
 }
 
-func (b *Backend) operate(ctx context.Context, what string, id jobs.JobID, sql string) error {
+// Act is an operator action on jobs.
+type Act string
+
+// The actions of Operate.
+const (
+	ActRetry  Act = "retry"
+	ActCancel Act = "cancel"
+	ActDelete Act = "delete"
+)
+
+var actSQL = map[Act]string{ActRetry: sqlRetryJobs, ActCancel: sqlCancelJobs, ActDelete: sqlDeleteJobs}
+
+// Operate applies act to the jobs ids in one statement and returns how
+// many it changed; jobs whose state does not allow it are left alone. A
+// batch retry that collides on a uniqueness key falls back to one job at a
+// time, so the other jobs still come back.
+func (b *Backend) Operate(ctx context.Context, act Act, ids []jobs.JobID) (int, error) {
 	if !b.Ready() {
-		return ErrNotReady
+		return 0, ErrNotReady
 	}
-	tag, err := b.pool.Exec(ctx, sql, pgx.QueryExecModeExec, int64(id), b.now())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return fmt.Errorf("%w: another active job holds its uniqueness key", ErrJobState)
+	sql, ok := actSQL[act]
+	if !ok {
+		return 0, fmt.Errorf("pgjobs: unknown action %q", act)
+	}
+	raw := make([]int64, len(ids))
+	for i, id := range ids {
+		raw[i] = int64(id)
+	}
+	tag, err := b.pool.Exec(ctx, sql, pgx.QueryExecModeExec, raw, b.now())
+	if isUniqueViolation(err) && len(raw) > 1 {
+		n := 0
+		for _, id := range raw {
+			tag, err := b.pool.Exec(ctx, sql, pgx.QueryExecModeExec, []int64{id}, b.now())
+			if err != nil && !isUniqueViolation(err) {
+				return n, fmt.Errorf("pgjobs: %s jobs of %s: %w", act, b.name, err)
+			}
+			n += int(tag.RowsAffected())
+		}
+		b.wakeAfter(act, n)
+		return n, nil
+	}
+	if isUniqueViolation(err) {
+		return 0, fmt.Errorf("%w: another active job holds its uniqueness key", ErrJobState)
 	}
 	if err != nil {
-		return fmt.Errorf("pgjobs: %s job %d of %s: %w", what, id, b.name, err)
+		return 0, fmt.Errorf("pgjobs: %s jobs of %s: %w", act, b.name, err)
 	}
-	if tag.RowsAffected() == 1 {
-		if what == "retry" {
-			signal(b.wake)
-		}
-		return nil
+	n := int(tag.RowsAffected())
+	b.wakeAfter(act, n)
+	return n, nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
+
+// wakeAfter tells this process's fetcher that retried jobs are ready.
+func (b *Backend) wakeAfter(act Act, n int) {
+	if act == ActRetry && n > 0 {
+		signal(b.wake)
+	}
+}
+
+func (b *Backend) operateOne(ctx context.Context, act Act, id jobs.JobID) error {
+	n, err := b.Operate(ctx, act, []jobs.JobID{id})
+	if err != nil || n == 1 {
+		return err
 	}
 	// Nothing changed: tell a missing job from one in the wrong state.
 	var exists bool
 	if err := b.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM cellgate_jobs WHERE id = $1)`, pgx.QueryExecModeExec, int64(id)).Scan(&exists); err != nil {
-		return fmt.Errorf("pgjobs: %s job %d of %s: %w", what, id, b.name, err)
+		return fmt.Errorf("pgjobs: %s job %d of %s: %w", act, id, b.name, err)
 	}
 	if !exists {
 		return ErrJobNotFound
@@ -88,19 +139,19 @@ func (b *Backend) operate(ctx context.Context, what string, id jobs.JobID, sql s
 
 // vtime NULL: the job is placed in the fair order again when a fair claim
 // first sees it due, as after a backoff.
-const sqlRetryJob = `
+const sqlRetryJobs = `
 UPDATE cellgate_jobs
 SET state = 'available', run_at = $2, finished_at = NULL, vtime = NULL,
     max_attempts = greatest(max_attempts, attempt + 1)
-WHERE id = $1 AND state IN ('available', 'completed', 'failed')`
+WHERE id = ANY ($1::bigint[]) AND state IN ('available', 'completed', 'failed')`
 
-const sqlCancelJob = `
+const sqlCancelJobs = `
 UPDATE cellgate_jobs
 SET state = 'failed', finished_at = $2, vtime = NULL,
     errors = errors || jsonb_build_object('attempt', attempt, 'at', $2::timestamptz, 'error', 'cancelled by an operator')
-WHERE id = $1 AND state = 'available'`
+WHERE id = ANY ($1::bigint[]) AND state = 'available'`
 
-const sqlDeleteJob = `DELETE FROM cellgate_jobs WHERE id = $1 AND state <> 'running' AND $2::timestamptz IS NOT NULL`
+const sqlDeleteJobs = `DELETE FROM cellgate_jobs WHERE id = ANY ($1::bigint[]) AND state <> 'running' AND $2::timestamptz IS NOT NULL`
 
 // QueueDepth is one queue of one database as an operator sees it.
 type QueueDepth struct {

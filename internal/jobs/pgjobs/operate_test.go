@@ -93,3 +93,34 @@ func TestOperatorCalls(t *testing.T) {
 		t.Errorf("second delete = %v, want ErrJobNotFound", err)
 	}
 }
+
+// TestOperateBatch: a batch retry that collides on a uniqueness key still
+// brings back every job it can.
+func TestOperateBatch(t *testing.T) {
+	c := newCell(t, 1, 3)
+	if err := Migrate(context.Background(), c.dsns["control"]); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(c.set.Control(), Config{}, Options{Name: "control"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var ids []jobs.JobID
+	for _, uk := range []string{"k", "k", "other"} {
+		var id int64
+		err := b.pool.QueryRow(ctx, `INSERT INTO cellgate_jobs (kind, queue, args, state, attempt, max_attempts, run_at, created_at, unique_key, finished_at)
+			VALUES ('send_welcome', 'default', '{}', 'failed', 1, 1, now(), now(), $1, now()) RETURNING id`, uk).Scan(&id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, jobs.JobID(id))
+	}
+	n, err := b.Operate(ctx, ActRetry, ids)
+	if err != nil || n != 2 {
+		t.Fatalf("Operate(retry, 3 jobs, 2 sharing a key) = %d, %v; want 2", n, err)
+	}
+	if n, err := b.Operate(ctx, ActDelete, ids); err != nil || n != 3 {
+		t.Fatalf("Operate(delete) = %d, %v; want 3", n, err)
+	}
+}
