@@ -14,7 +14,7 @@ import (
 // admin token is set; without it those paths answer 404. The console sees
 // the PostgreSQL runtime's databases through console.Database, so the
 // runtime package never links the job backend.
-func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, log *slog.Logger) error {
+func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, rejections *console.TopK, log *slog.Logger) error {
 	admin := os.Getenv(cfg.Server.AdminTokenEnv)
 	if cfg.Server.AdminTokenEnv == "" || admin == "" {
 		return nil
@@ -35,6 +35,7 @@ func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, log
 		Databases:     dbs,
 		Spec:          cfg,
 		Admission:     func() any { return srv.Bulkheads().Report() },
+		Rejections:    rejections,
 		Logger:        log,
 	})
 	if err != nil {

@@ -34,6 +34,9 @@ func (c *Console) registerAPI(e *echo.Echo) {
 	e.GET(APIPrefix+"queues", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.queues(ec.Request().Context()))
 	}))
+	e.GET(APIPrefix+"tenants", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.tenants(ec.Request().Context()))
+	}))
 	e.GET(APIPrefix+"admission", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.admission())
 	}))

@@ -299,3 +299,30 @@ func TestBulk(t *testing.T) {
 		t.Errorf("audit lacks the bulk lines:\n%s", env.Audit.String())
 	}
 }
+
+// TestTenants: the tenants refused most, placed on their slot, shard and
+// cell, with their jobs and their share of the completed ones.
+func TestTenants(t *testing.T) {
+	t.Parallel()
+	env := consoletest.New(t, consoletest.Options{})
+	seedBoth(env)
+	for range 3 {
+		env.Rejections.Add("initech")
+	}
+	env.Rejections.Add("globex")
+	var rep console.TenantsReport
+	if st, body := call(t, "GET", env.URL+"/admin/api/tenants", consoletest.AdminToken, &rep); st != http.StatusOK {
+		t.Fatalf("tenants = %d %s", st, body)
+	}
+	if rep.Rejections != 4 || len(rep.Tenants) != 2 || rep.Partial {
+		t.Fatalf("tenants = %+v", rep)
+	}
+	top := rep.Tenants[0]
+	if top.Tenant != "initech" || top.Rejections != 3 || top.Shard == "" || top.Cell != "cell-1" {
+		t.Errorf("top tenant = %+v, want initech, 3 refusals, placed", top)
+	}
+	g := rep.Tenants[1]
+	if g.Tenant != "globex" || g.Completed != 1 || g.CompletedShare != 1 || rep.FairShare != 1.0/3 {
+		t.Errorf("globex = %+v (fair share %v); want its one completed job, all of them, of 3 tenants", g, rep.FairShare)
+	}
+}

@@ -36,6 +36,8 @@ type Database interface {
 	Operate(ctx context.Context, act pgjobs.Act, ids []jobs.JobID) (int, error)
 	// Depths counts the jobs of every queue by state.
 	Depths(ctx context.Context) ([]pgjobs.QueueDepth, error)
+	// Backlogs counts the given tenants' jobs by state, with the totals.
+	Backlogs(ctx context.Context, tenants []string) ([]pgjobs.TenantBacklog, pgjobs.JobTotals, error)
 }
 
 // Config is what a Console serves and how it guards it.
@@ -57,6 +59,10 @@ type Config struct {
 	// Admission returns the admission report (JSON-encodable); nil leaves
 	// the admission page empty.
 	Admission func() any
+	// Rejections holds the tenants the tenant bulkhead refuses most (fed by
+	// runtime.Options.OnTenantRejection); nil leaves the tenants view
+	// without rejections.
+	Rejections *TopK
 	// Logger receives the audit lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (sessions, ages); nil means time.Now.
@@ -78,6 +84,7 @@ type Console struct {
 	log   *slog.Logger
 	dbs   map[string]Database
 	slots SlotReport
+	place placement
 	auth  authenticator
 	bulk  bulkOps
 }
@@ -115,11 +122,11 @@ func New(cfg Config) (*Console, error) {
 		}
 		c.dbs[db.Name()] = db
 	}
-	rep, err := slotReport(cfg.Spec)
+	rep, place, err := slotReport(cfg.Spec)
 	if err != nil {
 		return nil, err
 	}
-	c.slots = rep
+	c.slots, c.place = rep, place
 	c.auth = newAuthenticator(cfg.AdminToken, cfg.OperatorToken, cfg.SessionKey, cfg.SessionTTL, cfg.Now)
 	if err := parseTemplates(); err != nil {
 		return nil, err

@@ -40,11 +40,30 @@ type CellSlots struct {
 	Count int      `json:"count"`
 }
 
+// placement finds a tenant's slot, shard and cell.
+type placement struct {
+	shards *slots.Map // nil without shards
+	cellOf []string   // by shard index; nil without cells
+}
+
+// of returns the tenant's slot, shard and cell ("" when unknown).
+func (p placement) of(tenant string) (slot int, shard, cell string) {
+	slot, err := slots.Slot(tenant)
+	if err != nil || p.shards == nil {
+		return slot, "", ""
+	}
+	i := p.shards.Owner(slot)
+	if p.cellOf != nil {
+		cell = p.cellOf[i]
+	}
+	return slot, p.shards.Name(i), cell
+}
+
 // slotReport builds the slot map from the spec as internal/shards does.
-func slotReport(cfg config.Config) (SlotReport, error) {
+func slotReport(cfg config.Config) (SlotReport, placement, error) {
 	rep := SlotReport{Cell: cfg.Server.Cell}
 	if len(cfg.Database.Shards) == 0 {
-		return rep, nil
+		return rep, placement{}, nil
 	}
 	owners := make([]slots.Owner, len(cfg.Database.Shards))
 	for i, s := range cfg.Database.Shards {
@@ -52,7 +71,7 @@ func slotReport(cfg config.Config) (SlotReport, error) {
 	}
 	sm, err := slots.Build(owners)
 	if err != nil {
-		return rep, fmt.Errorf("database.shards: %w", err)
+		return rep, placement{}, fmt.Errorf("database.shards: %w", err)
 	}
 	var cellOf []int
 	if len(cfg.Cells) > 0 {
@@ -62,24 +81,26 @@ func slotReport(cfg config.Config) (SlotReport, error) {
 		}
 		cm, err := slots.Build(cowners)
 		if err != nil {
-			return rep, fmt.Errorf("cells: %w", err)
+			return rep, placement{}, fmt.Errorf("cells: %w", err)
 		}
 		if cellOf, err = slots.Nest(sm, cm); err != nil {
-			return rep, fmt.Errorf("database.shards: %w", err)
+			return rep, placement{}, fmt.Errorf("database.shards: %w", err)
 		}
 		for i, c := range cfg.Cells {
 			rep.Cells = append(rep.Cells, CellSlots{Name: c.Name, URL: c.URL, Slots: cm.Specs(i), Count: cm.SlotCount(i)})
 		}
 	}
+	place := placement{shards: sm}
 	for i := range cfg.Database.Shards {
 		s := ShardSlots{Shard: sm.Name(i), Slots: sm.Specs(i), Count: sm.SlotCount(i), Here: cfg.Server.Cell == ""}
 		if cellOf != nil {
 			s.Cell = cfg.Cells[cellOf[i]].Name
 			s.Here = s.Here || s.Cell == cfg.Server.Cell
+			place.cellOf = append(place.cellOf, s.Cell)
 		}
 		rep.Shards = append(rep.Shards, s)
 	}
-	return rep, nil
+	return rep, place, nil
 }
 
 // LanesReport is the job runtime's lane layout, from the spec.

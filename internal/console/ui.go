@@ -51,6 +51,7 @@ func parseTemplates() error {
 				}
 				return d.Round(time.Second).String()
 			},
+			"pct": func(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) },
 			"json": func(v any) string {
 				var raw []byte
 				if m, ok := v.(json.RawMessage); ok {
@@ -69,7 +70,7 @@ func parseTemplates() error {
 			},
 		}
 		pages = map[string]*template.Template{}
-		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk"} {
+		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk", "tenants"} {
 			t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 			if err != nil {
 				pagesErr = fmt.Errorf("console: template %s: %w", p, err)
@@ -134,6 +135,9 @@ func (c *Console) registerUI(e *echo.Echo) {
 			v.Refresh = 2
 		}
 		return c.render(ec, v)
+	}))
+	e.GET(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
+		return c.render(ec, c.view(w, "tenants", "Tenants", c.tenants(ec.Request().Context())))
 	}))
 	e.GET(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))

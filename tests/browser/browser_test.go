@@ -175,6 +175,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("read-only user sees %d action buttons (role %q)", buttons, role)
 	}
 	shot(t, ro, dir, "job-read-only.png")
+	for i := range 40 {
+		env.Rejections.Add([]string{"initech", "initech", "acme", "umbrella", "initech"}[i%5])
+	}
+	run(t, ro, "tenants page", chromedp.Navigate(env.URL+"/admin/tenants"), chromedp.WaitVisible(`#tenants`, chromedp.ByQuery),
+		chromedp.Text(`#tenants tbody`, &table, chromedp.ByQuery))
+	if !strings.HasPrefix(strings.TrimSpace(table), "initech") {
+		t.Errorf("tenants table should start with initech, the most refused:\n%s", table)
+	}
+	shot(t, ro, dir, "tenants.png")
 	run(t, ro, "cells page", chromedp.Navigate(env.URL+"/admin/cells"), chromedp.WaitVisible(`#shards`, chromedp.ByQuery))
 	shot(t, ro, dir, "cells.png")
 }

@@ -45,6 +45,8 @@ type Env struct {
 	Databases []*pgjobs.Backend
 	// Audit holds the log lines the console wrote.
 	Audit *Log
+	// Rejections feeds the tenants view (as the bulkhead does in a cell).
+	Rejections *console.TopK
 
 	tb    testing.TB
 	dsns  map[string]string
@@ -85,7 +87,7 @@ type Options struct {
 // tb.Cleanup.
 func New(tb testing.TB, o Options) *Env {
 	tb.Helper()
-	e := &Env{tb: tb, Audit: &Log{}, dsns: map[string]string{}, pools: map[string]*pgxpool.Pool{}}
+	e := &Env{tb: tb, Audit: &Log{}, Rejections: console.NewTopK(16), dsns: map[string]string{}, pools: map[string]*pgxpool.Pool{}}
 	ctx := context.Background()
 	for _, name := range []string{"control", "shard-0", "shard-1"} {
 		dsn := testpg.CreateDB(tb, "console_"+name)
@@ -117,6 +119,7 @@ func New(tb testing.TB, o Options) *Env {
 		Databases:       dbs,
 		DatabaseTimeout: o.DatabaseTimeout,
 		Spec:            spec,
+		Rejections:      e.Rejections,
 		Admission:       func() any { return map[string]any{"server": map[string]int{"in_flight": 0}} },
 		Logger:          slog.New(slog.NewTextHandler(e.Audit, nil)),
 	})

@@ -216,3 +216,68 @@ ORDER BY queue`
 // Databases returns the backend of every database the runtime serves,
 // the control database first, then the shards in spec order.
 func (r *Runtime) Databases() []*Backend { return append([]*Backend(nil), r.all...) }
+
+// TenantBacklog is one tenant's jobs in one database.
+type TenantBacklog struct {
+	// Tenant is the tenant id.
+	Tenant string `json:"tenant"`
+	// Available counts its waiting jobs, Ready those due now, Running
+	// and Completed those states (completed within the retention window).
+	Available int64 `json:"available"`
+	Ready     int64 `json:"ready"`
+	Running   int64 `json:"running"`
+	Completed int64 `json:"completed"`
+	// OldestReadyAge is how long its oldest ready job has been due.
+	OldestReadyAge time.Duration `json:"oldest_ready_age_ns"`
+}
+
+// JobTotals are a database's totals the tenants' shares are measured
+// against.
+type JobTotals struct {
+	// Completed counts the completed jobs (within the retention window).
+	Completed int64 `json:"completed"`
+	// Tenants counts the tenants with any job in the table.
+	Tenants int64 `json:"tenants"`
+}
+
+// Backlogs returns the jobs of the given tenants by state, and the
+// database's totals. The totals read the whole table.
+func (b *Backend) Backlogs(ctx context.Context, tenants []string) ([]TenantBacklog, JobTotals, error) {
+	if !b.Ready() {
+		return nil, JobTotals{}, ErrNotReady
+	}
+	now := b.now()
+	var tot JobTotals
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'completed'), count(DISTINCT tenant) FILTER (WHERE tenant <> '') FROM cellgate_jobs`,
+		pgx.QueryExecModeExec).Scan(&tot.Completed, &tot.Tenants); err != nil {
+		return nil, tot, fmt.Errorf("pgjobs: job totals of %s: %w", b.name, err)
+	}
+	rows, err := b.pool.Query(ctx, `
+SELECT tenant,
+       count(*) FILTER (WHERE state = 'available'),
+       count(*) FILTER (WHERE state = 'available' AND run_at <= $2),
+       count(*) FILTER (WHERE state = 'running'),
+       count(*) FILTER (WHERE state = 'completed'),
+       min(run_at) FILTER (WHERE state = 'available' AND run_at <= $2)
+FROM cellgate_jobs WHERE tenant = ANY ($1::text[]) GROUP BY tenant`, pgx.QueryExecModeExec, tenants, now)
+	if err != nil {
+		return nil, tot, fmt.Errorf("pgjobs: tenant backlogs of %s: %w", b.name, err)
+	}
+	defer rows.Close()
+	var out []TenantBacklog
+	for rows.Next() {
+		var t TenantBacklog
+		var oldest *time.Time
+		if err := rows.Scan(&t.Tenant, &t.Available, &t.Ready, &t.Running, &t.Completed, &oldest); err != nil {
+			return nil, tot, fmt.Errorf("pgjobs: tenant backlogs of %s: %w", b.name, err)
+		}
+		if oldest != nil {
+			t.OldestReadyAge = max(now.Sub(*oldest), 0)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, tot, fmt.Errorf("pgjobs: tenant backlogs of %s: %w", b.name, err)
+	}
+	return out, tot, nil
+}
