@@ -6,7 +6,7 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet policy build run devdb-stop test screenshots bench cells clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy build run devdb-stop test test-deploy screenshots bench bench-peers cells clean
 
 all: build
 
@@ -18,8 +18,8 @@ generate:
 gen-if-needed:
 	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
 
-## check: drift check of gen/, policy tests, go vet
-check: drift policy vet
+## check: drift check of gen/, policy tests, go vet (both modules)
+check: drift policy vet vet-bench
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -30,7 +30,13 @@ policy:
 vet:
 	$(GO) vet ./...
 	cd tests/browser && $(GO) vet ./...
+	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+# The bench module (bench/go.mod, River beside our backend) builds in CI;
+# running it is `make bench-peers`.
+vet-bench:
+	cd bench && $(GO) vet ./... && $(GO) build -o /dev/null ./...
 
 ## build: the cell server
 build: gen-if-needed
@@ -46,14 +52,18 @@ run: build
 devdb-stop:
 	@scripts/devdb.sh --stop
 
-## test: every test, with the race detector
-test:
+## test: every test, with the race detector, then the deploy output checks
+test: test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	cd tests/browser && $(GO) test -count=1 -timeout 5m ./...
 
 ## screenshots: the console's browser test, writing the screenshots docs/console.md shows
 screenshots:
 	cd tests/browser && $(GO) test -count=1 -timeout 5m ./... -shots ../../docs/console
+
+## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
+test-deploy:
+	cd deploytest && $(GO) test -count=1 ./...
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:
@@ -63,6 +73,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'QuietTenantWait' -benchtime 20x ./internal/jobs/local/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./internal/jobs/pgjobs/ ./internal/slots/ ./internal/cells/ ./policy/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./tests/
+
+## bench-peers: our PostgreSQL job backend and River side by side (docs/benchmarks.md)
+bench-peers:
+	cd bench && $(GO) run ./peers $(PEERS_FLAGS)
 
 ## cells: a router and two cells on loopback, each cell with its own databases
 cells:

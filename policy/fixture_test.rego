@@ -14,6 +14,9 @@ base := {
 		"max_concurrent_requests": 0,
 		"read_header_timeout": "5s",
 		"read_timeout": "30s",
+		"body_read_timeout": "20s",
+		"body_min_bytes_per_second": 1024,
+		"body_rate_grace": "5s",
 		"write_timeout": "0s",
 		"idle_timeout": "120s",
 		"request_timeout": "30s",
@@ -41,6 +44,7 @@ base := {
 			],
 			"key_env": "CELLGATE_JWT_KEY",
 			"key_file": "",
+			"jwks_file": "",
 			"claim": "tenant",
 			"leeway": "0s",
 		},
@@ -58,6 +62,13 @@ base := {
 		"funding": 0,
 		"max_accounts": 100000,
 		"idle_after": "10m",
+	},
+	"router": {
+		"max_in_flight_per_cell": 1024,
+		"max_in_flight_per_tenant": 256,
+		"body_timeout": "30s",
+		"min_body_bytes_per_second": 1024,
+		"body_rate_grace": "5s",
 	},
 	"jobs": {
 		"backend": "postgres",
@@ -159,6 +170,50 @@ base := {
 			"public": false,
 		},
 	],
+	"deploy": {
+		"image": "cellgate:dev",
+		"image_pull_policy": "IfNotPresent",
+		"namespace": "cellgate",
+		"monitoring_namespace": "monitoring",
+		"labels": {},
+		"cells": {
+			"replicas": 2,
+			"min_available": 1,
+			"resources": {
+				"requests": {
+					"cpu": "250m",
+					"memory": "256Mi",
+				},
+				"limits": {
+					"cpu": "",
+					"memory": "512Mi",
+				},
+			},
+		},
+		"router": {
+			"replicas": 2,
+			"min_available": 1,
+			"resources": {
+				"requests": {
+					"cpu": "250m",
+					"memory": "256Mi",
+				},
+				"limits": {
+					"cpu": "",
+					"memory": "512Mi",
+				},
+			},
+			"port": 8090,
+		},
+		"termination_grace_period": "45s",
+		"pre_stop_sleep": "5s",
+		"probes": {
+			"period_seconds": 5,
+			"timeout_seconds": 3,
+			"failure_threshold": 3,
+			"startup_failure_threshold": 60,
+		},
+	},
 }
 
 # cfg returns base with the given patch ops applied.

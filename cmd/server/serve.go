@@ -49,13 +49,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	srv.AddReadiness("migrations", progress.check)
-	srv.AddReadiness("databases", set.Ping)
+	bm, err := newBootMetrics(srv.Registry())
+	if err != nil {
+		return err
+	}
+	bm.readiness(set, func(name string, check func(context.Context) error) { srv.AddReadiness(name, check) })
 	go func() {
 		// The job runtime applies its own migrations as it starts; the
 		// app's must be in place first, since workers use its tables.
 		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp), log, sleepCtx); err != nil {
+			if ctx.Err() == nil {
+				bm.migrationsFailed.Set(1) // final: a failed file is not retried
+			}
 			return
 		}
+		bm.migrationsApplied.Set(1)
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
 		}

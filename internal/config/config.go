@@ -22,10 +22,12 @@ type Config struct {
 	Server    Server    `json:"server"`
 	Tenancy   Tenancy   `json:"tenancy"`
 	Admission Admission `json:"admission"`
+	Router    Router    `json:"router"`
 	Jobs      Jobs      `json:"jobs"`
 	Database  Database  `json:"database"`
 	Cells     []Cell    `json:"cells"`
 	Routes    []Route   `json:"routes"`
+	Deploy    Deploy    `json:"deploy"`
 }
 
 // Service names the generated service.
@@ -40,10 +42,20 @@ type Server struct {
 	Address string `json:"address"`
 	// MaxConcurrentRequests caps in-flight requests server-wide (0 = none).
 	MaxConcurrentRequests int `json:"max_concurrent_requests"`
-	// ReadHeaderTimeout bounds reading request headers (slow-loris guard).
+	// ReadHeaderTimeout bounds reading a request's head from its first byte,
+	// never extended (slow-loris guard).
 	ReadHeaderTimeout Duration `json:"read_header_timeout"`
 	// ReadTimeout bounds reading a whole request.
 	ReadTimeout Duration `json:"read_timeout"`
+	// BodyReadTimeout bounds reading a request body from the end of its head
+	// (0 = only ReadTimeout).
+	BodyReadTimeout Duration `json:"body_read_timeout"`
+	// BodyMinBytesPerSecond is the slowest a body may arrive after
+	// BodyRateGrace, counting only time spent waiting for it (0 = none).
+	BodyMinBytesPerSecond int64 `json:"body_min_bytes_per_second"`
+	// BodyRateGrace is how long a body may take before the minimum rate
+	// applies.
+	BodyRateGrace Duration `json:"body_rate_grace"`
 	// WriteTimeout bounds writing a response (0 = none, for streams).
 	WriteTimeout Duration `json:"write_timeout"`
 	// IdleTimeout bounds idle keep-alive connections.
@@ -119,9 +131,12 @@ type JWTSource struct {
 	KeyEnv string `json:"key_env"`
 	// KeyFile, when set, is read instead of KeyEnv.
 	KeyFile string `json:"key_file"`
+	// JWKSFile, when set, is a JWKS file read instead of KeyFile and KeyEnv;
+	// tokens select its keys by kid.
+	JWKSFile string `json:"jwks_file"`
 	// Claim holds the tenant id.
 	Claim string `json:"claim"`
-	// Leeway tolerated on exp and nbf.
+	// Leeway tolerated on exp, nbf and iat.
 	Leeway Duration `json:"leeway"`
 }
 
@@ -139,6 +154,24 @@ type Admission struct {
 	MaxAccounts int `json:"max_accounts"`
 	// IdleAfter is how long an idle account is kept.
 	IdleAfter Duration `json:"idle_after"`
+}
+
+// Router configures the cell router's request path (cmd/router).
+type Router struct {
+	// MaxInFlightPerCell caps the requests one router has in flight to one
+	// cell (0 = no cap).
+	MaxInFlightPerCell int `json:"max_in_flight_per_cell"`
+	// MaxInFlightPerTenant caps one tenant's requests in flight through one
+	// router, before the per-cell cap (0 = no cap).
+	MaxInFlightPerTenant int `json:"max_in_flight_per_tenant"`
+	// BodyTimeout bounds reading a forwarded request's body (0 = none).
+	BodyTimeout Duration `json:"body_timeout"`
+	// MinBodyBytesPerSecond is the slowest a body may arrive after
+	// BodyRateGrace (0 = no minimum).
+	MinBodyBytesPerSecond int64 `json:"min_body_bytes_per_second"`
+	// BodyRateGrace is how long a body may take before the minimum rate
+	// applies.
+	BodyRateGrace Duration `json:"body_rate_grace"`
 }
 
 // Jobs configures the job runtime.
@@ -284,6 +317,86 @@ type Route struct {
 	Handler string `json:"handler"`
 	// Public routes skip tenancy and are never counted.
 	Public bool `json:"public"`
+}
+
+// Deploy shapes the generated Kubernetes manifests and monitoring mixin.
+// It names Secrets, never holds their values.
+type Deploy struct {
+	// Image is the service's container image reference.
+	Image string `json:"image"`
+	// ImagePullPolicy of every container: IfNotPresent, Always or Never.
+	ImagePullPolicy string `json:"image_pull_policy"`
+	// Namespace every object is created in.
+	Namespace string `json:"namespace"`
+	// MonitoringNamespace is where Prometheus runs; it may scrape the cells.
+	MonitoringNamespace string `json:"monitoring_namespace"`
+	// Labels are added to every object and pod.
+	Labels map[string]string `json:"labels"`
+	// Cells shapes each cell's Deployment.
+	Cells Workload `json:"cells"`
+	// Router shapes the router's Deployment.
+	Router RouterWorkload `json:"router"`
+	// TerminationGracePeriod is the wait between SIGTERM and SIGKILL.
+	TerminationGracePeriod Duration `json:"termination_grace_period"`
+	// PreStopSleep delays SIGTERM so endpoints stop routing to the pod first.
+	PreStopSleep Duration `json:"pre_stop_sleep"`
+	// Probes times the startup, readiness and liveness probes.
+	Probes Probes `json:"probes"`
+}
+
+// Workload is one kind of Deployment.
+type Workload struct {
+	// Replicas of the Deployment.
+	Replicas int `json:"replicas"`
+	// MinAvailable pods of the PodDisruptionBudget.
+	MinAvailable int `json:"min_available"`
+	// Resources of the container.
+	Resources Resources `json:"resources"`
+}
+
+// RouterWorkload is the router's Deployment and its port.
+type RouterWorkload struct {
+	// Replicas of the Deployment.
+	Replicas int `json:"replicas"`
+	// MinAvailable pods of the PodDisruptionBudget.
+	MinAvailable int `json:"min_available"`
+	// Resources of the container.
+	Resources Resources `json:"resources"`
+	// Port the router listens on.
+	Port int `json:"port"`
+}
+
+// Workload returns the router's replicas, budget and resources.
+func (r RouterWorkload) Workload() Workload {
+	return Workload{Replicas: r.Replicas, MinAvailable: r.MinAvailable, Resources: r.Resources}
+}
+
+// Resources are a container's requests and limits.
+type Resources struct {
+	// Requests reserve capacity for scheduling.
+	Requests ResourceList `json:"requests"`
+	// Limits cap the container.
+	Limits ResourceList `json:"limits"`
+}
+
+// ResourceList holds Kubernetes quantities; "" leaves one unset.
+type ResourceList struct {
+	// CPU, for example "250m".
+	CPU string `json:"cpu"`
+	// Memory, for example "256Mi".
+	Memory string `json:"memory"`
+}
+
+// Probes times the probes of every container.
+type Probes struct {
+	// PeriodSeconds between two probes.
+	PeriodSeconds int `json:"period_seconds"`
+	// TimeoutSeconds of one probe.
+	TimeoutSeconds int `json:"timeout_seconds"`
+	// FailureThreshold of readiness and liveness.
+	FailureThreshold int `json:"failure_threshold"`
+	// StartupFailureThreshold × PeriodSeconds is the startup budget.
+	StartupFailureThreshold int `json:"startup_failure_threshold"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("5s") in
