@@ -70,7 +70,7 @@ func parseTemplates() error {
 			},
 		}
 		pages = map[string]*template.Template{}
-		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk", "tenants"} {
+		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk", "tenants", "failure"} {
 			t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 			if err != nil {
 				pagesErr = fmt.Errorf("console: template %s: %w", p, err)
@@ -173,8 +173,9 @@ func (c *Console) view(w who, page, title string, data any) view {
 	return v
 }
 
+// failure is a page that only says what went wrong.
 func (c *Console) failure(w who, status int, msg string) view {
-	v := c.view(w, "cells", "Not allowed", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()})
+	v := c.view(w, "failure", http.StatusText(status), nil)
 	v.Failure, v.status = msg, status
 	return v
 }
