@@ -6,7 +6,7 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet vet-bench policy build run devdb-stop test test-deploy bench bench-peers cells clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy build run devdb-stop test test-deploy screenshots bench bench-peers cells clean
 
 all: build
 
@@ -29,6 +29,7 @@ policy:
 
 vet:
 	$(GO) vet ./...
+	cd tests/browser && $(GO) vet ./...
 	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
@@ -54,6 +55,11 @@ devdb-stop:
 ## test: every test, with the race detector, then the deploy output checks
 test: test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd tests/browser && $(GO) test -count=1 -timeout 5m ./...
+
+## screenshots: the console's browser test, writing the screenshots docs/console.md shows
+screenshots:
+	cd tests/browser && $(GO) test -count=1 -timeout 5m ./... -shots ../../docs/console
 
 ## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
 test-deploy:
