@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
+	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
@@ -37,7 +38,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	set.UsePermits(runtime.ShardPermits)
 
 	workers := jobs.NewWorkers()
-	app.RegisterWorkers(workers, log)
+	jobkinds.RegisterWorkers(workers, app.NewWorkers(app.WorkerDeps{Shards: set, Log: log}))
 	jobsRT, err := newJobs(ctx, cfg, set, workers, srv, log)
 	if err != nil {
 		return err
