@@ -9,7 +9,7 @@ export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=d
 # The tools' pinned versions live in tools/go.mod, apart from the service's.
 TOOL  := $(GO) tool -modfile=tools/go.mod
 
-.PHONY: all generate gen-if-needed check drift vet policy tidy staticcheck sqlc-vet build run test bench cells clean
+.PHONY: all generate gen-if-needed check drift vet policy tidy staticcheck sqlc-vet build run devdb-stop test bench cells clean
 
 all: build
 
@@ -50,9 +50,15 @@ sqlc-vet:
 build: gen-if-needed
 	$(GO) build -o $(BIN) ./cmd/server
 
-## run: a single cell on local PostgreSQL (see scripts/devdb.sh)
+## run: a single cell on local PostgreSQL, in databases of this checkout (see scripts/devdb.sh)
+# devdb.sh's exports are taken first, so a failing devdb.sh stops here with
+# its own message (eval "$$(…)" would succeed on empty output).
 run: build
-	@eval "$$(scripts/devdb.sh $(BIN))" && exec $(BIN) serve
+	@exports=$$(scripts/devdb.sh $(BIN)) || exit $$?; eval "$$exports"; exec $(BIN) serve
+
+## devdb-stop: stop the private PostgreSQL cluster make run may have started in .devdb/
+devdb-stop:
+	@scripts/devdb.sh --stop
 
 ## test: every test, with the race detector
 test:

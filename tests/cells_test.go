@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/cells/slotmove"
 	"github.com/cellgate/cellgate/internal/slots"
@@ -444,6 +445,7 @@ func TestCellsSlotMoveWhileRequestsFlow(t *testing.T) {
 	_, err = slotmove.Move(context.Background(), slotmove.Config{
 		MapFile: mapFile, Range: moving, From: "cell-1", To: "cell-2",
 		Source: shardsOf(c1), Target: shardsOf(c2), Settle: 300 * time.Millisecond,
+		Tables: spec.Config().Database.TenantTables,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		AfterCopy: func(ctx context.Context) error {
 			conn, err := pgx.Connect(ctx, c2.dsn("CELLGATE_SHARD_0_DSN"))

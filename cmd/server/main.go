@@ -2,10 +2,11 @@
 // operator tasks.
 //
 //	server [serve] [-config cell.json]   run the cell (the default)
-//	server migrate [-config cell.json]   apply the migrations, then exit
+//	server migrate [-config cell.json] [-db NAME] [-schema app|jobs] [status|up|down N|force V]
+//	                                     each database's migrations: report, apply, roll back, repair (migrate.go)
 //	server check   [-config cell.json]   validate the final config (CUE + policy), then exit
-//	server devdb   [-config cell.json] [-base URL]
-//	                                     create local databases, print their DSN exports (make run)
+//	server devdb   [-config cell.json] [-base URL] [-prefix P | -checkout DIR]
+//	                                     create this checkout's local databases, print their DSN exports (make run; devdb.go)
 //
 // `server -h` lists the commands; `server <command> -h` prints one
 // command's usage and flags.
@@ -50,10 +51,15 @@ func main() {
 	}
 }
 
-// usageError is a command line that names an unknown command, a bad flag
-// or an unexpected argument: run has printed it with the usage, and main
-// exits 2 instead of logging an error.
-type usageError struct{ msg string }
+// usageError is a command line that names an unknown command, a bad flag,
+// an unexpected argument or a bad action: run prints it with the usage
+// (usage; nil: the command's) on stderr, and main exits 2 instead of
+// logging an error. A command returns one for a bad argument it parses
+// itself.
+type usageError struct {
+	msg   string
+	usage func(io.Writer)
+}
 
 func (e usageError) Error() string { return e.msg }
 
@@ -74,6 +80,9 @@ type command struct {
 	synopsis string
 	// summary is the one line `server -h` shows.
 	summary string
+	// help is what the command's -h prints under its usage line; "" prints
+	// the summary.
+	help string
 	// positional: the command takes arguments after its flags (in
 	// invocation.args); without it any is a usage error.
 	positional bool
@@ -99,17 +108,12 @@ var commands = []command{
 		},
 	},
 	{
-		name:    "migrate",
-		summary: "apply the app's migrations (and the job backend's) to control and every shard, then exit",
-		setup: func(*flag.FlagSet) func(context.Context, invocation) error {
-			return func(ctx context.Context, inv invocation) error {
-				cfg, err := inv.cfg()
-				if err != nil {
-					return err
-				}
-				return migrateAll(ctx, cfg, inv.log)
-			}
-		},
+		name:       "migrate",
+		synopsis:   migrateSynopsis,
+		summary:    "report, apply, roll back or repair each database's migrations (default: apply them all), then exit",
+		help:       migrateHelp,
+		positional: true,
+		setup:      migrateCommand,
 	},
 	{
 		name:    "check",
@@ -126,24 +130,17 @@ var commands = []command{
 	},
 	{
 		name:     "devdb",
-		synopsis: "[-base URL]",
-		summary:  "create the spec's databases on a local PostgreSQL and print their DSN exports (make run)",
-		setup: func(fs *flag.FlagSet) func(context.Context, invocation) error {
-			base := fs.String("base", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server URL to create the databases on")
-			return func(ctx context.Context, inv invocation) error {
-				cfg, err := inv.cfg()
-				if err != nil {
-					return err
-				}
-				return devDatabases(ctx, cfg, *base, inv.stdout)
-			}
-		},
+		synopsis: devdbSynopsis,
+		summary:  "create this checkout's databases on a local PostgreSQL and print their DSN exports (make run)",
+		help:     devdbHelp,
+		setup:    devdbCommand,
 	},
 }
 
 // run parses args (without the program name) and runs the command they
-// name. -h on its own or after a command prints usage to stdout and returns
-// nil; a bad command line prints usage to stderr and returns a usageError.
+// name. -h on its own or after a command (wherever the command parses its
+// flags) prints usage to stdout and returns nil; a bad command line prints
+// the error and the usage to stderr and returns a usageError.
 func run(ctx context.Context, args []string, log *slog.Logger, stdout, stderr io.Writer) error {
 	name := commands[0].name
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -158,10 +155,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout, stderr io
 	}
 	cmd, ok := lookup(name)
 	if !ok {
-		err := usageError{fmt.Sprintf("unknown command %q; want one of %s", name, strings.Join(names(), ", "))}
-		fmt.Fprintln(stderr, err)
-		usage(stderr)
-		return err
+		return report(stderr, usageError{fmt.Sprintf("unknown command %q; want one of %s", name, strings.Join(names(), ", ")), usage})
 	}
 	fs := flag.NewFlagSet("server "+cmd.name, flag.ContinueOnError)
 	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "per-cell JSON config file applied over the spec's defaults; $CELLGATE_CONFIG when not given")
@@ -173,31 +167,50 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout, stderr io
 		if cmd.synopsis != "" {
 			fmt.Fprint(out, " "+cmd.synopsis)
 		}
-		fmt.Fprintf(out, "\n\n%s.\n\nflags:\n", upper(cmd.summary))
+		if cmd.help != "" {
+			fmt.Fprintf(out, "\n\n%s", cmd.help)
+		} else {
+			fmt.Fprintf(out, "\n\n%s.\n", upper(cmd.summary))
+		}
+		fmt.Fprint(out, "\nflags:\n")
 		fs.SetOutput(out)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
 	err := fs.Parse(args)
 	switch {
+	case err != nil && !errors.Is(err, flag.ErrHelp):
+		err = usageError{msg: err.Error()}
+	case err == nil && fs.NArg() > 0 && !cmd.positional:
+		err = usageError{msg: fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	case err == nil:
+		inv := invocation{
+			cfg:    func() (config.Config, error) { return loadConfig(ctx, *path, log) },
+			args:   fs.Args(),
+			log:    log,
+			stdout: stdout,
+		}
+		err = exec(ctx, inv)
+	}
+	var ue usageError
+	switch {
 	case errors.Is(err, flag.ErrHelp):
 		printUsage(stdout)
 		return nil
-	case err == nil && fs.NArg() > 0 && !cmd.positional:
-		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case errors.As(err, &ue):
+		if ue.usage == nil {
+			ue.usage = printUsage
+		}
+		return report(stderr, ue)
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		printUsage(stderr)
-		return usageError{err.Error()}
-	}
-	inv := invocation{
-		cfg:    func() (config.Config, error) { return loadConfig(ctx, *path, log) },
-		args:   fs.Args(),
-		log:    log,
-		stdout: stdout,
-	}
-	return exec(ctx, inv)
+	return err
+}
+
+// report prints a usage error and the usage it names on w, and returns it.
+func report(w io.Writer, ue usageError) error {
+	fmt.Fprintln(w, ue.msg)
+	ue.usage(w)
+	return ue
 }
 
 // usage lists the commands.

@@ -63,6 +63,9 @@ func TestCommandHelp(t *testing.T) {
 			if got, want := strings.Contains(out, "-base"), c.name == "devdb"; got != want {
 				t.Errorf("-base in the usage of %s: %v, want %v:\n%s", c.name, got, want, out)
 			}
+			if got, want := strings.Contains(out, "-db"), c.name == "migrate"; got != want {
+				t.Errorf("-db in the usage of %s: %v, want %v:\n%s", c.name, got, want, out)
+			}
 		})
 	}
 }
@@ -90,6 +93,12 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"-nope"}, "flag provided but not defined: -nope"},
 		{[]string{"check", "extra"}, `unexpected argument "extra"`},
 		{[]string{"serve", "-base", "x"}, "flag provided but not defined: -base"},
+		{[]string{"devdb", "extra"}, `unexpected argument "extra"`},
+		{[]string{"migrate", "frob"}, `migrate: unknown action "frob"; want status, up, down N or force V`},
+		{[]string{"migrate", "down"}, "migrate down needs a number"},
+		{[]string{"migrate", "force", "x"}, "migrate force x: want a number (down: >= 1, force: >= -1)"},
+		{[]string{"migrate", "status", "-nope"}, "flag provided but not defined: -nope"},
+		{[]string{"migrate", "-schema", "nope", "status"}, `migrate: -schema "nope": want app or jobs`},
 	} {
 		_, errOut, err := runCLI(t, tc.args...)
 		var ue usageError
@@ -99,6 +108,15 @@ func TestBadCommandLines(t *testing.T) {
 		if !strings.Contains(errOut, "usage: server ") {
 			t.Errorf("%v: no usage on stderr:\n%s", tc.args, errOut)
 		}
+	}
+}
+
+// TestMigrateHelpAfterAction: migrate parses flags after its action too,
+// and -h there is help as well.
+func TestMigrateHelpAfterAction(t *testing.T) {
+	out, errOut, err := runCLI(t, "migrate", "status", "-h")
+	if err != nil || errOut != "" || !strings.HasPrefix(out, "usage: server migrate ") || !strings.Contains(out, "force V") {
+		t.Fatalf("migrate status -h: err %v, stderr %q, stdout:\n%s", err, errOut, out)
 	}
 }
 

@@ -38,9 +38,9 @@ import (
 // Options are what Start needs besides the config.
 type Options struct {
 	// Migrate applies the app's migrations to one database, given its
-	// postgres:// URL: the app's sql.Migrate. Start applies it to the
-	// control database and every shard, as the server does. Nil applies
-	// none.
+	// postgres:// URL: the app's sql.Migrate. Start applies it where
+	// database.app_migrations says (the shards by default), as the server
+	// does. Nil applies none.
 	Migrate func(ctx context.Context, dsn string) error
 	// Log receives the job runtime's logs; nil discards them.
 	Log *slog.Logger
@@ -65,7 +65,7 @@ type Cell struct {
 }
 
 // Start creates the cell's databases on the test server (internal/testpg:
-// $CELLGATE_TEST_PG), applies o.Migrate and, with jobs.backend =
+// $CELLGATE_TEST_PG), applies o.Migrate (see Options) and, with jobs.backend =
 // "postgres", the job backend's migrations (on control, and on every shard
 // with jobs.postgres.shard_local: pgjobs.Runtime.Migrate), opens
 // them as cfg's shard set and registers their cleanup. cfg is typically
@@ -84,10 +84,11 @@ func Start(t testing.TB, cfg config.Config, o Options) *Cell {
 	for _, s := range cfg.Database.Shards {
 		dbs = append(dbs, database{s.Name, s.DSNEnv})
 	}
-	for _, d := range dbs {
+	for i, d := range dbs {
 		dsn := testpg.CreateDB(t, d.name)
 		c.env[d.env] = dsn
-		if o.Migrate != nil {
+		onControl, onShards := cfg.Database.AppMigrationsOnControl(), cfg.Database.AppMigrationsOnShards()
+		if o.Migrate != nil && ((i == 0 && onControl) || (i > 0 && onShards)) {
 			if err := o.Migrate(ctx, dsn); err != nil {
 				t.Fatalf("celltest: migrate %s: %v", d.name, err)
 			}

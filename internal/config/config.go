@@ -212,6 +212,31 @@ type Database struct {
 	Control ControlDB `json:"control"`
 	// Shards hold tenant data, split by slot.
 	Shards []Shard `json:"shards"`
+	// AppMigrations names the databases the app's migrations go to:
+	// "shards" (the default), "control" or "both".
+	AppMigrations string `json:"app_migrations"`
+	// TenantTables are the app's tables of tenant rows (tenant_id and slot
+	// columns), parents before children; slotmove moves them.
+	TenantTables []string `json:"tenant_tables"`
+}
+
+// App migration targets (Database.AppMigrations).
+const (
+	AppMigrationsShards  = "shards"
+	AppMigrationsControl = "control"
+	AppMigrationsBoth    = "both"
+)
+
+// AppMigrationsOnControl reports whether the app's migrations go to the
+// control database.
+func (d Database) AppMigrationsOnControl() bool {
+	return d.AppMigrations == AppMigrationsControl || d.AppMigrations == AppMigrationsBoth
+}
+
+// AppMigrationsOnShards reports whether the app's migrations go to the
+// shards (also when AppMigrations is empty: the default).
+func (d Database) AppMigrationsOnShards() bool {
+	return d.AppMigrations != AppMigrationsControl
 }
 
 // ControlDB is the control database of a cell.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellgate/cellgate/internal/dbmigrate"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/shards"
 )
@@ -41,6 +42,7 @@ type Runtime struct {
 	migrate func(ctx context.Context, dsn string) error
 
 	mu         sync.Mutex
+	failed     map[string]error // by database: a migration that failed in it
 	started    bool
 	stopped    bool
 	cancelMigr context.CancelFunc
@@ -127,7 +129,8 @@ func (r *Runtime) Shard(name string) *Backend {
 }
 
 // Start migrates every database in the background (retrying with backoff
-// while one is down; each database's workers and maintenance start once its
+// while one is down, giving up on one whose migration failed in the
+// database: see MigrationFailures; each database's workers and maintenance start once its
 // table exists) and starts the workers. ctx provides values only; Stop ends
 // everything.
 func (r *Runtime) Start(ctx context.Context) error {
@@ -167,6 +170,18 @@ func (r *Runtime) migrateUntilReady(ctx context.Context, b *Backend, dsn string)
 		if ctx.Err() != nil {
 			return
 		}
+		if dbmigrate.IsFailed(err) {
+			// PostgreSQL rejected a file or the database is dirty: trying
+			// again cannot help, an operator must repair it.
+			r.mu.Lock()
+			if r.failed == nil {
+				r.failed = map[string]error{}
+			}
+			r.failed[b.name] = err
+			r.mu.Unlock()
+			r.log.Error("pgjobs: the jobs migrations failed; this database's jobs stay stopped until it is repaired", "jobs_db", b.name, "err", err)
+			return
+		}
 		r.log.Warn("pgjobs: migrating the jobs table failed; retrying", "jobs_db", b.name, "err", err, "in", retry.next)
 		if !retry.wait(ctx.Done()) {
 			return
@@ -189,6 +204,20 @@ func (r *Runtime) Migrate(ctx context.Context) error {
 		r.ready.WithLabelValues(b.name).Set(1)
 	}
 	return nil
+}
+
+// MigrationFailures returns, by database name, the job backend's
+// migrations that failed in the database (a *dbmigrate.Error): the runtime
+// does not retry those, so the databases stay in NotReady until an
+// operator repairs them and restarts the process.
+func (r *Runtime) MigrationFailures() map[string]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]error, len(r.failed))
+	for k, v := range r.failed {
+		out[k] = v
+	}
+	return out
 }
 
 // NotReady lists the databases whose jobs table the runtime has not
