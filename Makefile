@@ -9,7 +9,7 @@ export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=d
 # The tools' pinned versions live in tools/go.mod, apart from the service's.
 TOOL  := $(GO) tool -modfile=tools/go.mod
 
-.PHONY: all generate gen-if-needed check drift vet policy tidy staticcheck sqlc-vet build run devdb-stop test bench cells clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet build run devdb-stop test bench bench-peers cells clean
 
 all: build
 
@@ -21,8 +21,8 @@ generate:
 gen-if-needed:
 	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
 
-## check: drift check of gen/, policy tests, go vet + gofmt, go mod tidy, staticcheck, sqlc vet
-check: drift policy vet tidy staticcheck sqlc-vet
+## check: drift check of gen/, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet
+check: drift policy vet vet-bench tidy staticcheck sqlc-vet
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -45,6 +45,11 @@ staticcheck:
 ## sqlc-vet: sqlc's checks and sqlc.yaml's rules over sql/queries
 sqlc-vet:
 	$(TOOL) sqlc vet
+
+# The bench module (bench/go.mod, River beside our backend) builds in CI;
+# running it is `make bench-peers`.
+vet-bench:
+	cd bench && $(GO) vet ./... && $(GO) build -o /dev/null ./...
 
 ## build: the cell server
 build: gen-if-needed
@@ -72,6 +77,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'QuietTenantWait' -benchtime 20x ./internal/jobs/local/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./internal/jobs/pgjobs/ ./internal/slots/ ./internal/cells/ ./policy/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./tests/
+
+## bench-peers: our PostgreSQL job backend and River side by side (docs/benchmarks.md)
+bench-peers:
+	cd bench && $(GO) run ./peers $(PEERS_FLAGS)
 
 ## cells: a router and two cells on loopback, each cell with its own databases
 cells:

@@ -53,12 +53,14 @@ func toolBinary(tb testing.TB, name string) string {
 const routerHealthInterval = 200 * time.Millisecond
 
 // startRouter runs the router binary on a free loopback port with the slot
-// map file, a 200 ms health-check interval and a 50 ms reload interval.
-func startRouter(tb testing.TB, mapFile string) *cell {
+// map file, a 200 ms health-check interval and a 50 ms reload interval;
+// extra flags (such as -net-http-only) follow.
+func startRouter(tb testing.TB, mapFile string, extra ...string) *cell {
 	tb.Helper()
 	addr := freeAddr(tb)
-	r := startProcess(tb, "router", addr, toolBinary(tb, "router"), []string{"CELLGATE_ROUTER_ADDRESS=" + addr}, "-slotmap", mapFile,
-		"-health-interval", routerHealthInterval.String(), "-health-timeout", "1s", "-reload", "50ms")
+	args := append([]string{"-slotmap", mapFile,
+		"-health-interval", routerHealthInterval.String(), "-health-timeout", "1s", "-reload", "50ms"}, extra...)
+	r := startProcess(tb, "router", addr, toolBinary(tb, "router"), []string{"CELLGATE_ROUTER_ADDRESS=" + addr}, args...)
 	r.waitStatus(tb, "/healthz", 200, 10*time.Second)
 	return r
 }

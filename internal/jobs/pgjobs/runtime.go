@@ -276,6 +276,22 @@ func (r *Runtime) EnqueueTx(ctx context.Context, tx shards.Tx, args jobs.Args, o
 	return r.client.EnqueueTx(ctx, tx, args, opts...)
 }
 
+// EnqueueMany commits the jobs to the control database with one round
+// trip and one commit, all or none (through its circuit breaker); see
+// jobs.Client.EnqueueMany.
+func (r *Runtime) EnqueueMany(ctx context.Context, args []jobs.Args, opts ...jobs.EnqueueOption) ([]jobs.EnqueueResult, error) {
+	return r.client.EnqueueMany(ctx, args, opts...)
+}
+
+// EnqueueManyTx writes the jobs with the caller's transaction tx in one
+// round trip, to tx's database as EnqueueTx does (and with its errors).
+func (r *Runtime) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []jobs.Args, opts ...jobs.EnqueueOption) ([]jobs.EnqueueResult, error) {
+	if _, err := r.backendOf(tx); err != nil {
+		return nil, err
+	}
+	return r.client.EnqueueManyTx(ctx, tx, args, opts...)
+}
+
 // backendOf returns the backend of tx's database, ready for an insert.
 func (r *Runtime) backendOf(tx shards.Tx) (*Backend, error) {
 	sh := tx.Shard()
@@ -377,6 +393,20 @@ func (m *multiBackend) InsertTx(ctx context.Context, tx shards.Tx, p jobs.Insert
 	return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: EnqueueTx: database %q is not one of this runtime's", tx.Database())
 }
 
+func (m *multiBackend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	return m.members[0].InsertMany(ctx, ps)
+}
+
+// InsertManyTx goes to the member of tx's database, as InsertTx.
+func (m *multiBackend) InsertManyTx(ctx context.Context, tx shards.Tx, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	for _, b := range m.members {
+		if b.name == tx.Database() {
+			return b.InsertManyTx(ctx, tx, ps)
+		}
+	}
+	return nil, fmt.Errorf("pgjobs: EnqueueManyTx: database %q is not one of this runtime's", tx.Database())
+}
+
 func (m *multiBackend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 	if worker < 0 || worker >= m.per*len(m.members) {
 		return nil, fmt.Errorf("pgjobs: Claim: worker %d out of range", worker)
@@ -466,3 +496,8 @@ func (m *multiBackend) Close(ctx context.Context) error {
 }
 
 var _ jobs.Backend = (*multiBackend)(nil)
+
+var (
+	_ jobs.BatchInserter   = (*multiBackend)(nil)
+	_ jobs.TxBatchInserter = (*multiBackend)(nil)
+)
