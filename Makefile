@@ -6,7 +6,10 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet vet-bench policy build run devdb-stop test test-deploy screenshots bench bench-peers cells clean
+# The tools' pinned versions live in tools/go.mod, apart from the service's.
+TOOL  := $(GO) tool -modfile=tools/go.mod
+
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet build run devdb-stop test test-deploy screenshots bench bench-peers cells clean
 
 all: build
 
@@ -18,8 +21,8 @@ generate:
 gen-if-needed:
 	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
 
-## check: drift check of gen/, policy tests, go vet (both modules)
-check: drift policy vet vet-bench
+## check: drift check of gen/, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet
+check: drift policy vet vet-bench tidy staticcheck sqlc-vet
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -32,6 +35,18 @@ vet:
 	cd tests/browser && $(GO) vet ./...
 	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+# go.mod and go.sum of the service and of tools/ are what `go mod tidy` writes.
+tidy:
+	$(GO) mod tidy -diff
+	cd tools && $(GO) mod tidy -diff
+
+staticcheck:
+	$(TOOL) staticcheck ./...
+
+## sqlc-vet: sqlc's checks and sqlc.yaml's rules over sql/queries
+sqlc-vet:
+	$(TOOL) sqlc vet
 
 # The bench module (bench/go.mod, River beside our backend) builds in CI;
 # running it is `make bench-peers`.

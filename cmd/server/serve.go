@@ -8,6 +8,7 @@ import (
 
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
+	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs"
@@ -34,7 +35,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	set.UsePermits(runtime.ShardPermits)
 
 	workers := jobs.NewWorkers()
-	app.RegisterWorkers(workers, log)
+	jobkinds.RegisterWorkers(workers, app.NewWorkers(app.WorkerDeps{Shards: set, Log: log}))
 	// The cell listens at once so /healthz answers while migrations run;
 	// /readyz turns ready when the databases answer and are migrated, and
 	// names the database, the file and PostgreSQL's error when a migration
