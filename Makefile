@@ -39,7 +39,7 @@ vet:
 # go.mod and go.sum of the service and of tools/ are what `go mod tidy` writes.
 tidy:
 	$(GO) mod tidy -diff
-	cd tools && $(GO) mod tidy -diff
+	for m in tools bench deploytest tests/browser; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
 
 staticcheck:
 	$(TOOL) staticcheck ./...
