@@ -6,7 +6,9 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet policy build run test bench cells clean
+.PHONY: all generate gen-if-needed check drift vet policy build run test bench cells image podman clean
+# The image's name in the archive `make image` writes (podman load tags it so).
+IMAGE_REF ?= localhost/cellgate:latest
 
 all: build
 
@@ -29,6 +31,7 @@ policy:
 
 vet:
 	$(GO) vet ./...
+	cd tools/image && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 ## build: the cell server
@@ -39,9 +42,20 @@ build: gen-if-needed
 run: build
 	@eval "$$(scripts/devdb.sh $(BIN))" && exec $(BIN) serve
 
-## test: every test, with the race detector
+## test: every test, with the race detector (and the image tool's module)
 test:
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd tools/image && $(GO) test -race -count=1 -timeout 10m ./...
+
+## image: the OCI image archive of server, router and slotmove (docs/image.md);
+## no container engine needed; the last line printed is the archive's path
+image: gen-if-needed
+	@cd tools/image && $(GO) run . -root $(CURDIR) -o $(CURDIR)/bin/cellgate-image.oci.tar -ref $(IMAGE_REF)
+
+## podman: install podman and runc (Debian) for the container test in tests/
+podman:
+	@command -v podman >/dev/null && command -v runc >/dev/null || \
+	  { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq podman runc; }
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:
