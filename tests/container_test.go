@@ -87,12 +87,13 @@ func buildAndLoadImage(t *testing.T, p podman, ref string) {
 	t.Cleanup(func() { _ = p.cmd("rmi", "-f", ref).Run() })
 }
 
-// startContainer runs the image detached on the host network with env and
-// args (an entrypoint override first, if any) and removes it at cleanup,
-// logging its output when the test failed.
+// startContainer runs the image detached on the host network with a
+// read-only root filesystem (as Kubernetes manifests should), env, mounts
+// and args (an entrypoint override first, if any), and removes it at
+// cleanup, logging its output when the test failed.
 func startContainer(t *testing.T, p podman, name, ref string, env []string, entrypoint string, mounts []string, args ...string) {
 	t.Helper()
-	cmdline := []string{"run", "-d", "--name", name, "--network", "host", "--pull=never"}
+	cmdline := []string{"run", "-d", "--name", name, "--network", "host", "--pull=never", "--read-only"}
 	for _, e := range env {
 		cmdline = append(cmdline, "-e", e)
 	}

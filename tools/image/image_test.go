@@ -377,3 +377,20 @@ func TestContainerfileMatchesLayout(t *testing.T) {
 		t.Errorf("Containerfile has %d stages, want build and final", n)
 	}
 }
+
+// TestServiceModuleDoesNotNeedContainerregistry: go-containerregistry is
+// this module's dependency, never the service's.
+func TestServiceModuleDoesNotNeedContainerregistry(t *testing.T) {
+	cmd := exec.Command("go", "list", "-m", "all")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -m all in the service module: %v", err)
+	}
+	if !bytes.Contains(out, []byte("github.com/labstack/echo/v4")) {
+		t.Fatalf("not the service module's list:\n%s", out)
+	}
+	if bytes.Contains(out, []byte("github.com/google/go-containerregistry")) {
+		t.Fatal("the service module's graph contains github.com/google/go-containerregistry")
+	}
+}
