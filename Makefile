@@ -53,9 +53,10 @@ image: gen-if-needed
 	@cd tools/image && $(GO) run . -root $(CURDIR) -o $(CURDIR)/bin/cellgate-image.oci.tar -ref $(IMAGE_REF)
 
 ## podman: install podman and runc (Debian) for the container test in tests/
+SUDO = $(if $(filter 0,$(shell id -u)),,sudo)
 podman:
 	@command -v podman >/dev/null && command -v runc >/dev/null || \
-	  { $(if $(filter 0,$(shell id -u)),,sudo) apt-get update -qq && $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y -qq podman runc; }
+	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq podman runc; }
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:
