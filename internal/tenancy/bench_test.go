@@ -73,14 +73,3 @@ func BenchmarkExtract(b *testing.B) {
 		}
 	})
 }
-
-// discardWriter is a reusable http.ResponseWriter, so the benchmark measures
-// Echo and the middleware, not httptest.ResponseRecorder.
-type discardWriter struct {
-	h    http.Header
-	code int
-}
-
-func (w *discardWriter) Header() http.Header         { return w.h }
-func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (w *discardWriter) WriteHeader(code int)        { w.code = code }
