@@ -350,6 +350,7 @@ func TestContainerfileMatchesLayout(t *testing.T) {
 		"-o /rootfs" + BinDir + "/ ./cmd/server ./cmd/router ./cmd/slotmove",
 		"cp " + CABundle + " /rootfs/etc/ssl/certs/",
 		"FROM scratch",
+		"COPY --from=build --chown=65532:65532 /rootfs" + path.Dir(HomeDir) + "/ " + path.Dir(HomeDir) + "/",
 		"USER 65532:65532",
 		"WORKDIR " + HomeDir,
 		"ENV PATH=" + BinDir + " SSL_CERT_FILE=" + CABundle,
