@@ -6,7 +6,7 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet policy build run test bench cells image podman clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy build run devdb-stop test bench bench-peers cells image podman clean
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:latest
 
@@ -20,8 +20,8 @@ generate:
 gen-if-needed:
 	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
 
-## check: drift check of gen/, policy tests, go vet
-check: drift policy vet
+## check: drift check of gen/, policy tests, go vet (both modules)
+check: drift policy vet vet-bench
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -34,13 +34,24 @@ vet:
 	cd tools/image && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
+# The bench module (bench/go.mod, River beside our backend) builds in CI;
+# running it is `make bench-peers`.
+vet-bench:
+	cd bench && $(GO) vet ./... && $(GO) build -o /dev/null ./...
+
 ## build: the cell server
 build: gen-if-needed
 	$(GO) build -o $(BIN) ./cmd/server
 
-## run: a single cell on local PostgreSQL (see scripts/devdb.sh)
+## run: a single cell on local PostgreSQL, in databases of this checkout (see scripts/devdb.sh)
+# devdb.sh's exports are taken first, so a failing devdb.sh stops here with
+# its own message (eval "$$(…)" would succeed on empty output).
 run: build
-	@eval "$$(scripts/devdb.sh $(BIN))" && exec $(BIN) serve
+	@exports=$$(scripts/devdb.sh $(BIN)) || exit $$?; eval "$$exports"; exec $(BIN) serve
+
+## devdb-stop: stop the private PostgreSQL cluster make run may have started in .devdb/
+devdb-stop:
+	@scripts/devdb.sh --stop
 
 ## test: every test, with the race detector (and the image tool's module)
 test:
@@ -66,6 +77,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'QuietTenantWait' -benchtime 20x ./internal/jobs/local/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./internal/jobs/pgjobs/ ./internal/slots/ ./internal/cells/ ./policy/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./tests/
+
+## bench-peers: our PostgreSQL job backend and River side by side (docs/benchmarks.md)
+bench-peers:
+	cd bench && $(GO) run ./peers $(PEERS_FLAGS)
 
 ## cells: a router and two cells on loopback, each cell with its own databases
 cells:

@@ -10,11 +10,11 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
@@ -81,12 +81,38 @@ type signUpRequest struct {
 	Name  string `json:"name"`
 }
 
+// Field limits of the example's bodies, in bytes. The database would refuse
+// an email too long for its unique index (and the runtime answer 400), but
+// a limit the client can read in the answer is better than a database error.
+const (
+	maxEmailBytes = 254 // the longest address SMTP carries (RFC 5321)
+	maxNameBytes  = 200
+	maxNoteBytes  = 2000
+)
+
+func (r signUpRequest) validate() error {
+	switch {
+	case r.Email == "":
+		return runtime.BadBody(nil, "email is required")
+	case len(r.Email) > maxEmailBytes:
+		return runtime.BadBody(nil, fmt.Sprintf("email must be at most %d bytes", maxEmailBytes))
+	case len(r.Name) > maxNameBytes:
+		return runtime.BadBody(nil, fmt.Sprintf("name must be at most %d bytes", maxNameBytes))
+	}
+	return nil
+}
+
 // SignUp writes the account on the tenant's shard and enqueues
-// send_welcome in the same transaction.
+// send_welcome in the same transaction. A second sign-up of an email is the
+// database's unique refusal, which the runtime answers 409 already_exists
+// (docs/errors.md lists every such answer).
 func (a *App) SignUp(c echo.Context) error {
 	var req signUpRequest
-	if err := c.Bind(&req); err != nil || req.Email == "" {
-		return runtime.BadBody(err, "body must be JSON with a non-empty email")
+	if err := c.Bind(&req); err != nil {
+		return err
+	}
+	if err := req.validate(); err != nil {
+		return err
 	}
 	ctx := c.Request().Context()
 	sh, err := a.shard(ctx)
@@ -106,12 +132,13 @@ func (a *App) SignUp(c echo.Context) error {
 		return err
 	})
 	if err != nil {
-		return dbError(err)
+		return err
 	}
 	return c.JSON(http.StatusCreated, acct)
 }
 
-// GetAccount returns one account of the tenant (?id=).
+// GetAccount returns one account of the tenant (?id=). No such account is
+// pgx.ErrNoRows, which the runtime answers 404 not_found.
 func (a *App) GetAccount(c echo.Context) error {
 	id, err := strconv.ParseInt(c.QueryParam("id"), 10, 64)
 	if err != nil {
@@ -128,7 +155,7 @@ func (a *App) GetAccount(c echo.Context) error {
 		return err
 	})
 	if err != nil {
-		return dbError(err)
+		return err
 	}
 	return c.JSON(http.StatusOK, acct)
 }
@@ -140,11 +167,21 @@ type createOrderRequest struct {
 	Note        string `json:"note"`
 }
 
-// CreateOrder adds an order to one of the tenant's accounts.
+// CreateOrder adds an order to one of the tenant's accounts. An unknown
+// account_id is the database's foreign-key refusal, which the runtime
+// answers 422 reference_not_found.
 func (a *App) CreateOrder(c echo.Context) error {
 	var req createOrderRequest
-	if err := c.Bind(&req); err != nil || req.AccountID <= 0 || req.AmountCents < 0 {
-		return runtime.BadBody(err, "body must be JSON with account_id > 0 and amount_cents >= 0")
+	if err := c.Bind(&req); err != nil {
+		return err
+	}
+	switch {
+	case req.AccountID <= 0:
+		return runtime.BadBody(nil, "account_id must be > 0")
+	case req.AmountCents < 0:
+		return runtime.BadBody(nil, "amount_cents must be >= 0")
+	case len(req.Note) > maxNoteBytes:
+		return runtime.BadBody(nil, fmt.Sprintf("note must be at most %d bytes", maxNoteBytes))
 	}
 	ctx := c.Request().Context()
 	sh, err := a.shard(ctx)
@@ -159,7 +196,7 @@ func (a *App) CreateOrder(c echo.Context) error {
 		return err
 	})
 	if err != nil {
-		return dbError(err)
+		return err
 	}
 	return c.JSON(http.StatusCreated, o)
 }
@@ -197,7 +234,7 @@ func (a *App) ListOrders(c echo.Context) error {
 		return err
 	})
 	if err != nil {
-		return dbError(err)
+		return err
 	}
 	if orders == nil {
 		orders = []db.Order{}
@@ -220,15 +257,4 @@ func (a *App) shard(ctx context.Context) (shards.Accessor, error) {
 		return sh, echo.NewHTTPError(http.StatusUnauthorized, "no tenant")
 	}
 	return sh, nil
-}
-
-// dbError maps database outcomes onto HTTP answers.
-func dbError(err error) error {
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return echo.NewHTTPError(http.StatusNotFound, "not found")
-	case isUniqueViolation(err):
-		return echo.NewHTTPError(http.StatusConflict, "already exists")
-	}
-	return err
 }

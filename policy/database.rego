@@ -22,3 +22,13 @@ deny contains msg if {
 	s.dsn_env == control
 	msg := sprintf("database.shards[%d].dsn_env: %s is also database.control.dsn_env; with jobs.postgres.shard_local two job runtimes would claim from one table", [i, json.marshal(s.dsn_env)])
 }
+
+# Tenant tables hold tenant rows, which handlers (shards.Accessor) and
+# slotmove use on the shards: with the app's migrations on the control
+# database only, the shards would not have them.
+warn contains msg if {
+	input.database.app_migrations == "control"
+	n := count(object.get(input.database, "tenant_tables", []))
+	n > 0
+	msg := sprintf("database.app_migrations: \"control\" creates the app's tables on the control database only, but database.tenant_tables names %d tenant tables, which handlers and slotmove use on the shards; use \"shards\" or \"both\"", [n])
+}

@@ -18,3 +18,19 @@ test_shard_on_control_dsn_without_shard_local_allowed if {
 	c := cfg([rep("/database/shards/0/dsn_env", "CELLGATE_CONTROL_DSN"), rep("/jobs/postgres/shard_local", false)])
 	count(deny_of(c)) == 0
 }
+
+test_tenant_tables_with_control_only_migrations_warned if {
+	c := cfg([
+		{"op": "add", "path": "/database/app_migrations", "value": "control"},
+		{"op": "add", "path": "/database/tenant_tables", "value": ["accounts"]},
+	])
+	"database.app_migrations: \"control\" creates the app's tables on the control database only, but database.tenant_tables names 1 tenant tables, which handlers and slotmove use on the shards; use \"shards\" or \"both\"" in warn_of(c)
+}
+
+test_tenant_tables_with_both_allowed if {
+	c := cfg([
+		{"op": "add", "path": "/database/app_migrations", "value": "both"},
+		{"op": "add", "path": "/database/tenant_tables", "value": ["accounts"]},
+	])
+	not has(warn_of(c), "database.app_migrations")
+}

@@ -49,3 +49,14 @@ warn contains msg if {
 	lease * shards > funding
 	msg := sprintf("admission.lease_size: %d units × %d shards is more than admission.funding (%d); some shards would find the line empty while units sit in other shards' leases; lower lease_size to at most funding / shards (%d)", [lease, shards, funding, max([1, floor(funding / shards)])])
 }
+
+# net/http's read_timeout bounds the whole request, the body included, so a
+# body_read_timeout at or above it never fires.
+warn contains msg if {
+	b := duration_ns(input.server.body_read_timeout)
+	r := duration_ns(input.server.read_timeout)
+	b > 0
+	r > 0
+	b >= r
+	msg := sprintf("server.body_read_timeout: %s is not below server.read_timeout (%s), which bounds the whole request; it has no effect; set it below read_timeout", [input.server.body_read_timeout, input.server.read_timeout])
+}

@@ -57,3 +57,13 @@ test_server_cell_empty_allowed if {
 	c := cfg([add("/server/cell", "")])
 	count(deny_of(c)) == 0
 }
+
+test_body_timeout_beyond_read_timeout_warned if {
+	c := cfg([rep("/server/body_read_timeout", "30s")])
+	"server.body_read_timeout: 30s is not below server.read_timeout (30s), which bounds the whole request; it has no effect; set it below read_timeout" in warn_of(c)
+}
+
+test_body_timeout_below_read_timeout_quiet if {
+	c := cfg([rep("/server/body_read_timeout", "10s")])
+	count(warn_of(c)) == 0
+}

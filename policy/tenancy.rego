@@ -101,10 +101,19 @@ deny contains msg if {
 	msg := sprintf("tenancy.jwt.algorithms: %s mixes key families (%s); one key serves one family, and HMAC beside RSA/ECDSA invites key confusion (a public key used as HMAC secret); list one family", [json.marshal(jwt_algorithms), concat(", ", sort(families))])
 }
 
+# jwks_file wins over key_file: the key file would silently not be read.
+warn contains msg if {
+	jwt_source
+	object.get(input.tenancy.jwt, "jwks_file", "") != ""
+	input.tenancy.jwt.key_file != ""
+	msg := sprintf("tenancy.jwt.key_file: %s is not read while tenancy.jwt.jwks_file is set; put the key into the key set and drop key_file", [json.marshal(input.tenancy.jwt.key_file)])
+}
+
 # key_file is documented as a PEM public key; an HMAC "secret" that is a
 # public key lets anyone who has it mint tokens.
 warn contains msg if {
 	jwt_source
+	object.get(input.tenancy.jwt, "jwks_file", "") == ""
 	input.tenancy.jwt.key_file != ""
 	count(jwt_algorithms) > 0
 	every a in jwt_algorithms {

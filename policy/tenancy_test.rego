@@ -167,6 +167,16 @@ test_jwt_hmac_key_file_warned if {
 	has(warn_of(c), "tenancy.jwt.key_file: \"/etc/cellgate/jwt.pem\" is read as the HMAC secret of HS256;")
 }
 
+test_jwt_key_file_beside_jwks_file_warned if {
+	c := jwt([rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem"), rep("/tenancy/jwt/jwks_file", "/etc/cellgate/jwks.json")])
+	"tenancy.jwt.key_file: \"/etc/cellgate/jwt.pem\" is not read while tenancy.jwt.jwks_file is set; put the key into the key set and drop key_file" in warn_of(c)
+}
+
+test_jwt_jwks_file_quiet if {
+	c := jwt([rep("/tenancy/jwt/jwks_file", "/etc/cellgate/jwks.json")])
+	count(warn_of(c)) == 0
+}
+
 test_jwt_rsa_key_file_quiet if {
 	c := jwt([rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem"), rep("/tenancy/jwt/algorithms", ["RS256"])])
 	count(warn_of(c)) == 0

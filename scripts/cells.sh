@@ -35,9 +35,9 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-# Each cell's databases: `server devdb` names them cellgate_<service>_<db>,
+# Each cell's databases: `server devdb` names them <prefix>_<service>_<db>,
 # so a devdb-only overlay with a per-cell service name keeps the two cells'
-# databases apart (cellgate_example_cell_1_control, ...).
+# databases apart (<prefix>_example_cell_1_control, ...).
 declare -A dsn
 for i in 0 1; do
   n=${names[$i]}

@@ -17,7 +17,7 @@ import (
 )
 
 // Migrations holds sql/migrations/*.sql, the app's own migrations, applied
-// to the control database and to every shard.
+// to the databases database.app_migrations names (the shards by default).
 //
 //go:embed migrations/*.sql
 var Migrations embed.FS
@@ -29,8 +29,13 @@ const MigrationsDir = "migrations"
 // migrations: its default name, so the golang-migrate CLI finds it too.
 const MigrationsTable = "schema_migrations"
 
+// Files are the app's migrations as dbmigrate applies, rolls back, forces
+// and reports them (the `server migrate` subcommand).
+var Files = dbmigrate.Files{FS: Migrations, Dir: MigrationsDir, Table: MigrationsTable}
+
 // Migrate applies the app's migrations to the database at dsn (a
-// postgres:// URL) up to the newest version.
+// postgres:// URL) up to the newest version. A file PostgreSQL rejects is a
+// *dbmigrate.Error naming it.
 func Migrate(ctx context.Context, dsn string) error {
-	return dbmigrate.Up(ctx, dsn, Migrations, MigrationsDir, MigrationsTable)
+	return Files.Up(ctx, dsn)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/cells/slotmove"
 	"github.com/cellgate/cellgate/internal/slots"
@@ -52,12 +53,14 @@ func toolBinary(tb testing.TB, name string) string {
 const routerHealthInterval = 200 * time.Millisecond
 
 // startRouter runs the router binary on a free loopback port with the slot
-// map file, a 200 ms health-check interval and a 50 ms reload interval.
-func startRouter(tb testing.TB, mapFile string) *cell {
+// map file, a 200 ms health-check interval and a 50 ms reload interval;
+// extra flags (such as -net-http-only) follow.
+func startRouter(tb testing.TB, mapFile string, extra ...string) *cell {
 	tb.Helper()
 	addr := freeAddr(tb)
-	r := startProcess(tb, "router", addr, toolBinary(tb, "router"), []string{"CELLGATE_ROUTER_ADDRESS=" + addr}, "-slotmap", mapFile,
-		"-health-interval", routerHealthInterval.String(), "-health-timeout", "1s", "-reload", "50ms")
+	args := append([]string{"-slotmap", mapFile,
+		"-health-interval", routerHealthInterval.String(), "-health-timeout", "1s", "-reload", "50ms"}, extra...)
+	r := startProcess(tb, "router", addr, toolBinary(tb, "router"), []string{"CELLGATE_ROUTER_ADDRESS=" + addr}, args...)
 	r.waitStatus(tb, "/healthz", 200, 10*time.Second)
 	return r
 }
@@ -444,6 +447,7 @@ func TestCellsSlotMoveWhileRequestsFlow(t *testing.T) {
 	_, err = slotmove.Move(context.Background(), slotmove.Config{
 		MapFile: mapFile, Range: moving, From: "cell-1", To: "cell-2",
 		Source: shardsOf(c1), Target: shardsOf(c2), Settle: 300 * time.Millisecond,
+		Tables: spec.Config().Database.TenantTables,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		AfterCopy: func(ctx context.Context) error {
 			conn, err := pgx.Connect(ctx, c2.dsn("CELLGATE_SHARD_0_DSN"))

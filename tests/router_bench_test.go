@@ -24,10 +24,11 @@ const (
 	benchTenant = "bench-tenant" // sent on both paths: the router routes on it
 	benchConc   = 32             // concurrency of the throughput bursts
 	// Interleaved comparison of /routed: rounds of a c1 block and a c32
-	// burst on each path (direct, relay, routed), rotating which path goes
+	// burst on each path (direct, relay, routed, routed with
+	// -net-http-only), rotating which path goes
 	// first, so all see the same load from the machine's other work; a
-	// multiple of 3, so each path is first, second and third equally often.
-	benchRounds      = 9
+	// multiple of 4, so each path is in each position equally often.
+	benchRounds      = 8
 	benchLatencyReqs = 300  // c1 requests per path per round
 	benchBurstReqs   = 2000 // c32 requests per path per round
 )
@@ -62,7 +63,12 @@ const (
 //     router costs beyond the unavoidable hop (parsing, routing, headers,
 //     its goroutine hand-offs): the part the router's code decides;
 //   - c32-req/s, c32-ratio: routed burst throughput and routed/direct
-//     (target ≥ 0.55); relay-c32-ratio: relay/direct, the hop's ceiling.
+//     (target ≥ 0.55); relay-c32-ratio: relay/direct, the hop's ceiling;
+//   - nethttp-c32-ratio, nethttp-over-relay-us: the same for a second
+//     router run with -net-http-only (net/http's server and
+//     httputil.ReverseProxy, no lean path), measured in the same rounds;
+//   - lean-over-nethttp-c32: routed/net-http-only throughput, what the
+//     lean path buys (docs/cells.md keeps it only while this is ≥ 1.15).
 func BenchmarkRouterOverhead(b *testing.B) {
 	cell := startCell(b, cellEnv(b))
 	cell.waitStatus(b, "/readyz", 200, 60*time.Second)
@@ -71,10 +77,12 @@ func BenchmarkRouterOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	router := startRouter(b, mapFile)
+	netRouter := startRouter(b, mapFile, "-net-http-only")
 	relay := startRelay(b, strings.TrimPrefix(cell.url, "http://"))
 	direct := newBenchTarget(b, cell.url+benchPath)
 	relayed := newBenchTarget(b, relay.url+benchPath)
 	routed := newBenchTarget(b, router.url+benchPath)
+	netRouted := newBenchTarget(b, netRouter.url+benchPath)
 
 	b.Run("direct", func(b *testing.B) {
 		lat := direct.timedLoop(b)
@@ -87,8 +95,8 @@ func BenchmarkRouterOverhead(b *testing.B) {
 	})
 	b.Run("routed", func(b *testing.B) {
 		routed.timedLoop(b)
-		l := benchInterleaved(b, direct, relayed, routed)
-		d, y, r := l[0], l[1], l[2]
+		l := benchInterleaved(b, direct, relayed, routed, netRouted)
+		d, y, r, n := l[0], l[1], l[2], l[3]
 		b.ReportMetric(us(r.p50), "p50-us")
 		b.ReportMetric(us(d.p50), "p50-direct-us")
 		b.ReportMetric(us(r.p50-d.p50), "p50-added-us")
@@ -97,6 +105,9 @@ func BenchmarkRouterOverhead(b *testing.B) {
 		b.ReportMetric(r.throughput, "c32-req/s")
 		b.ReportMetric(r.throughput/d.throughput, "c32-ratio")
 		b.ReportMetric(y.throughput/d.throughput, "relay-c32-ratio")
+		b.ReportMetric(n.throughput/d.throughput, "nethttp-c32-ratio")
+		b.ReportMetric(us(n.p50-y.p50), "nethttp-over-relay-us")
+		b.ReportMetric(r.throughput/n.throughput, "lean-over-nethttp-c32")
 	})
 }
 

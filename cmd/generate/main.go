@@ -108,6 +108,11 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 		files[name] = b
 	}
 	if o.sqlc {
+		tw, err := checkTenantTables(filepath.Join(o.root, "sql", "migrations"), cfg.Database.TenantTables)
+		res.Warn = append(res.Warn, tw...)
+		if err != nil {
+			return nil, res.Warn, err
+		}
 		db, err := runSQLC(ctx, o.root)
 		if err != nil {
 			return nil, res.Warn, err

@@ -57,9 +57,11 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	hInterval := fs.Duration("health-interval", d.HealthInterval, "time between health checks of a cell")
 	hTimeout := fs.Duration("health-timeout", d.HealthTimeout, "timeout of one health check")
 	failAfter := fs.Int("fail-after", d.FailAfter, "consecutive failed checks or transport errors that mark a cell down")
-	maxInFlight := fs.Int("max-in-flight", d.MaxInFlightPerCell, "requests in flight per cell before 503 (-1: no cap)")
+	maxInFlight := fs.Int("max-in-flight", 0, "requests in flight per cell before 503 (-1: no cap; 0: the spec's router.max_in_flight_per_cell)")
+	maxPerTenant := fs.Int("max-in-flight-per-tenant", 0, "requests in flight per tenant before 503, checked before the per-cell cap (-1: no cap; 0: the spec's router.max_in_flight_per_tenant)")
+	bodyTimeout := fs.Duration("body-timeout", 0, "longest a request body may take to arrive (0: the spec's router.body_timeout)")
 	headerTimeout := fs.Duration("response-header-timeout", d.ResponseHeaderTimeout, "longest wait for a cell's response head")
-	netHTTPOnly := fs.Bool("net-http-only", false, "serve every connection with net/http's server, not the router's own loop for plain GETs (same answers, more thread wake-ups per request)")
+	netHTTPOnly := fs.Bool("net-http-only", false, "turn the lean HTTP path off: net/http's server and httputil.ReverseProxy for every request, not the router's own loop and lean client (same answers, more thread wake-ups and allocations per request)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -81,6 +83,8 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			HealthTimeout:         *hTimeout,
 			FailAfter:             *failAfter,
 			MaxInFlightPerCell:    *maxInFlight,
+			MaxInFlightPerTenant:  *maxPerTenant,
+			BodyTimeout:           *bodyTimeout,
 			ResponseHeaderTimeout: *headerTimeout,
 		},
 	})

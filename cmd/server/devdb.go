@@ -2,9 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -12,11 +20,76 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 )
 
-// devDatabases is the `devdb` subcommand behind `make run`: given a server
-// URL it creates one database per spec database (control and each shard)
-// if missing, and prints `export VAR=DSN` lines for the spec's DSN
-// variables. Database names are cellgate_<service>_<name>.
-func devDatabases(ctx context.Context, cfg config.Config, base string, out io.Writer) error {
+const devdbUsage = `usage: server devdb [-config FILE] [-base URL] [-prefix P | -checkout DIR]
+
+Creates one database per spec database (control and each shard) on the server at -base if
+missing, and prints "export VAR=DSN" lines for the spec's DSN variables (make run evals them).
+Database names are <prefix>_<service>_<name>. The prefix is -prefix, else
+$CELLGATE_DEVDB_PREFIX, else "cg" and 8 hex digits of a hash of the checkout's absolute path
+(-checkout, default the working directory), so two checkouts on one server never share
+databases.
+`
+
+// devdbMain is the `devdb` subcommand behind `make run`. args follow the
+// word devdb.
+func devdbMain(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer) error {
+	fs := flag.NewFlagSet("devdb", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), devdbUsage, "\nflags:\n"); fs.PrintDefaults() }
+	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "per-cell JSON config file applied over the spec's defaults")
+	base := fs.String("base", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server URL to create the databases on")
+	prefix := fs.String("prefix", os.Getenv("CELLGATE_DEVDB_PREFIX"), "database name prefix (default: derived from -checkout)")
+	checkout := fs.String("checkout", "", "the checkout whose path the default prefix hashes (default: the working directory)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("devdb: unexpected arguments %q", fs.Args())
+	}
+	p, err := devPrefix(*prefix, *checkout)
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(ctx, *path, log)
+	if err != nil {
+		return err
+	}
+	return devDatabases(ctx, cfg, *base, p, stdout)
+}
+
+var rePrefix = regexp.MustCompile(`^[a-z][a-z0-9_]{0,19}$`)
+
+// devPrefix is the explicit prefix, checked, or one derived from the
+// checkout's absolute path.
+func devPrefix(explicit, checkout string) (string, error) {
+	if explicit != "" {
+		if !rePrefix.MatchString(explicit) {
+			return "", fmt.Errorf("devdb: prefix %q (-prefix or CELLGATE_DEVDB_PREFIX) must match %s", explicit, rePrefix)
+		}
+		return explicit, nil
+	}
+	if checkout == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("devdb: %w", err)
+		}
+		checkout = wd
+	}
+	abs, err := filepath.Abs(checkout)
+	if err != nil {
+		return "", fmt.Errorf("devdb: %w", err)
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "cg" + hex.EncodeToString(sum[:4]), nil
+}
+
+// devDatabases creates one database per spec database (control and each
+// shard) on the server at base if missing, and prints `export VAR=DSN`
+// lines for the spec's DSN variables.
+func devDatabases(ctx context.Context, cfg config.Config, base, prefix string, out io.Writer) error {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		return fmt.Errorf("devdb: -base must be a postgres:// URL, got %q", base)
@@ -32,7 +105,7 @@ func devDatabases(ctx context.Context, cfg config.Config, base string, out io.Wr
 		targets = append(targets, target{s.DSNEnv, s.Name})
 	}
 	for _, t := range targets {
-		db := devName(cfg.Service.Name, t.name)
+		db := devName(prefix, cfg.Service.Name, t.name)
 		var exists bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", db).Scan(&exists); err != nil {
 			return fmt.Errorf("devdb: %w", err)
@@ -49,8 +122,13 @@ func devDatabases(ctx context.Context, cfg config.Config, base string, out io.Wr
 	return nil
 }
 
-// devName is a database name safe to use unquoted.
-func devName(service, name string) string {
+// devName is a database name safe to use unquoted, at most PostgreSQL's
+// 63 bytes.
+func devName(prefix, service, name string) string {
 	r := strings.NewReplacer("-", "_", ".", "_")
-	return "cellgate_" + r.Replace(service) + "_" + r.Replace(name)
+	n := prefix + "_" + r.Replace(service) + "_" + r.Replace(name)
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return n
 }

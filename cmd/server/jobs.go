@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
@@ -38,7 +40,9 @@ func jobsConfig(c config.Jobs) jobs.Config {
 }
 
 // newJobs builds the runtime the spec asks for, with the app's workers.
-func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, log *slog.Logger) (jobRuntime, error) {
+// appMigrated reports whether the app's migrations are in place: the
+// PostgreSQL runtime starts (and creates its tables) only after them.
+func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, appMigrated func() bool, log *slog.Logger) (jobRuntime, error) {
 	opts := jobs.Options{Logger: log, Registry: srv.Registry()}
 	switch cfg.Jobs.Backend {
 	case "local":
@@ -55,12 +59,35 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 			return nil, fmt.Errorf("jobs: %w", err)
 		}
 		srv.AddReadiness("jobs", func(context.Context) error {
-			if pending := rt.NotReady(); len(pending) > 0 {
-				return fmt.Errorf("jobs tables still being created on %v", pending)
-			}
-			return nil
+			return jobsReadiness(appMigrated(), rt.NotReady(), rt.MigrationFailures())
 		})
 		return rt, nil
 	}
 	return nil, fmt.Errorf("jobs.backend: unknown backend %q", cfg.Jobs.Backend)
+}
+
+// jobsReadiness is the PostgreSQL runtime's readiness: not started while
+// the app's migrations are not in place, failed where its own migrations
+// failed in a database (with the repair), else pending where its tables
+// are still being created. notReady and failures are the runtime's
+// NotReady and MigrationFailures.
+func jobsReadiness(appMigrated bool, notReady []string, failures map[string]error) error {
+	if !appMigrated {
+		return errors.New("not started: the job runtime starts once the app's migrations are applied (see the migrations check)")
+	}
+	var msgs, pending []string
+	for _, db := range notReady {
+		if err, ok := failures[db]; ok {
+			msgs = append(msgs, describeFailure(migrationTarget{db: db, schema: schemaJobs}, err))
+		} else {
+			pending = append(pending, db)
+		}
+	}
+	if len(pending) > 0 {
+		msgs = append(msgs, fmt.Sprintf("jobs tables still being created on %v", pending))
+	}
+	if len(msgs) > 0 {
+		return errors.New(strings.Join(msgs, "; "))
+	}
+	return nil
 }

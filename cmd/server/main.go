@@ -2,9 +2,10 @@
 // operator tasks.
 //
 //	server [serve] [-config cell.json]   run the cell (default)
-//	server migrate [-config cell.json]   apply the app's migrations (and the job backend's) to control and shards, then exit
+//	server migrate [-config cell.json] [-db NAME] [status|up|down N|force V]
+//	                                     each database's migrations: report, apply, roll back, repair (migrate.go)
 //	server check   [-config cell.json]   validate the final config (CUE + policy), then exit
-//	server devdb   [-base URL]           create local databases, print their DSN exports (make run)
+//	server devdb   [-base URL] [-prefix P]  create this checkout's local databases, print their DSN exports (make run; devdb.go)
 //
 // Config = the spec's generated defaults (gen/spec) + the optional per-cell
 // JSON file (-config or $CELLGATE_CONFIG) + the environment, which alone
@@ -41,9 +42,14 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
+	switch cmd {
+	case "migrate":
+		return migrateMain(ctx, args, log, stdout)
+	case "devdb":
+		return devdbMain(ctx, args, log, stdout)
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "per-cell JSON config file applied over the spec's defaults")
-	base := fs.String("base", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "devdb: PostgreSQL server URL to create the databases on")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,15 +60,11 @@ func run(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer)
 	switch cmd {
 	case "serve":
 		return serve(ctx, cfg, log)
-	case "migrate":
-		return migrateAll(ctx, cfg, log)
-	case "devdb":
-		return devDatabases(ctx, cfg, *base, stdout)
 	case "check":
 		fmt.Fprintln(stdout, "config ok")
 		return nil
 	}
-	return fmt.Errorf("unknown command %q; want serve, migrate or check", cmd)
+	return fmt.Errorf("unknown command %q; want serve, migrate, check or devdb", cmd)
 }
 
 // loadConfig builds the final config: defaults + file + the environment,

@@ -22,6 +22,7 @@ type Config struct {
 	Server    Server    `json:"server"`
 	Tenancy   Tenancy   `json:"tenancy"`
 	Admission Admission `json:"admission"`
+	Router    Router    `json:"router"`
 	Jobs      Jobs      `json:"jobs"`
 	Database  Database  `json:"database"`
 	Cells     []Cell    `json:"cells"`
@@ -40,10 +41,20 @@ type Server struct {
 	Address string `json:"address"`
 	// MaxConcurrentRequests caps in-flight requests server-wide (0 = none).
 	MaxConcurrentRequests int `json:"max_concurrent_requests"`
-	// ReadHeaderTimeout bounds reading request headers (slow-loris guard).
+	// ReadHeaderTimeout bounds reading a request's head from its first byte,
+	// never extended (slow-loris guard).
 	ReadHeaderTimeout Duration `json:"read_header_timeout"`
 	// ReadTimeout bounds reading a whole request.
 	ReadTimeout Duration `json:"read_timeout"`
+	// BodyReadTimeout bounds reading a request body from the end of its head
+	// (0 = only ReadTimeout).
+	BodyReadTimeout Duration `json:"body_read_timeout"`
+	// BodyMinBytesPerSecond is the slowest a body may arrive after
+	// BodyRateGrace, counting only time spent waiting for it (0 = none).
+	BodyMinBytesPerSecond int64 `json:"body_min_bytes_per_second"`
+	// BodyRateGrace is how long a body may take before the minimum rate
+	// applies.
+	BodyRateGrace Duration `json:"body_rate_grace"`
 	// WriteTimeout bounds writing a response (0 = none, for streams).
 	WriteTimeout Duration `json:"write_timeout"`
 	// IdleTimeout bounds idle keep-alive connections.
@@ -116,9 +127,12 @@ type JWTSource struct {
 	KeyEnv string `json:"key_env"`
 	// KeyFile, when set, is read instead of KeyEnv.
 	KeyFile string `json:"key_file"`
+	// JWKSFile, when set, is a JWKS file read instead of KeyFile and KeyEnv;
+	// tokens select its keys by kid.
+	JWKSFile string `json:"jwks_file"`
 	// Claim holds the tenant id.
 	Claim string `json:"claim"`
-	// Leeway tolerated on exp and nbf.
+	// Leeway tolerated on exp, nbf and iat.
 	Leeway Duration `json:"leeway"`
 }
 
@@ -136,6 +150,24 @@ type Admission struct {
 	MaxAccounts int `json:"max_accounts"`
 	// IdleAfter is how long an idle account is kept.
 	IdleAfter Duration `json:"idle_after"`
+}
+
+// Router configures the cell router's request path (cmd/router).
+type Router struct {
+	// MaxInFlightPerCell caps the requests one router has in flight to one
+	// cell (0 = no cap).
+	MaxInFlightPerCell int `json:"max_in_flight_per_cell"`
+	// MaxInFlightPerTenant caps one tenant's requests in flight through one
+	// router, before the per-cell cap (0 = no cap).
+	MaxInFlightPerTenant int `json:"max_in_flight_per_tenant"`
+	// BodyTimeout bounds reading a forwarded request's body (0 = none).
+	BodyTimeout Duration `json:"body_timeout"`
+	// MinBodyBytesPerSecond is the slowest a body may arrive after
+	// BodyRateGrace (0 = no minimum).
+	MinBodyBytesPerSecond int64 `json:"min_body_bytes_per_second"`
+	// BodyRateGrace is how long a body may take before the minimum rate
+	// applies.
+	BodyRateGrace Duration `json:"body_rate_grace"`
 }
 
 // Jobs configures the job runtime.
@@ -212,6 +244,31 @@ type Database struct {
 	Control ControlDB `json:"control"`
 	// Shards hold tenant data, split by slot.
 	Shards []Shard `json:"shards"`
+	// AppMigrations names the databases the app's migrations go to:
+	// "shards" (the default), "control" or "both".
+	AppMigrations string `json:"app_migrations"`
+	// TenantTables are the app's tables of tenant rows (tenant_id and slot
+	// columns), parents before children; slotmove moves them.
+	TenantTables []string `json:"tenant_tables"`
+}
+
+// App migration targets (Database.AppMigrations).
+const (
+	AppMigrationsShards  = "shards"
+	AppMigrationsControl = "control"
+	AppMigrationsBoth    = "both"
+)
+
+// AppMigrationsOnControl reports whether the app's migrations go to the
+// control database.
+func (d Database) AppMigrationsOnControl() bool {
+	return d.AppMigrations == AppMigrationsControl || d.AppMigrations == AppMigrationsBoth
+}
+
+// AppMigrationsOnShards reports whether the app's migrations go to the
+// shards (also when AppMigrations is empty: the default).
+func (d Database) AppMigrationsOnShards() bool {
+	return d.AppMigrations != AppMigrationsControl
 }
 
 // ControlDB is the control database of a cell.

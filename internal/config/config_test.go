@@ -51,3 +51,15 @@ func TestDurationJSON(t *testing.T) {
 		t.Fatalf("marshal = %s", b)
 	}
 }
+
+func TestAppMigrationTargets(t *testing.T) {
+	for _, tc := range []struct {
+		v               string
+		control, shards bool
+	}{{"", false, true}, {AppMigrationsShards, false, true}, {AppMigrationsControl, true, false}, {AppMigrationsBoth, true, true}} {
+		d := Database{AppMigrations: tc.v}
+		if d.AppMigrationsOnControl() != tc.control || d.AppMigrationsOnShards() != tc.shards {
+			t.Errorf("app_migrations %q: control %v shards %v, want %v %v", tc.v, d.AppMigrationsOnControl(), d.AppMigrationsOnShards(), tc.control, tc.shards)
+		}
+	}
+}

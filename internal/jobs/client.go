@@ -225,6 +225,12 @@ type Enqueuer interface {
 	Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (EnqueueResult, error)
 	// EnqueueTx writes a job of args' kind with tx; see Client.EnqueueTx.
 	EnqueueTx(ctx context.Context, tx shards.Tx, args Args, opts ...EnqueueOption) (EnqueueResult, error)
+	// EnqueueMany commits one job per element of args; see
+	// Client.EnqueueMany.
+	EnqueueMany(ctx context.Context, args []Args, opts ...EnqueueOption) ([]EnqueueResult, error)
+	// EnqueueManyTx writes one job per element of args with tx; see
+	// Client.EnqueueManyTx.
+	EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, opts ...EnqueueOption) ([]EnqueueResult, error)
 }
 
 var _ Enqueuer = (*Client)(nil)
@@ -236,6 +242,27 @@ type TxInserter interface {
 	// InsertTx is Insert through tx. It returns once the row is written;
 	// whether the job exists is then up to tx's commit.
 	InsertTx(ctx context.Context, tx shards.Tx, p InsertParams) (EnqueueResult, error)
+}
+
+// BatchInserter is the optional Backend method behind Client.EnqueueMany: a
+// backend that can insert many jobs at the cost of one (one round trip, one
+// commit) implements it. Without it EnqueueMany calls Insert per job.
+type BatchInserter interface {
+	// InsertMany is Insert for every element of ps, all or none: it
+	// returns one result per element, in ps's order, each as Insert would
+	// (a duplicate of an active job, or of an earlier element of ps with
+	// the same Kind, Tenant and UniqueKey, has Duplicate set and that
+	// job's id), or an error and no job inserted.
+	InsertMany(ctx context.Context, ps []InsertParams) ([]EnqueueResult, error)
+}
+
+// TxBatchInserter is the optional Backend method behind
+// Client.EnqueueManyTx: InsertMany through the caller's transaction. A
+// TxInserter without it gets one InsertTx per job.
+type TxBatchInserter interface {
+	// InsertManyTx is InsertMany through tx; whether the jobs exist is then
+	// up to tx's commit.
+	InsertManyTx(ctx context.Context, tx shards.Tx, ps []InsertParams) ([]EnqueueResult, error)
 }
 
 // ErrNoTxEnqueue is EnqueueTx's answer on a backend that keeps jobs outside
@@ -274,6 +301,76 @@ func (c *Client) EnqueueTx(ctx context.Context, tx shards.Tx, args Args, opts ..
 		return EnqueueResult{}, err
 	}
 	return ti.InsertTx(ctx, tx, p)
+}
+
+// EnqueueMany is Enqueue for every element of args, with the same ctx (so
+// the same tenant) and opts for all: it returns one result per element, in
+// args's order. Every element is validated and encoded before anything is
+// inserted. On a backend with BatchInserter (the PostgreSQL one) the jobs
+// are inserted with one round trip and one commit, all or none, and keep
+// their order in the tenant's fair order; duplicates (UniqueBy) of an
+// active job or of an earlier element report Duplicate. Other backends (the
+// local one) insert them one by one; on an error the jobs before the
+// failing one stay inserted.
+func (c *Client) EnqueueMany(ctx context.Context, args []Args, opts ...EnqueueOption) ([]EnqueueResult, error) {
+	ps, err := c.manyParams(ctx, "EnqueueMany", args, opts)
+	if err != nil || len(ps) == 0 {
+		return nil, err
+	}
+	if bi, ok := c.backend.(BatchInserter); ok {
+		return bi.InsertMany(ctx, ps)
+	}
+	return insertEach(ctx, ps, c.backend.Insert)
+}
+
+// EnqueueManyTx is EnqueueMany written with the caller's transaction tx:
+// the jobs exist if and only if tx commits. The backend must implement
+// TxInserter; with TxBatchInserter (the PostgreSQL one) the jobs cost one
+// round trip, otherwise one InsertTx each. Without TxInserter it returns
+// ErrNoTxEnqueue.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, opts ...EnqueueOption) ([]EnqueueResult, error) {
+	ti, ok := c.backend.(TxInserter)
+	if !ok {
+		return nil, ErrNoTxEnqueue
+	}
+	if tx.Tx == nil {
+		return nil, errors.New("jobs: EnqueueManyTx: no transaction")
+	}
+	ps, err := c.manyParams(ctx, "EnqueueManyTx", args, opts)
+	if err != nil || len(ps) == 0 {
+		return nil, err
+	}
+	if bi, ok := c.backend.(TxBatchInserter); ok {
+		return bi.InsertManyTx(ctx, tx, ps)
+	}
+	return insertEach(ctx, ps, func(ctx context.Context, p InsertParams) (EnqueueResult, error) {
+		return ti.InsertTx(ctx, tx, p)
+	})
+}
+
+// insertEach is the bulk enqueue of a backend without a batch insert: one
+// insert per job, stopping at the first error with the results so far.
+func insertEach(ctx context.Context, ps []InsertParams, insert func(context.Context, InsertParams) (EnqueueResult, error)) ([]EnqueueResult, error) {
+	out := make([]EnqueueResult, 0, len(ps))
+	for i := range ps {
+		r, err := insert(ctx, ps[i])
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// manyParams validates and encodes every element of args.
+func (c *Client) manyParams(ctx context.Context, op string, args []Args, opts []EnqueueOption) ([]InsertParams, error) {
+	ps := make([]InsertParams, len(args))
+	for i, a := range args {
+		if err := c.insertParams(ctx, op, a, opts, &ps[i]); err != nil {
+			return nil, fmt.Errorf("%w (element %d)", err, i)
+		}
+	}
+	return ps, nil
 }
 
 // insertParams validates and encodes one enqueue into p; op names the

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/internal/requestid"
@@ -42,14 +45,48 @@ func rejectionOf(err error) (*bulkhead.Rejection, bool) {
 	return nil, false
 }
 
+// ClientError is an answer about the client's own request: Status (a 4xx,
+// or 501/505 for a method or version the server does not implement),
+// a stable machine-readable Code and a Message safe to show. Handlers may
+// return one; the runtime builds them for bad bodies and for the
+// PostgreSQL errors a client's input causes (see errorStatus).
+type ClientError struct {
+	// Status is the HTTP status; one no RFC defines is answered 500.
+	Status int
+	// Code is stable and machine-readable, e.g. "reference_not_found".
+	Code string
+	// Message is the human-readable reason sent to the client.
+	Message string
+	// Err is the cause, logged, never sent. Optional.
+	Err error
+}
+
+// NewClientError returns a *ClientError without a cause.
+func NewClientError(status int, code, message string) *ClientError {
+	return &ClientError{Status: status, Code: code, Message: message}
+}
+
+func (e *ClientError) Error() string {
+	if e.Err != nil {
+		return e.Code + ": " + e.Message + ": " + e.Err.Error()
+	}
+	return e.Code + ": " + e.Message
+}
+
+// Unwrap returns the cause, so errorStatus still finds a body over the
+// limit or a read deadline behind a refused bind.
+func (e *ClientError) Unwrap() error { return e.Err }
+
 // errorBody is the JSON shape of every error the runtime writes.
 type errorBody struct {
 	Error string `json:"error"`
 	Code  string `json:"code,omitempty"`
 }
 
-// jsonErrorHandler writes every error as JSON. Internal errors are logged
-// with the request id and answered without detail.
+// jsonErrorHandler writes every error as JSON {error, code}. Internal
+// errors are logged with the request id and answered without detail;
+// refusals of the client's input to the database are logged at debug with
+// their SQLSTATE and constraint, which the client never sees.
 func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
@@ -61,47 +98,134 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			_ = rej.Write(c)
 			return
 		}
-		status, msg, known := errorStatus(err)
-		if !known {
-			log.Error("handler error", "error", err, "path", c.Path(),
-				"request_id", c.Response().Header().Get(requestid.Header))
+		a := errorStatus(err)
+		id := c.Response().Header().Get(requestid.Header)
+		switch {
+		case !a.known:
+			log.Error("handler error", "error", err, "path", c.Path(), "request_id", id)
+		case a.pg != nil:
+			log.Debug("client input refused by the database", "sqlstate", a.pg.Code,
+				"constraint", a.pg.ConstraintName, "path", c.Path(), "request_id", id)
+		}
+		if a.closeConn {
+			// What is left of the body is not worth reading (over the
+			// limit, or stalled mid-way): answer and close.
+			closeAfterAnswer(c.Response())
 		}
 		if c.Request().Method == http.MethodHead {
-			_ = c.NoContent(status)
+			_ = c.NoContent(a.status)
 			return
 		}
-		_ = c.JSON(status, errorBody{Error: msg})
+		_ = c.JSON(a.status, errorBody{Error: a.msg, Code: a.code})
 	}
 }
 
 // BadBody is what a handler returns for a request body that did not bind
-// (err from echo.Context.Bind) or did not validate (err nil): 400 with msg
-// for the client, except for a body over server.body_limit_bytes, whose
-// error is kept (as the 400's cause, which errorStatus looks through) so
-// the server answers 413. Echo's Bind wraps every read error in a 400, so a
-// handler that answers its own 400 without the cause would hide the limit
-// from a client that sent a chunked body.
+// (err from echo.Context.Bind) or did not validate (err nil). A bind error
+// is answered as the binder refused it (400 bad JSON or trailing data, 413
+// over server.body_limit_bytes, 415 not JSON, 408 too slow): those reasons
+// are the client's to know, and hiding a 413 behind a 400 would hide the
+// limit from a client that sent a chunked body. A validation failure is 400
+// with msg and the code "invalid_body".
 func BadBody(err error, msg string) error {
-	return echo.NewHTTPError(http.StatusBadRequest, msg).SetInternal(err)
+	if err != nil {
+		return err
+	}
+	return &ClientError{Status: http.StatusBadRequest, Code: "invalid_body", Message: msg}
 }
 
-// errorStatus is the status and client message jsonErrorHandler gives err;
-// the HTTP metrics use it to label a response the handler has not written.
-// known is false for an unexpected error (500, logged).
-func errorStatus(err error) (status int, msg string, known bool) {
-	var he *echo.HTTPError
-	var tooLarge *http.MaxBytesError
+// answer is what jsonErrorHandler writes for an error.
+type answer struct {
+	status    int
+	code, msg string
+	known     bool            // false: unexpected (500, logged)
+	pg        *pgconn.PgError // the database's refusal behind a 4xx, logged
+	closeConn bool
+}
+
+// errorStatus is the answer jsonErrorHandler gives err; the HTTP metrics
+// use its status to label a response the handler has not written.
+func errorStatus(err error) answer {
+	var (
+		he       *echo.HTTPError
+		ce       *ClientError
+		tooLarge *http.MaxBytesError
+		tooSlow  *bodyTooSlowError
+		pe       *pgconn.PgError
+	)
 	if rej, ok := rejectionOf(err); ok {
-		return rej.Status, rej.Message, true
+		return answer{status: rej.Status, code: rej.Code, msg: rej.Message, known: true}
 	}
 	switch {
 	case errors.As(err, &tooLarge):
-		// Before HTTPError: Echo's Bind wraps a read error in a 400.
-		return http.StatusRequestEntityTooLarge, "request body too large", true
+		// Before HTTPError and ClientError: a bind wraps a read error.
+		return answer{status: http.StatusRequestEntityTooLarge, code: "body_too_large", msg: "request body too large", known: true, closeConn: true}
+	case errors.As(err, &tooSlow):
+		// A body read hit the body deadline or fell below the minimum
+		// rate (server.body_read_timeout, server.body_min_bytes_per_second).
+		return answer{status: http.StatusRequestTimeout, code: "body_too_slow",
+			msg: "request body not received in time", known: true, closeConn: true}
+	case errors.As(err, &ce):
+		return answer{status: standardStatus(ce.Status), code: ce.Code, msg: ce.Message, known: true}
 	case errors.As(err, &he):
-		return he.Code, fmt.Sprint(he.Message), true
+		status := standardStatus(he.Code)
+		return answer{status: status, code: statusCode(status), msg: fmt.Sprint(he.Message), known: he.Code == status}
+	case errors.As(err, &pe):
+		if a, ok := pgAnswer(pe); ok {
+			return a
+		}
+	case errors.Is(err, pgx.ErrNoRows):
+		return answer{status: http.StatusNotFound, code: "not_found", msg: "not found", known: true}
 	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, "request timed out", true
+		return answer{status: http.StatusServiceUnavailable, code: "request_timeout", msg: "request timed out", known: true}
 	}
-	return http.StatusInternalServerError, http.StatusText(http.StatusInternalServerError), false
+	return answer{status: http.StatusInternalServerError, code: "internal", msg: http.StatusText(http.StatusInternalServerError)}
+}
+
+// standardStatus keeps a status net/http and clients know by name: a
+// handler's echo.NewHTTPError(499) would put a code no RFC defines on the
+// wire, so it is answered 500 (and logged as unexpected).
+func standardStatus(code int) int {
+	if code < 100 || code > 599 || http.StatusText(code) == "" {
+		return http.StatusInternalServerError
+	}
+	return code
+}
+
+// statusCode is the code of an echo.HTTPError: its status text in snake
+// case ("Not Found" → "not_found"), stable because the status texts are.
+func statusCode(status int) string {
+	return statusCodeReplacer.Replace(strings.ToLower(http.StatusText(status)))
+}
+
+var statusCodeReplacer = strings.NewReplacer(" ", "_", "-", "_", "'", "")
+
+// pgAnswer maps the PostgreSQL errors a client's input can cause onto
+// 4xx answers. The message names the class of problem, never the SQL, the
+// table or the constraint (those are logged at debug). Every other SQLSTATE
+// (connection loss, serialization failures, syntax errors in the app's own
+// queries) stays a logged 500: it is the service's fault, not the client's.
+func pgAnswer(pe *pgconn.PgError) (answer, bool) {
+	a := answer{status: http.StatusBadRequest, known: true, pg: pe}
+	switch {
+	case pe.Code == "23505": // unique_violation
+		a.status, a.code, a.msg = http.StatusConflict, "already_exists", "already exists"
+	case pe.Code == "23503": // foreign_key_violation
+		a.status, a.code, a.msg = http.StatusUnprocessableEntity, "reference_not_found", "a referenced record does not exist"
+	case pe.Code == "23514": // check_violation
+		a.status, a.code, a.msg = http.StatusUnprocessableEntity, "value_out_of_range", "a value is outside its allowed range"
+	case pe.Code == "23502": // not_null_violation
+		a.status, a.code, a.msg = http.StatusUnprocessableEntity, "value_missing", "a required value is missing"
+	case pe.Code == "22001", pe.Code == "54000": // string_data_right_truncation; program_limit_exceeded (index row size)
+		a.code, a.msg = "value_too_long", "a value is too long"
+	case pe.Code == "22021": // character_not_in_repertoire (invalid byte sequence, \u0000 in text)
+		a.code, a.msg = "invalid_text", "a text value holds a byte sequence that is not valid text (such as \\u0000)"
+	case pe.Code == "22003", pe.Code == "22008": // numeric_value_out_of_range; datetime_field_overflow
+		a.code, a.msg = "value_out_of_range", "a value is outside its allowed range"
+	case strings.HasPrefix(pe.Code, "22"): // data_exception
+		a.code, a.msg = "invalid_value", "a value is not valid for its field"
+	default:
+		return answer{}, false
+	}
+	return a, true
 }

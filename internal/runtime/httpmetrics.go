@@ -58,7 +58,7 @@ func (m *httpMetrics) route(method, path string) echo.MiddlewareFunc {
 					status = c.Response().Status
 					if err != nil && !c.Response().Committed {
 						// The error handler writes the response after us.
-						status, _, _ = errorStatus(err)
+						status = errorStatus(err).status
 					}
 				}
 				i := status / 100

@@ -64,6 +64,12 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	if cfg.Server.BodyLimitBytes <= 0 {
 		return nil, fmt.Errorf("server.body_limit_bytes: must be > 0, got %d", cfg.Server.BodyLimitBytes)
 	}
+	if cfg.Server.BodyMinBytesPerSecond < 0 {
+		return nil, fmt.Errorf("server.body_min_bytes_per_second: must be >= 0, got %d", cfg.Server.BodyMinBytesPerSecond)
+	}
+	if cfg.Server.BodyReadTimeout < 0 || cfg.Server.BodyRateGrace < 0 {
+		return nil, fmt.Errorf("server.body_read_timeout, server.body_rate_grace: must not be negative")
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -104,7 +110,16 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = jsonErrorHandler(opts.Logger)
-	rs := &requestScope{log: opts.Logger, limit: cfg.Server.BodyLimitBytes, timeout: cfg.Server.RequestTimeout.D()}
+	e.Binder = &Binder{}
+	rs := &requestScope{
+		log: opts.Logger, limit: cfg.Server.BodyLimitBytes, timeout: cfg.Server.RequestTimeout.D(),
+		body: bodyLimits{
+			timeout: cfg.Server.BodyReadTimeout.D(),
+			rate:    cfg.Server.BodyMinBytesPerSecond,
+			grace:   cfg.Server.BodyRateGrace.D(),
+		},
+		identity: identityHeaders(cfg.Tenancy),
+	}
 	e.Use(rs.middleware)
 	e.GET(probe.Health, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET(probe.Ready, s.readyz)
@@ -192,10 +207,26 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// Serve is Run on an existing listener (tests listen on port 0).
+// identityHeaders are the headers that carry who a request is, which a
+// Connection header must not name: the tenant header, Authorization and
+// Cookie (the JWT and session sources read those).
+func identityHeaders(t config.Tenancy) []string {
+	ids := []string{"Authorization", "Cookie"}
+	if t.Header.Name != "" {
+		ids = append(ids, http.CanonicalHeaderKey(t.Header.Name))
+	}
+	return ids
+}
+
+// Serve is Run on an existing listener (tests listen on port 0). Every
+// connection is a guardedConn (connguard.go): the head deadline fixed at
+// a request's first byte, and the framing net/http would forget checked.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ln = guardedListener{Listener: ln, headerTimeout: s.cfg.Server.ReadHeaderTimeout.D()}
 	srv := &http.Server{
 		Handler:           s.echo,
+		ConnState:         trackConnState,
+		ConnContext:       connContext,
 		ReadHeaderTimeout: s.cfg.Server.ReadHeaderTimeout.D(),
 		ReadTimeout:       s.cfg.Server.ReadTimeout.D(),
 		WriteTimeout:      s.cfg.Server.WriteTimeout.D(),

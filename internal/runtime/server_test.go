@@ -261,14 +261,18 @@ func TestLazyDeadlineChildrenNeedNoGoroutine(t *testing.T) {
 	}
 }
 
-// TestBadBody: a validation failure is the handler's 400; a body over the
-// limit keeps its 413 even wrapped the way Echo's Bind wraps it.
+// TestBadBody: a validation failure is the handler's 400; a bind error is
+// answered as the binder refused it, and a body over the limit keeps its
+// 413 even wrapped the way a bind wraps it.
 func TestBadBody(t *testing.T) {
-	if status, msg, _ := errorStatus(BadBody(nil, "need an email")); status != 400 || msg != "need an email" {
-		t.Fatalf("validation failure: %d %q", status, msg)
+	if a := errorStatus(BadBody(nil, "need an email")); a.status != 400 || a.msg != "need an email" || a.code != "invalid_body" {
+		t.Fatalf("validation failure: %+v", a)
 	}
-	bound := echo.NewHTTPError(http.StatusBadRequest, "bind").SetInternal(&http.MaxBytesError{Limit: 16})
-	if status, _, _ := errorStatus(BadBody(bound, "need an email")); status != http.StatusRequestEntityTooLarge {
-		t.Fatalf("oversized body: %d, want 413", status)
+	bound := &ClientError{Status: 400, Code: "invalid_json", Message: "bind", Err: &http.MaxBytesError{Limit: 16}}
+	if a := errorStatus(BadBody(bound, "need an email")); a.status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("oversized body: %d, want 413", a.status)
+	}
+	if a := errorStatus(BadBody(NewClientError(415, "unsupported_media_type", "json"), "need an email")); a.status != 415 {
+		t.Fatalf("bind refusal: %d, want 415", a.status)
 	}
 }

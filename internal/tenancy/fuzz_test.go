@@ -1,6 +1,11 @@
 package tenancy
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -88,6 +93,36 @@ func FuzzJWT(f *testing.F) {
 		checkOutcome(t, id, err, DefaultMaxIDLength)
 		if want := ValidateID(claim, 0) == nil; want != (err == nil) || (err == nil && id != claim) {
 			t.Fatalf("claim %q: got (%q, %v)", claim, id, err)
+		}
+	})
+}
+
+// FuzzJWTKeySet: any header a client writes (kid, crit, alg) over a key
+// set never panics and never verifies without the right kid's key.
+func FuzzJWTKeySet(f *testing.F) {
+	f.Add(`{"alg":"HS256","kid":"k1"}`, true)
+	f.Add(`{"alg":"HS256","kid":"k1","crit":["b64"],"b64":false}`, true)
+	f.Add(`{"alg":"HS256","kid":["k1"]}`, true)
+	f.Add(`{"alg":"HS256","kid":"k2"}`, false)
+	set := []byte(`{"keys":[{"kty":"oct","kid":"k1","k":"` + base64.RawURLEncoding.EncodeToString(testHMACKey) + `"}]}`)
+	x := newExtractorT(f, Config{Source: SourceJWT, JWT: JWTConfig{Algorithms: []string{"HS256"}, KeySet: set}})
+	f.Fuzz(func(t *testing.T, header string, sign bool) {
+		claims := `{"tenant":"acme","exp":` + strconv.FormatInt(testNow.Add(time.Hour).Unix(), 10) + `}`
+		enc := base64.RawURLEncoding
+		signing := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(claims))
+		sig := []byte("x")
+		if sign {
+			m := hmac.New(sha256.New, testHMACKey)
+			m.Write([]byte(signing))
+			sig = m.Sum(nil)
+		}
+		id, err := x.Extract(bearerRequest(t, signing+"."+enc.EncodeToString(sig)))
+		checkOutcome(t, id, err, DefaultMaxIDLength)
+		if err == nil {
+			var h map[string]any
+			if json.Unmarshal([]byte(header), &h) != nil || h["kid"] != "k1" || h["crit"] != nil || !sign {
+				t.Fatalf("header %s (signed %v) verified", header, sign)
+			}
 		}
 	})
 }

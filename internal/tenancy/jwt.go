@@ -67,41 +67,23 @@ func (x *extractor) initJWT(c JWTConfig, now func() time.Time) error {
 		}
 		family = a.family
 	}
-	if len(c.Key) == 0 {
-		return configErr("JWT.Key", "required for source %q", SourceJWT)
-	}
 	var key any
-	switch family {
-	case familyHMAC:
-		if bytes.Contains(c.Key, []byte("-----BEGIN")) {
-			return configErr("JWT.Key", "looks like a PEM key; HMAC algorithms take a raw secret")
+	var keys map[string]setKey
+	switch {
+	case len(c.KeySet) > 0 && len(c.Key) > 0:
+		return configErr("JWT.KeySet", "set with JWT.Key; give one key or one key set")
+	case len(c.KeySet) > 0:
+		var err error
+		if keys, err = parseKeySet(c.KeySet, family, c.Algorithms); err != nil {
+			return err
 		}
-		for _, alg := range c.Algorithms {
-			if n := jwtAlgs[alg].hmacKey; len(c.Key) < n {
-				return configErr("JWT.Key", "%s needs a key of at least %d bytes, got %d", alg, n, len(c.Key))
-			}
+	case len(c.Key) == 0:
+		return configErr("JWT.Key", "required for source %q (or JWT.KeySet)", SourceJWT)
+	default:
+		var err error
+		if key, err = parseKey(c.Key, family, c.Algorithms); err != nil {
+			return err
 		}
-		key = append([]byte(nil), c.Key...)
-	case familyRSA:
-		k, err := jwt.ParseRSAPublicKeyFromPEM(c.Key)
-		if err != nil {
-			return configErr("JWT.Key", "not a PEM RSA public key: %v", err)
-		}
-		if k.N.BitLen() < minRSABits {
-			return configErr("JWT.Key", "RSA key has %d bits, want at least %d", k.N.BitLen(), minRSABits)
-		}
-		key = k
-	case familyECDSA:
-		k, err := jwt.ParseECPublicKeyFromPEM(c.Key)
-		if err != nil {
-			return configErr("JWT.Key", "not a PEM ECDSA public key: %v", err)
-		}
-		for _, alg := range c.Algorithms {
-			if want := jwtAlgs[alg].curve; k.Curve != want {
-				return configErr("JWT.Key", "%s needs curve %s, key is on %s", alg, want.Params().Name, k.Curve.Params().Name)
-			}
-		}
-		key = k
 	}
 	if c.Leeway < 0 {
 		return configErr("JWT.Leeway", "must not be negative, got %s", c.Leeway)
@@ -109,6 +91,7 @@ func (x *extractor) initJWT(c JWTConfig, now func() time.Time) error {
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods(append([]string(nil), c.Algorithms...)),
 		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(), // an iat in the future, beyond the leeway, is refused
 		jwt.WithLeeway(c.Leeway),
 		jwt.WithTimeFunc(now),
 	}
@@ -139,12 +122,69 @@ func (x *extractor) initJWT(c JWTConfig, now func() time.Time) error {
 		if !ok {
 			return nil, errWrongFamily
 		}
-		return key, nil
+		if _, crit := t.Header["crit"]; crit {
+			// RFC 7515 §4.1.11: a recipient that does not understand a
+			// critical extension must refuse the token. This one
+			// understands none.
+			return nil, errCritical
+		}
+		if keys == nil {
+			return key, nil
+		}
+		kid, _ := t.Header["kid"].(string)
+		k, found := keys[kid]
+		switch {
+		case !found:
+			return nil, errUnknownKid
+		case k.alg != "" && k.alg != t.Method.Alg():
+			return nil, errWrongFamily
+		}
+		return k.key, nil
 	}
 	return nil
 }
 
-var errWrongFamily = errors.New("signing method does not match the configured key")
+// parseKey reads the single verification key of c.Key.
+func parseKey(raw []byte, family keyFamily, algs []string) (any, error) {
+	switch family {
+	case familyHMAC:
+		if bytes.Contains(raw, []byte("-----BEGIN")) {
+			return nil, configErr("JWT.Key", "looks like a PEM key; HMAC algorithms take a raw secret")
+		}
+		for _, alg := range algs {
+			if n := jwtAlgs[alg].hmacKey; len(raw) < n {
+				return nil, configErr("JWT.Key", "%s needs a key of at least %d bytes, got %d", alg, n, len(raw))
+			}
+		}
+		return append([]byte(nil), raw...), nil
+	case familyRSA:
+		k, err := jwt.ParseRSAPublicKeyFromPEM(raw)
+		if err != nil {
+			return nil, configErr("JWT.Key", "not a PEM RSA public key: %v", err)
+		}
+		if k.N.BitLen() < minRSABits {
+			return nil, configErr("JWT.Key", "RSA key has %d bits, want at least %d", k.N.BitLen(), minRSABits)
+		}
+		return k, nil
+	default:
+		k, err := jwt.ParseECPublicKeyFromPEM(raw)
+		if err != nil {
+			return nil, configErr("JWT.Key", "not a PEM ECDSA public key: %v", err)
+		}
+		for _, alg := range algs {
+			if want := jwtAlgs[alg].curve; k.Curve != want {
+				return nil, configErr("JWT.Key", "%s needs curve %s, key is on %s", alg, want.Params().Name, k.Curve.Params().Name)
+			}
+		}
+		return k, nil
+	}
+}
+
+var (
+	errWrongFamily = errors.New("signing method does not match the configured key")
+	errCritical    = errors.New("token header has a crit entry; no critical extension is understood")
+	errUnknownKid  = errors.New("token kid names no key of the key set")
+)
 
 func (x *extractor) fromJWT(r *http.Request) (string, *Error) {
 	vs := r.Header["Authorization"]
@@ -196,6 +236,12 @@ func bearer(v string) (string, bool) {
 // error stays in Error.Err for logs.
 func jwtReason(err error) string {
 	switch {
+	case errors.Is(err, errCritical):
+		return "token uses a critical header extension this server does not understand"
+	case errors.Is(err, errUnknownKid):
+		return "token signed with an unknown key"
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "token issued in the future"
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "token expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet):

@@ -34,13 +34,20 @@ func FromSpec(t config.Tenancy, getenv func(string) string) (Config, error) {
 		cfg.JWT.Algorithms = t.JWT.Algorithms
 		cfg.JWT.Claim = t.JWT.Claim
 		cfg.JWT.Leeway = t.JWT.Leeway.D()
-		if t.JWT.KeyFile != "" {
+		switch {
+		case t.JWT.JWKSFile != "":
+			set, err := os.ReadFile(t.JWT.JWKSFile)
+			if err != nil {
+				return cfg, fmt.Errorf("tenancy.jwt.jwks_file: %w", err)
+			}
+			cfg.JWT.KeySet = set
+		case t.JWT.KeyFile != "":
 			key, err := os.ReadFile(t.JWT.KeyFile)
 			if err != nil {
 				return cfg, fmt.Errorf("tenancy.jwt.key_file: %w", err)
 			}
 			cfg.JWT.Key = key
-		} else {
+		default:
 			key := getenv(t.JWT.KeyEnv)
 			if strings.TrimSpace(key) == "" {
 				return cfg, fmt.Errorf("tenancy.jwt.key_env: environment variable %s is not set; it must hold the HMAC secret or the PEM public key", t.JWT.KeyEnv)

@@ -128,12 +128,22 @@ type JWTConfig struct {
 	// SourceJWT.
 	Key []byte
 
+	// KeySet, instead of Key, is a JWKS document (RFC 7517: {"keys": [...]})
+	// of verification keys, all of the family of Algorithms: "oct" secrets,
+	// "RSA" or "EC" public keys. A token's kid header selects its key; a
+	// token without a kid, or naming a key not in the set, is refused. A
+	// JWK's alg, when set, is the only algorithm its key verifies. Rotation
+	// is adding the new key, switching the signers, then dropping the old
+	// key (docs/tenancy.md). Optional.
+	KeySet []byte
+
 	// Claim names the claim holding the tenant id; it must be a JSON string.
 	// Default: tenant.
 	Claim string
 
-	// Leeway is the clock skew tolerated when checking exp and nbf. Must not
-	// be negative. Default: 0.
+	// Leeway is the clock skew tolerated when checking exp, nbf and iat (a
+	// token issued in the future beyond it is refused). Must not be
+	// negative. Default: 0.
 	Leeway time.Duration
 
 	// Issuer, when set, must equal the token's iss claim. Optional.

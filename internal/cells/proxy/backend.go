@@ -46,7 +46,9 @@ type backend struct {
 
 	codes                                [5]atomic.Uint64 // 1xx..5xx
 	rejectDown, rejectBusy, rejectFrozen atomic.Uint64
+	rejectTenant                         atomic.Uint64 // the tenant's router cap
 	errDial, errTimeout, errOther        atomic.Uint64
+	clientFaults                         atomic.Uint64 // client errors on forwarded requests: never the cell's
 	ejectActive, ejectPassive            atomic.Uint64
 
 	mu          sync.Mutex // guards activeFails and the up/down transition
@@ -81,12 +83,16 @@ func newBackend(p *Proxy, c cells.CellSpec, target *url.URL) *backend {
 		// upgrades (WebSocket) working end to end.
 		DisableCompression: true,
 	}
-	b.lean = target.Scheme == "http" && (target.Path == "" || target.Path == "/") && target.RawPath == ""
+	b.lean = !cfg.NetHTTPOnly && target.Scheme == "http" && (target.Path == "" || target.Path == "/") && target.RawPath == ""
 	b.writeHeadFn = b.writeHead
 	b.direct = newDirectTransport(target.Host, dialAddr(target), dialer, cfg.ResponseHeaderTimeout, cfg.MaxIdleConnsPerCell, b.transport)
+	var rt http.RoundTripper = b.direct
+	if cfg.NetHTTPOnly {
+		rt = b.transport
+	}
 	b.proxy = &httputil.ReverseProxy{
 		Rewrite:   b.rewrite,
-		Transport: b.direct,
+		Transport: rt,
 		// 0, not -1: ReverseProxy flushes SSE and bodies of unknown length
 		// at once by itself, and Proxy.ServeHTTP's flushWriter flushes
 		// every other write. -1 would also start a timer per response
@@ -185,7 +191,13 @@ var (
 // onResponse counts the cell's answer. Any answer, even a 5xx, proves the
 // cell is reachable: a cell's 500 or a tenant bulkhead's 503 is about one
 // request or one tenant, not the cell, so it never ejects.
+//
+// A status outside 100-599 is a malformed answer (the cell's fault): the
+// router never writes a non-standard code on the wire, so it answers 502.
 func (b *backend) onResponse(resp *http.Response) error {
+	if resp.StatusCode > 599 {
+		return errBadStatus
+	}
 	b.count(resp.StatusCode)
 	if b.passiveFails.Load() != 0 {
 		b.passiveFails.Store(0)
@@ -193,18 +205,42 @@ func (b *backend) onResponse(resp *http.Response) error {
 	return nil
 }
 
-// onError handles a transport error. A failed connection attempt means the
-// request never reached the cell: the cell is marked down at once and the
-// client gets the same 503 + Retry-After as every later request until the
-// cell is back. Other errors (reset, timeout) answer 502/504 and eject the
-// cell after FailAfter in a row.
+// onError handles an error forwarding a request. Only the cell's faults
+// count against the cell: a refused connection, a reset or closed
+// connection, a timeout waiting for its answer, a malformed answer. What
+// the client did never does: a request whose body the client failed to
+// send (a malformed chunk, a stall past the body deadline, a connection
+// that ended early) is answered 400 or 408 and its connection closed, and
+// a client that went away gets nothing (the connection is aborted).
+//
+// A failed connection attempt means the request never reached the cell:
+// the cell is marked down at once and the client gets the same 503 +
+// Retry-After as every later request until the cell is back. Other cell
+// errors answer 502/504 and eject the cell after FailAfter in a row.
 func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
+	if cb, ok := r.Context().Value(clientBodyKey{}).(*clientBody); ok {
+		if failed, slow := cb.failed(); failed {
+			b.clientFaults.Add(1)
+			setRequestID(w, r)
+			w.Header()["Connection"] = closeValue
+			if slow {
+				b.count(http.StatusRequestTimeout)
+				b.writeError(w, http.StatusRequestTimeout, `{"error":"the request body did not arrive in time","code":"body_timeout"}`)
+				return
+			}
+			b.count(http.StatusBadRequest)
+			b.writeError(w, http.StatusBadRequest, `{"error":"the request body is malformed or incomplete","code":"bad_request_body"}`)
+			return
+		}
+	}
 	if r.Context().Err() != nil {
-		// The client went away; nothing to say about the cell. 499 is the
-		// de facto "client closed request" code, for the counters.
-		b.count(499)
-		w.WriteHeader(499)
-		return
+		// The client went away; nothing to say about the cell, and no one
+		// to answer: abort the connection, as net/http does for a handler
+		// that panics with ErrAbortHandler. Counted as a 4xx (a client's
+		// doing).
+		b.clientFaults.Add(1)
+		b.count(http.StatusBadRequest)
+		panic(http.ErrAbortHandler)
 	}
 	var op *net.OpError
 	var ne net.Error
@@ -231,6 +267,10 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// closeValue is the Connection header of an answer after which the router
+// closes the client connection.
+var closeValue = []string{"close"}
+
 func (b *backend) writeError(w http.ResponseWriter, code int, body string) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
@@ -252,6 +292,11 @@ func (b *backend) refuse(w http.ResponseWriter, r *http.Request, retryAfter []st
 	b.count(http.StatusServiceUnavailable)
 	setRequestID(w, r)
 	w.Header()[b.p.cellHeader] = b.nameValue
+	if r.ContentLength != 0 {
+		// The body is not read: closing beats net/http's discarding it
+		// first, which a stalled body would hold up.
+		w.Header()["Connection"] = closeValue
+	}
 	b.writeRefusal(w, r, retryAfter, body)
 }
 

@@ -309,7 +309,7 @@ func (pc *directConn) exchange(req *http.Request, write headWriter, info infoHan
 var (
 	errUnexpected101 = errors.New("cells: cell switched protocols on a request that asked for no upgrade")
 	errTooMany1xx    = errors.New("cells: too many 1xx answers from the cell")
-	errBadStatus     = errors.New("cells: cell answered a status code below 100")
+	errBadStatus     = errors.New("cells: cell answered a status code outside 100-599")
 )
 
 // readHead reads answers until the final one, giving 1xx answers to info,
@@ -330,7 +330,7 @@ func (pc *directConn) readHead(req *http.Request, info infoHandler, headerFirst 
 		}
 		code := resp.StatusCode
 		switch {
-		case code < 100: // "099" parses; the server would panic writing it
+		case code < 100 || code > 599: // "099" parses, and the server would panic writing it; 6xx-9xx are no HTTP status
 			return nil, errBadStatus
 		case code == http.StatusSwitchingProtocols:
 			return nil, errUnexpected101

@@ -117,7 +117,8 @@ func dump(v clientView) string {
 	return fmt.Sprint(string(b))
 }
 
-// reverseProxyOnly makes newFixture send every request through
+// reverseProxyOnly makes newFixture run the proxy with NetHTTPOnly (the
+// router's -net-http-only), which sends every request through
 // httputil.ReverseProxy, the path requests with a body take.
 var reverseProxyOnly bool
 

@@ -263,6 +263,7 @@ const (
 type frontConn struct {
 	s      *frontServer
 	conn   net.Conn
+	scan   *scanConn // conn, when the listener scans heads (rawhead.go)
 	remote string
 	br     *bufio.Reader // reads from the frontConn (see Read)
 	w      leanWriter
@@ -301,6 +302,7 @@ const (
 
 func newFrontConn(s *frontServer, c net.Conn) *frontConn {
 	fc := &frontConn{s: s, conn: c, remote: c.RemoteAddr().String()}
+	fc.scan, _ = c.(*scanConn)
 	fc.br = bufio.NewReaderSize(fc, frontBufSize)
 	fc.hr = bufio.NewReaderSize(&fc.head, 16) // its own buffer is unused: ReadRequest reads lines
 	fc.w.bw = bufio.NewWriterSize(c, 4<<10)
@@ -369,10 +371,14 @@ func (fc *frontConn) readRequest() (req *http.Request, n int, plain bool, err er
 	if _, err := fc.br.Peek(1); err != nil {
 		return nil, 0, false, err
 	}
-	if !fc.state.CompareAndSwap(connIdle, connHead) && !fc.state.CompareAndSwap(connNew, connHead) {
+	// The head's time runs from the accept for a connection's first
+	// request (as net/http's), from its first byte for a later one, and is
+	// never restarted: not here, and not by a hand-over (replayConn).
+	if fc.state.CompareAndSwap(connIdle, connHead) {
+		fc.since.Store(time.Now().UnixNano())
+	} else if !fc.state.CompareAndSwap(connNew, connHead) {
 		return nil, 0, false, net.ErrClosed // Shutdown or the sweep closed it
 	}
-	fc.since.Store(time.Now().UnixNano())
 	buf, err := peekHead(fc.br)
 	if err != nil || buf == nil {
 		return nil, 0, false, err // nil, nil: larger than the buffer, net/http's case
@@ -435,7 +441,11 @@ func (fc *frontConn) handOver() bool {
 	delete(fc.s.conns, fc) // net/http tracks it now; untrack still runs wg.Done
 	fc.s.mu.Unlock()
 	fc.s.handed.Add(1)
-	return fc.s.handoff.push(&replayConn{Conn: fc.conn, fc: fc})
+	rc := &replayConn{Conn: fc.conn, fc: fc}
+	if d := fc.s.readHeaderTimeout; d > 0 {
+		rc.headDeadline = time.Unix(0, fc.since.Load()).Add(d)
+	}
+	return fc.s.handoff.push(rc)
 }
 
 // serveOne serves req on the lean path. ok false means Proxy left it
@@ -473,6 +483,9 @@ func (fc *frontConn) serveOne(req *http.Request, headLen int) (keep, ok bool) {
 // unless bytes of a next request are buffered already.
 func (fc *frontConn) begin() {
 	_, _ = fc.br.Discard(fc.headLen)
+	if fc.scan != nil {
+		fc.scan.takeOldest() // a lean head: no framing header, nothing to check
+	}
 	fc.s.served.Add(1) // here, not after serving: the client may read the answer before serve returns
 	fc.setState(connActive)
 	if fc.br.Buffered() == 0 {
@@ -619,6 +632,24 @@ func onlyKeepAlive(vv []string) bool {
 type replayConn struct {
 	net.Conn
 	fc *frontConn
+	// headDeadline is when the head being read at the hand-over must be
+	// in: net/http's first read deadline (its header timeout, which would
+	// start afresh) is kept to it, so a slow head that outgrew the own
+	// loop's buffer gets no second timeout.
+	headDeadline time.Time
+	setOnce      bool
+}
+
+// SetReadDeadline implements net.Conn, keeping net/http's first deadline
+// (the head's) to headDeadline.
+func (c *replayConn) SetReadDeadline(t time.Time) error {
+	if !c.setOnce {
+		c.setOnce = true
+		if !c.headDeadline.IsZero() && (t.IsZero() || t.After(c.headDeadline)) {
+			t = c.headDeadline
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *replayConn) Read(p []byte) (int, error) {

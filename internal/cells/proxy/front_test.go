@@ -50,7 +50,8 @@ func serveOwnLoop(tb testing.TB, p *Proxy, log *slog.Logger) (*httptest.Server, 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 30 * time.Second}
+	ln = scanListener{ln}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 2 * time.Second, IdleTimeout: 30 * time.Second, ConnContext: withScanConn}
 	fs := newFrontServer(p, srv, ln.Addr(), log)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = fs.Serve(ln) }()

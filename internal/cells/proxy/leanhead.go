@@ -279,7 +279,7 @@ func (p *responseParser) parse(head []byte, req *http.Request, br *bufio.Reader)
 		}
 		code = 10*code + int(c-'0')
 	}
-	if code < 200 || code == http.StatusNoContent || code == http.StatusNotModified {
+	if code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
 		return nil, false
 	}
 	for i := 3; i < len(status); i++ {

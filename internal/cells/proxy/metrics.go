@@ -14,13 +14,15 @@ type proxyMetrics struct {
 	p *Proxy
 
 	noCell         atomic.Uint64
+	badRequests    atomic.Uint64 // refused by the framing checks
 	reloadOK       atomic.Uint64
 	reloadInvalid  atomic.Uint64
 	reloadFailed   atomic.Uint64
 	slotMapCurrent atomic.Bool
 
 	requests, up, inflight, rejections, upstreamErrors, ejections *prometheus.Desc
-	noCellDesc, reloads, mapCurrent, cellsDesc                    *prometheus.Desc
+	noCellDesc, reloads, mapCurrent, cellsDesc, badRequestsDesc   *prometheus.Desc
+	clientFaults                                                  *prometheus.Desc
 }
 
 var codeClasses = [5]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
@@ -38,7 +40,7 @@ func newProxyMetrics(p *Proxy) *proxyMetrics {
 		"Requests the router has in flight to the cell, streams included.",
 		[]string{"cell"}, nil)
 	m.rejections = prometheus.NewDesc("cellgate_router_rejections_total",
-		"Requests the router answered 503 itself: cell down, cell at its concurrency cap, or tenant's slot frozen for a move.",
+		"Requests the router answered 503 itself: cell down, cell at its concurrency cap, tenant at its router cap (tenant_concurrency), or tenant's slot frozen for a move.",
 		[]string{"cell", "reason"}, nil)
 	m.upstreamErrors = prometheus.NewDesc("cellgate_router_upstream_errors_total",
 		"Transport errors talking to the cell: dial (connection failed), timeout, other.",
@@ -46,6 +48,12 @@ func newProxyMetrics(p *Proxy) *proxyMetrics {
 	m.ejections = prometheus.NewDesc("cellgate_router_cell_ejections_total",
 		"Times the cell was marked down, by an active health check or by request errors (passive).",
 		[]string{"cell", "cause"}, nil)
+	m.badRequestsDesc = prometheus.NewDesc("cellgate_router_bad_requests_total",
+		"Requests the router refused before routing: a method that is not an upper-case token, CONNECT, HTTP/2, ambiguous framing, a Connection header naming an identity header.",
+		nil, nil)
+	m.clientFaults = prometheus.NewDesc("cellgate_router_client_errors_total",
+		"Forwarded requests that failed by the client's doing (malformed, stalled or cut body; client gone): answered 400/408 or aborted, never counted against the cell.",
+		[]string{"cell"}, nil)
 	m.noCellDesc = prometheus.NewDesc("cellgate_router_no_cell_total",
 		"Requests without a tenant that found no cell up.", nil, nil)
 	m.reloads = prometheus.NewDesc("cellgate_router_slotmap_reloads_total",
@@ -62,7 +70,7 @@ func newProxyMetrics(p *Proxy) *proxyMetrics {
 // Describe implements prometheus.Collector.
 func (m *proxyMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.requests, m.up, m.inflight, m.rejections, m.upstreamErrors,
-		m.ejections, m.noCellDesc, m.reloads, m.mapCurrent, m.cellsDesc} {
+		m.ejections, m.noCellDesc, m.reloads, m.mapCurrent, m.cellsDesc, m.badRequestsDesc, m.clientFaults} {
 		ch <- d
 	}
 }
@@ -89,6 +97,8 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.rejections, b.rejectDown.Load(), b.name, "down")
 		counter(m.rejections, b.rejectBusy.Load(), b.name, "concurrency")
 		counter(m.rejections, b.rejectFrozen.Load(), b.name, "frozen")
+		counter(m.rejections, b.rejectTenant.Load(), b.name, "tenant_concurrency")
+		counter(m.clientFaults, b.clientFaults.Load(), b.name)
 		counter(m.upstreamErrors, b.errDial.Load(), b.name, "dial")
 		counter(m.upstreamErrors, b.errTimeout.Load(), b.name, "timeout")
 		counter(m.upstreamErrors, b.errOther.Load(), b.name, "other")
@@ -96,6 +106,7 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.ejections, b.ejectPassive.Load(), b.name, "passive")
 	}
 	counter(m.noCellDesc, m.noCell.Load())
+	counter(m.badRequestsDesc, m.badRequests.Load())
 	counter(m.reloads, m.reloadOK.Load(), "ok")
 	counter(m.reloads, m.reloadInvalid.Load(), "invalid")
 	counter(m.reloads, m.reloadFailed.Load(), "unreadable")

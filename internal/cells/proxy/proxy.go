@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellgate/cellgate/internal/admission"
+	"github.com/cellgate/cellgate/internal/admission/admissionmetrics"
 	"github.com/cellgate/cellgate/internal/probe"
 
 	"github.com/cellgate/cellgate/internal/cells"
@@ -55,12 +57,50 @@ type ProxyConfig struct {
 	// or WebSocket counts for its whole life. -1 means no cap.
 	// Default: 1024.
 	MaxInFlightPerCell int
+	// MaxInFlightPerTenant caps the requests one tenant has in flight
+	// through this router, in front of the per-cell cap, so one tenant
+	// cannot take its cell's whole MaxInFlightPerCell (stalled uploads,
+	// slow answers): a request over it gets 503 with Retry-After: 1 and
+	// code tenant_overloaded. Counted by an admission.Engine (the cells'
+	// engine), keyed by tenant id; requests without a usable tenant
+	// share one account. Keep it at most MaxInFlightPerCell (the spec's policy
+	// checks router.max_in_flight_per_tenant). -1 means no cap. Default:
+	// 256.
+	MaxInFlightPerTenant int
+	// Admission sets the tenant engine's layout and account bounds
+	// (shards, max_accounts, idle_after), as the cells' admission block
+	// does theirs. Zero: admission.DefaultConfig().
+	Admission admission.Config
+	// BodyTimeout bounds reading a forwarded request's whole body from the
+	// client; past it the client gets 408 and its connection is closed,
+	// and the cell never counts it as its fault. -1 means none. Default:
+	// 30s (the cells' read_timeout).
+	BodyTimeout time.Duration
+	// MinBodyRate is the slowest a client may send a body, in bytes per
+	// second, after BodyRateGrace: the body must have arrived by
+	// start + BodyRateGrace + bytes / MinBodyRate (and within
+	// BodyTimeout), or the client gets 408. -1 means no minimum.
+	// Default: 1024.
+	MinBodyRate int64
+	// BodyRateGrace is the time a body may take before MinBodyRate
+	// applies (a client's first packets, a slow start). Default: 5s.
+	BodyRateGrace time.Duration
 	// MaxIdleConnsPerCell is the keep-alive pool size per cell. Default:
 	// 256.
 	MaxIdleConnsPerCell int
+	// TenantHeader is the request header the tenancy block reads the
+	// tenant from (tenancy.header.name). A Connection header naming it,
+	// Authorization or Cookie is refused (framing.go), whatever the
+	// source. Default: X-Tenant-ID.
+	TenantHeader string
 	// CellHeader is the response header naming the cell that served (or
 	// refused) the request. Default: X-Cellgate-Cell.
 	CellHeader string
+	// NetHTTPOnly turns the lean client path off: every request goes
+	// through httputil.ReverseProxy over an http.Transport. RunRouter sets
+	// it from RouterOptions.NetHTTPOnly, with the own serving loop, so one
+	// switch covers the whole lean HTTP path.
+	NetHTTPOnly bool
 	// Logger receives state changes (a cell going down or up) and upstream
 	// errors. Default: slog.Default().
 	Logger *slog.Logger
@@ -75,8 +115,13 @@ var DefaultProxyConfig = ProxyConfig{
 	DialTimeout:           2 * time.Second,
 	ResponseHeaderTimeout: 60 * time.Second,
 	MaxInFlightPerCell:    1024,
+	MaxInFlightPerTenant:  256,
+	BodyTimeout:           30 * time.Second,
+	MinBodyRate:           1024,
+	BodyRateGrace:         5 * time.Second,
 	MaxIdleConnsPerCell:   256,
 	CellHeader:            "X-Cellgate-Cell",
+	TenantHeader:          "X-Tenant-ID",
 }
 
 func (c ProxyConfig) withDefaults() ProxyConfig {
@@ -88,8 +133,21 @@ func (c ProxyConfig) withDefaults() ProxyConfig {
 	c.DialTimeout = cmp.Or(c.DialTimeout, d.DialTimeout)
 	c.ResponseHeaderTimeout = cmp.Or(c.ResponseHeaderTimeout, d.ResponseHeaderTimeout)
 	c.MaxInFlightPerCell = cmp.Or(c.MaxInFlightPerCell, d.MaxInFlightPerCell)
+	if c.MaxInFlightPerTenant == 0 {
+		c.MaxInFlightPerTenant = d.MaxInFlightPerTenant
+		if c.MaxInFlightPerCell > 0 {
+			c.MaxInFlightPerTenant = min(c.MaxInFlightPerTenant, c.MaxInFlightPerCell)
+		}
+	}
+	c.BodyTimeout = cmp.Or(c.BodyTimeout, d.BodyTimeout)
+	c.MinBodyRate = cmp.Or(c.MinBodyRate, d.MinBodyRate)
+	c.BodyRateGrace = cmp.Or(c.BodyRateGrace, d.BodyRateGrace)
+	if c.Admission == (admission.Config{}) {
+		c.Admission = admission.DefaultConfig()
+	}
 	c.MaxIdleConnsPerCell = cmp.Or(c.MaxIdleConnsPerCell, d.MaxIdleConnsPerCell)
 	c.CellHeader = cmp.Or(c.CellHeader, d.CellHeader)
+	c.TenantHeader = cmp.Or(c.TenantHeader, d.TenantHeader)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -112,6 +170,16 @@ func (c ProxyConfig) validate() error {
 		return fmt.Errorf("cells: ProxyConfig.ResponseHeaderTimeout must be > 0, got %s", c.ResponseHeaderTimeout)
 	case c.MaxInFlightPerCell < -1:
 		return fmt.Errorf("cells: ProxyConfig.MaxInFlightPerCell must be -1 (no cap) or > 0, got %d", c.MaxInFlightPerCell)
+	case c.MaxInFlightPerTenant < -1:
+		return fmt.Errorf("cells: ProxyConfig.MaxInFlightPerTenant must be -1 (no cap) or > 0, got %d", c.MaxInFlightPerTenant)
+	case c.MaxInFlightPerCell > 0 && c.MaxInFlightPerTenant > c.MaxInFlightPerCell:
+		return fmt.Errorf("cells: ProxyConfig.MaxInFlightPerTenant (%d) must be at most MaxInFlightPerCell (%d)", c.MaxInFlightPerTenant, c.MaxInFlightPerCell)
+	case c.BodyTimeout < -1:
+		return fmt.Errorf("cells: ProxyConfig.BodyTimeout must be -1 (none) or > 0, got %s", c.BodyTimeout)
+	case c.MinBodyRate < -1:
+		return fmt.Errorf("cells: ProxyConfig.MinBodyRate must be -1 (none) or > 0, got %d", c.MinBodyRate)
+	case c.BodyRateGrace < 0:
+		return fmt.Errorf("cells: ProxyConfig.BodyRateGrace must be > 0, got %s", c.BodyRateGrace)
 	case c.MaxIdleConnsPerCell < 0:
 		return fmt.Errorf("cells: ProxyConfig.MaxIdleConnsPerCell must be > 0, got %d", c.MaxIdleConnsPerCell)
 	}
@@ -135,8 +203,11 @@ type Proxy struct {
 	cfg        ProxyConfig
 	x          tenancy.Extractor // nil: tenancy disabled, one cell only
 	cellHeader string            // canonical form of cfg.CellHeader
+	protected  []string          // headers a Connection header may not name (framing.go)
 	retryAfter []string          // Retry-After for a down cell
 	m          *proxyMetrics
+	tenants    *admission.Engine // the per-tenant cap; nil: none
+	body       bodyLimits
 
 	table atomic.Pointer[table]
 
@@ -173,14 +244,39 @@ func NewProxy(cfg ProxyConfig, x tenancy.Extractor, router *cells.CellRouter, re
 		x:          x,
 		cellHeader: hdr,
 		retryAfter: []string{strconv.Itoa(max(1, secs))},
+		protected:  protectedHeaders(cfg.TenantHeader),
 		ctx:        context.Background(),
 	}
+	p.body = bodyLimits{timeout: max(cfg.BodyTimeout, 0), grace: cfg.BodyRateGrace, rate: max(cfg.MinBodyRate, 0)}
+	if cfg.MaxInFlightPerTenant > 0 && x != nil {
+		ec := cfg.Admission
+		ec.MaxConcurrent = int64(cfg.MaxInFlightPerTenant)
+		ec.Rate, ec.Burst, ec.Funding, ec.OverageAllowance = 0, 0, 0, 0 // concurrency only: the cells meter
+		e, err := admission.New(ec)
+		if err != nil {
+			return nil, fmt.Errorf("cells: ProxyConfig.Admission: %w", err)
+		}
+		p.tenants = e
+	}
 	p.m = newProxyMetrics(p)
+	unregister := func() {}
 	if err := reg.Register(p.m); err != nil {
+		p.closeEngine()
 		return nil, fmt.Errorf("cells: register metrics: %w", err)
+	}
+	if p.tenants != nil {
+		am := admissionmetrics.New(p.tenants, "router")
+		if err := reg.Register(am); err != nil {
+			reg.Unregister(p.m)
+			p.closeEngine()
+			return nil, fmt.Errorf("cells: register metrics: %w", err)
+		}
+		unregister = func() { reg.Unregister(am) }
 	}
 	if err := p.SetRouter(router); err != nil {
 		reg.Unregister(p.m)
+		unregister()
+		p.closeEngine()
 		return nil, err
 	}
 	return p, nil
@@ -270,6 +366,13 @@ func (p *Proxy) Close() {
 	for _, b := range p.table.Load().backends {
 		b.stop()
 	}
+	p.closeEngine()
+}
+
+func (p *Proxy) closeEngine() {
+	if p.tenants != nil {
+		p.tenants.Close()
+	}
 }
 
 // CellUp reports whether the named cell is currently considered up.
@@ -303,8 +406,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool
 	t := p.table.Load()
 	var b *backend
 	frozen := false
+	var tenant string
 	if p.x != nil {
-		if tenant, err := p.x.Extract(r); err == nil {
+		if id, err := p.x.Extract(r); err == nil {
+			tenant = id
 			slot, _ := slots.Slot(tenant) // a tenant id is never empty
 			b = t.backends[t.r.IndexForSlot(slot)]
 			frozen = t.r.Frozen(slot)
@@ -319,6 +424,15 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool
 	}
 	if begin != nil {
 		begin()
+	}
+	refusal := refuseFraming(r, p.protected)
+	if refusal == nil && begin == nil {
+		refusal = rawRefusal(r) // the own loop's heads carry no framing headers (front.go)
+	}
+	if refusal != nil {
+		p.m.badRequests.Add(1)
+		writeBadRequest(w, r, refusal)
+		return true
 	}
 	switch {
 	case frozen:
@@ -336,13 +450,38 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool
 		b.rejectDown.Add(1)
 		b.refuse(w, r, p.retryAfter, b.bodyDown)
 	default:
-		p.send(w, r, b, lean)
+		if tenant == "" {
+			// No usable tenant: all such requests share one account, so
+			// they cannot fill a cell's cap either (public routes, or an
+			// attacker who leaves the tenant out).
+			tenant = anonymousTenant
+		}
+		p.send(w, r, b, lean, tenant)
 	}
 	return true
 }
 
-// send forwards r to b's cell within the per-cell cap.
-func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bool) {
+// anonymousTenant is the tenant-cap account of the requests without a
+// usable tenant; a NUL byte is never in a tenant id.
+const anonymousTenant = "\x00anonymous"
+
+// send forwards r to b's cell within the tenant's cap and the per-cell
+// cap.
+func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bool, tenant string) {
+	var permit admission.Permit
+	if p.tenants != nil {
+		var o admission.Outcome
+		if permit, o = p.tenants.Admit(tenant, 1); o != admission.Admitted {
+			b.rejectTenant.Add(1)
+			body := bodyTenantBusy
+			if o == admission.RejectedCapacity {
+				body = bodyTenantCapacity
+			}
+			b.refuse(w, r, retryOne, body)
+			return
+		}
+		defer permit.Release()
+	}
 	n := b.inflight.Add(1)
 	defer b.inflight.Add(-1) // also runs when the proxy aborts a stream with a panic
 	if limit := p.cfg.MaxInFlightPerCell; limit > 0 && n > int64(limit) {
@@ -357,6 +496,13 @@ func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bo
 	if lean {
 		b.forward(w, r)
 		return
+	}
+	if r.Body != nil && r.Body != http.NoBody {
+		// ReverseProxy hands its error handler the outgoing request, whose
+		// body it wraps: the context is how onError finds this one.
+		cb := newClientBody(w, r.Body, p.body, time.Now())
+		r = r.WithContext(context.WithValue(r.Context(), clientBodyKey{}, cb))
+		r.Body = cb
 	}
 	fw := flushWriters.Get().(*flushWriter)
 	fw.ResponseWriter, fw.cellHeader, fw.cellValue = w, p.cellHeader, b.nameValue
@@ -418,7 +564,11 @@ func (t *table) pickUp() *backend {
 	return nil
 }
 
-var bodyNoCell = []byte(`{"error":"no cell is available","code":"no_cell"}` + "\n")
+var (
+	bodyNoCell         = []byte(`{"error":"no cell is available","code":"no_cell"}` + "\n")
+	bodyTenantBusy     = []byte(`{"error":"tenant has too many requests in flight at the router","code":"tenant_overloaded"}` + "\n")
+	bodyTenantCapacity = []byte(`{"error":"the router holds too many tenants","code":"tenant_capacity"}` + "\n")
+)
 
 // setRequestID makes sure a response the router writes itself carries the
 // request id the cell would have echoed.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/cells"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -173,5 +174,23 @@ func BenchmarkFrontLoopback(b *testing.B) {
 	}
 	if n := fs.served.Load() - served; n != uint64(b.N) {
 		b.Fatalf("own loop served %d of %d requests", n, b.N)
+	}
+}
+
+// BenchmarkTenantAdmission is the per-tenant cap's share of a routed
+// request: one admission and one release of a known tenant on the Proxy's
+// engine. Run with -benchmem: 0 allocs/op (docs/cells.md).
+func BenchmarkTenantAdmission(b *testing.B) {
+	f := newFixture(b, ProxyConfig{})
+	e := f.p.tenants
+	p, _ := e.Admit(tenant2, 1) // the tenant exists from here on
+	p.Release()
+	b.ReportAllocs()
+	for b.Loop() {
+		p, o := e.Admit(tenant2, 1)
+		if o != admission.Admitted {
+			b.Fatal(o)
+		}
+		p.Release()
 	}
 }

@@ -117,21 +117,21 @@ func newFixture(tb testing.TB, cfg ProxyConfig) *fixture {
 		cfg.HealthInterval = time.Hour // tests drive checks with CheckNow
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+	cfg.NetHTTPOnly = cfg.NetHTTPOnly || reverseProxyOnly
 	p, err := NewProxy(cfg, x, r, reg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(p.Close)
-	if reverseProxyOnly {
-		for _, be := range p.table.Load().backends {
-			be.lean = false
-		}
-	}
 	f := &fixture{p: p, reg: reg, cells: []*testCell{c1, c2}}
 	if ownLoop {
 		f.router, f.front = serveOwnLoop(tb, p, cfg.Logger)
 	} else {
-		f.router = httptest.NewServer(p)
+		// net/http's server as RunRouter sets it up without the own loop.
+		f.router = httptest.NewUnstartedServer(p)
+		f.router.Listener = scanListener{f.router.Listener}
+		f.router.Config.ConnContext = withScanConn
+		f.router.Start()
 		tb.Cleanup(f.router.Close)
 	}
 	return f
@@ -683,14 +683,41 @@ func TestProxyMetricsLint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
-	n, err := testutil.GatherAndCount(f.reg)
+	mfs, err := f.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Per cell: 5 request classes, up, in flight, 3 rejections, 3 errors,
-	// 2 ejections = 15; plus no_cell, 3 reloads, current, cells = 6.
-	if n != 2*15+6 {
-		t.Errorf("%d series; want %d (labels must stay bounded by the slot map)", n, 2*15+6)
+	n, engine := 0, 0
+	for _, mf := range mfs {
+		switch {
+		case strings.HasPrefix(mf.GetName(), "cellgate_router_"):
+			n += len(mf.GetMetric())
+		case strings.HasPrefix(mf.GetName(), "cellgate_admission_"):
+			engine += len(mf.GetMetric())
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" || l.GetName() == "engine" && l.GetValue() != "router" {
+						t.Errorf("%s has label %s=%s", mf.GetName(), l.GetName(), l.GetValue())
+					}
+				}
+			}
+		}
+	}
+	// Per cell: 5 request classes, up, in flight, 4 rejections, 3 errors,
+	// 2 ejections, client errors = 17; plus no_cell, bad_requests, 3
+	// reloads, current, cells = 7.
+	if n != 2*17+7 {
+		t.Errorf("%d series; want %d (labels must stay bounded by the slot map)", n, 2*17+7)
+	}
+	if engine == 0 {
+		t.Error("the per-tenant engine's metrics (engine=router) are not registered")
+	}
+	problems, err = testutil.GatherAndLint(f.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
 	}
 }
 

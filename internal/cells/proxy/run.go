@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/probe"
@@ -37,7 +38,9 @@ type RouterOptions struct {
 	// ReloadInterval is how often the slot map file is checked for a
 	// change. Default: 1s.
 	ReloadInterval time.Duration
-	// Proxy configures the request path and health checks.
+	// Proxy configures the request path and health checks. Its caps, body
+	// deadlines, tenant header and engine layout, when zero, come from the
+	// spec (router, tenancy and admission blocks).
 	Proxy ProxyConfig
 	// Logger is the structured logger. Default: slog.Default().
 	Logger *slog.Logger
@@ -50,11 +53,14 @@ type RouterOptions struct {
 	// Ready, when set, is called with the listening address once the
 	// router serves.
 	Ready func(net.Addr)
-	// NetHTTPOnly serves every connection with net/http's server instead
-	// of the router's own loop for the lean path (see frontServer): the
-	// same answers, at the cost of two or three thread wake-ups more per
-	// request. For comparison and as a way back should the own loop
-	// misbehave.
+	// NetHTTPOnly turns the whole lean HTTP path off: every connection is
+	// served by net/http's server instead of the router's own loop (see
+	// frontServer), and every request is forwarded by
+	// httputil.ReverseProxy over an http.Transport instead of the lean
+	// client path (see forward.go): the same answers, at the cost of
+	// thread wake-ups and allocations per request. For comparison and as a
+	// way back should the lean path misbehave. It overrides
+	// Proxy.NetHTTPOnly.
 	NetHTTPOnly bool
 }
 
@@ -84,6 +90,8 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		opts.Registry = prometheus.NewRegistry()
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	opts.Proxy.NetHTTPOnly = opts.NetHTTPOnly
+	opts.Proxy = fromSpec(opts.Proxy, cfg)
 	if opts.Proxy.Logger == nil {
 		opts.Proxy.Logger = opts.Logger
 	}
@@ -119,6 +127,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 			return fmt.Errorf("router address %q: %w", opts.Address, err)
 		}
 	}
+	ln = scanListener{ln} // the raw framing check (rawhead.go), in both modes
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait() // runs after stop: the watcher ends with runCtx
@@ -139,6 +148,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		Handler:           probes(mux, p),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
+		ConnContext:       withScanConn,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	var front *frontServer
@@ -174,6 +184,56 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		return err
 	}
 	return nil
+}
+
+// fromSpec fills the fields of pc left zero from the spec's router,
+// admission and tenancy blocks (a field set, by a flag, wins). The spec
+// says "no cap" and "none" with 0, ProxyConfig with -1.
+func fromSpec(pc ProxyConfig, cfg config.Config) ProxyConfig {
+	r := cfg.Router
+	orNone := func(v int64) int64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	if pc.MaxInFlightPerCell == 0 {
+		pc.MaxInFlightPerCell = int(orNone(int64(r.MaxInFlightPerCell)))
+	}
+	if pc.MaxInFlightPerTenant == 0 {
+		pc.MaxInFlightPerTenant = int(orNone(int64(r.MaxInFlightPerTenant)))
+		if c := pc.MaxInFlightPerCell; c > 0 && pc.MaxInFlightPerTenant > c {
+			pc.MaxInFlightPerTenant = c // a lower per-cell cap (a flag) lowers the spec's tenant cap with it
+		}
+	}
+	if pc.BodyTimeout == 0 {
+		pc.BodyTimeout = time.Duration(orNone(int64(r.BodyTimeout.D())))
+	}
+	if pc.MinBodyRate == 0 {
+		pc.MinBodyRate = orNone(r.MinBodyBytesPerSecond)
+	}
+	if pc.BodyRateGrace == 0 {
+		pc.BodyRateGrace = r.BodyRateGrace.D()
+	}
+	if pc.TenantHeader == "" {
+		pc.TenantHeader = cfg.Tenancy.Header.Name
+	}
+	if pc.Admission == (admission.Config{}) {
+		// The cells' engine layout and account bounds (as the runtime's
+		// engineConfig reads them); the router's engine counts concurrency only.
+		a, c := cfg.Admission, admission.DefaultConfig()
+		if a.Shards > 0 {
+			c.Shards = a.Shards
+		}
+		if a.MaxAccounts > 0 {
+			c.MaxAccounts = a.MaxAccounts
+		}
+		if a.IdleAfter > 0 {
+			c.IdleAfter = a.IdleAfter.D()
+		}
+		pc.Admission = c
+	}
+	return pc
 }
 
 // probes sends the router's own probe paths to mux and everything else to

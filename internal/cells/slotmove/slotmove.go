@@ -20,7 +20,10 @@
 //  5. switch: the map gives the range to the target and unfreezes it
 //     (written atomically: temporary file + rename). A state file records
 //     that the range was verified before the switch.
-//  6. delete: only when the map gives the range to the target and the
+//  6. jobs: the moved tenants' waiting and scheduled jobs in the source
+//     shards' jobs tables move to the target shards, verified like the
+//     rows (running ones stay and finish at the source: see jobs.go).
+//  7. delete: only when the map gives the range to the target and the
 //     state file says it was verified, the source rows are deleted (child
 //     tables first) and the fence dropped.
 //
@@ -56,10 +59,6 @@ type Shard struct {
 	Slots []string
 }
 
-// ExampleTables are the example domain's tables, parents before children
-// (copies run in this order, deletes in reverse).
-var ExampleTables = []string{"accounts", "orders"}
-
 // Config describes one move. Zero fields take the defaults named on each.
 type Config struct {
 	// MapFile is the router's slot map file. Required.
@@ -74,9 +73,15 @@ type Config struct {
 	// Source and Target are the two cells' shards. Every slot of Range
 	// must have a shard on both sides.
 	Source, Target []Shard
-	// Tables to move, parents first; each needs a slot column and a
-	// primary key. Default: ExampleTables.
+	// Tables to move, parents first (copies run in this order, deletes in
+	// reverse); each needs a slot column and a primary key. Required: the
+	// spec's database.tenant_tables (cmd/slotmove's default).
 	Tables []string
+	// SkipJobs leaves the moved tenants' jobs where they are. By default
+	// the waiting and scheduled jobs in the source shards' jobs tables
+	// (jobs.postgres.shard_local) move to the target shards after the
+	// switch, verified like the rows; running jobs stay (see jobs.go).
+	SkipJobs bool
 	// ChunkSlots is how many slots one copy, verify or delete statement
 	// covers. Default: 1024.
 	ChunkSlots int
@@ -103,8 +108,14 @@ type Report struct {
 	Resumed string
 	// Copied and Deleted count rows per table (summed over all passes).
 	Copied, Deleted map[string]int64
-	// Verified lists the per-table totals that matched on both sides.
+	// Verified lists the per-table totals that matched on both sides
+	// (cellgate_jobs: the jobs moved, counted once verified).
 	Verified map[string]int64
+	// JobsMoved counts the waiting and scheduled jobs copied to the
+	// target; JobsDuplicate those dropped because the target held an
+	// active job with the same uniqueness key; JobsLeftRunning the moved
+	// tenants' jobs that were running at the source and stayed there.
+	JobsMoved, JobsDuplicate, JobsLeftRunning int64
 }
 
 // VerifyError is a verification difference: the move stopped before the
@@ -139,9 +150,6 @@ const (
 func (c Config) withDefaults() Config {
 	if c.StateFile == "" {
 		c.StateFile = c.MapFile + ".move.json"
-	}
-	if len(c.Tables) == 0 {
-		c.Tables = ExampleTables
 	}
 	if c.ChunkSlots == 0 {
 		c.ChunkSlots = 1024
@@ -183,6 +191,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("slotmove: Config.Settle must be >= 0, got %s", c.Settle)
 	case len(c.Source) == 0 || len(c.Target) == 0:
 		return errors.New("slotmove: Config.Source and Config.Target need the cells' shards")
+	case len(c.Tables) == 0:
+		return errors.New("slotmove: Config.Tables is empty; name the tenant tables (the spec's database.tenant_tables)")
 	}
 	for _, t := range c.Tables {
 		if t == "" {
@@ -357,6 +367,11 @@ func (mv *mover) finish(ctx context.Context, rep *Report) error {
 	// to the range at the source again; installing it again is harmless.
 	if err := mv.fence(ctx); err != nil {
 		return err
+	}
+	if !mv.cfg.SkipJobs {
+		if err := mv.moveJobs(ctx, rep); err != nil {
+			return err
+		}
 	}
 	n, err := mv.deleteRange(ctx, mv.source, "source")
 	if err != nil {

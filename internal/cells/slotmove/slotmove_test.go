@@ -111,7 +111,7 @@ func count(t *testing.T, c *pgx.Conn, table string, rg slots.Range) int64 {
 func (w *world) config(t *testing.T, rg slots.Range) Config {
 	return Config{
 		MapFile: w.mapFile, Range: rg, From: "cell-1", To: "cell-2",
-		Source: w.src, Target: w.dst, ChunkSlots: 100,
+		Source: w.src, Target: w.dst, ChunkSlots: 100, Tables: []string{"accounts", "orders"},
 		Settle: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
@@ -301,7 +301,7 @@ func TestMoveResumesAfterSwitch(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	ctx := context.Background()
-	base := Config{MapFile: "m", From: "a", To: "b", Range: slots.Range{Lo: 1, Hi: 2}, Source: []Shard{{Name: "s", DSN: "x"}}, Target: []Shard{{Name: "t", DSN: "y"}}}
+	base := Config{MapFile: "m", From: "a", To: "b", Tables: []string{"accounts"}, Range: slots.Range{Lo: 1, Hi: 2}, Source: []Shard{{Name: "s", DSN: "x"}}, Target: []Shard{{Name: "t", DSN: "y"}}}
 	for _, tc := range []struct {
 		mut  func(*Config)
 		want string
@@ -312,6 +312,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.Target = nil }, "Target"},
 		{func(c *Config) { c.ChunkSlots = -1 }, "ChunkSlots"},
 		{func(c *Config) { c.Target[0].DSN = "x" }, "same database"},
+		{func(c *Config) { c.Tables = nil }, "database.tenant_tables"},
 	} {
 		c := base
 		c.Target = append([]Shard(nil), base.Target...)

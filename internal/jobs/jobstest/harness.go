@@ -53,7 +53,7 @@ func (h Harness) withDefaults() Harness {
 }
 
 // RunConformance runs the backend conformance suite: enqueue, work, retry
-// (backoff, panics, permanent errors, timeouts), uniqueness, per-kind
+// (backoff, panics, permanent errors, timeouts), uniqueness, bulk enqueue, per-kind
 // concurrency and shutdown for every backend; tenant fairness, slots and
 // lanes for backends whose Capabilities report TenantIsolation.
 func RunConformance(t *testing.T, h Harness) {
@@ -71,6 +71,7 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Work", testWork},
 		{"Retry", testRetry},
 		{"Uniqueness", testUniqueness},
+		{"EnqueueMany", testEnqueueMany},
 		{"KindConcurrency", testKindConcurrency},
 		{"Shutdown", testShutdown},
 	}
@@ -80,6 +81,7 @@ func RunConformance(t *testing.T, h Harness) {
 			fn   func(*testing.T, Harness)
 		}{
 			{"TenantFairness", testFairness},
+			{"EnqueueManyFair", testEnqueueManyFair},
 			{"TenantSlots", testSlots},
 			{"TenantLanes", testLanes},
 		}...)
@@ -99,6 +101,7 @@ type env struct {
 	t       *testing.T
 	h       Harness
 	c       *jobs.Client
+	b       jobs.Backend // c's
 	reg     *prometheus.Registry
 	release chan struct{} // closed at cleanup: unblocks blocking handlers
 	once    sync.Once
@@ -115,7 +118,7 @@ func newEnv(t *testing.T, h Harness, cfg jobs.Config, w *jobs.Workers) *env {
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}
-	e := &env{t: t, h: h, c: c, reg: reg, release: make(chan struct{})}
+	e := &env{t: t, h: h, c: c, b: b, reg: reg, release: make(chan struct{})}
 	t.Cleanup(func() {
 		e.unblock()
 		ctx, cancel := context.WithTimeout(context.Background(), h.Wait)

@@ -467,3 +467,9 @@ func (h *timeHeap) Pop() any {
 }
 
 var _ jobs.Backend = (*Backend)(nil)
+
+var (
+	_ jobs.TxInserter      = (*Backend)(nil)
+	_ jobs.BatchInserter   = (*Backend)(nil)
+	_ jobs.TxBatchInserter = (*Backend)(nil)
+)

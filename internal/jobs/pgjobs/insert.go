@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -289,3 +290,176 @@ func readIDs(rows pgx.Rows, n int) ([]int64, error) {
 // sqlInsertMany inserts a batch and places its ready jobs in the fair
 // order (cellgate_jobs_insert_many); ids come back in input order.
 const sqlInsertMany = `SELECT job_id FROM cellgate_jobs_insert_many($1, $2, $3, $4, $5, $6, $7)`
+
+// InsertMany inserts ps with one round trip and one commit, all or none
+// (jobs.BatchInserter), through the circuit breaker like Insert. The runs
+// of jobs without a uniqueness key go through cellgate_jobs_insert_many,
+// each unique job through cellgate_jobs_insert, all as one pipelined batch
+// in ps's order, so the fair order places the jobs of a tenant in ps's
+// order and a unique job sees the jobs before it (an earlier element with
+// its key makes it a Duplicate of that element's job).
+func (b *Backend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	if err := b.usable(); err != nil {
+		return nil, err
+	}
+	if b.brk != nil {
+		if err := b.brk.allow(); err != nil {
+			return nil, err
+		}
+	}
+	out, err := b.insertMany(ctx, ps)
+	if b.brk != nil {
+		if errors.Is(err, jobs.ErrClosed) {
+			b.brk.done(context.Canceled)
+		} else {
+			b.brk.done(err)
+		}
+	}
+	return out, err
+}
+
+func (b *Backend) insertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	for i := range ps {
+		if ps[i].UniqueKey != "" {
+			// As insertPlain: a job that completed here no longer counts
+			// as active.
+			if err := b.flushDone(ctx); err != nil {
+				return nil, fmt.Errorf("pgjobs: enqueue many on %s: %w", b.name, err)
+			}
+			break
+		}
+	}
+	now := b.now()
+	out, err := insertBatched(ctx, b.pool, ps, now)
+	if err != nil {
+		return nil, fmt.Errorf("pgjobs: enqueue many on %s: %w", b.name, err)
+	}
+	b.inserts.Add(1)
+	b.insertedJobs.Add(uint64(len(ps)))
+	ready, earliest := wakeOf(ps, out, now)
+	if ready {
+		b.notifyNow()
+	}
+	if !earliest.IsZero() {
+		b.wakeAt(earliest)
+	}
+	return out, nil
+}
+
+// InsertManyTx writes ps with the caller's transaction tx in one round trip
+// (jobs.TxBatchInserter), as InsertMany does, and like InsertTx without the
+// circuit breaker; the jobs exist if and only if tx commits.
+func (b *Backend) InsertManyTx(ctx context.Context, stx shards.Tx, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	if err := b.usable(); err != nil {
+		return nil, err
+	}
+	if stx.Tx == nil {
+		return nil, errors.New("pgjobs: enqueue many in a transaction: nil tx")
+	}
+	now := b.now()
+	out, err := insertBatched(ctx, stx.Tx, ps, now)
+	if err != nil {
+		return nil, fmt.Errorf("pgjobs: enqueue many in a transaction on %s: %w", b.name, err)
+	}
+	ready, earliest := wakeOf(ps, out, now)
+	if ready {
+		b.notifyAfterTx()
+	}
+	if !earliest.IsZero() {
+		b.wakeAt(earliest)
+	}
+	return out, nil
+}
+
+// wakeOf says whether the inserted (not duplicate) jobs hold a ready one,
+// and the earliest run_at of those scheduled for later.
+func wakeOf(ps []jobs.InsertParams, out []jobs.EnqueueResult, now time.Time) (ready bool, earliest time.Time) {
+	for i := range ps {
+		if out[i].Duplicate {
+			continue
+		}
+		runAt := runAtOf(ps[i], now)
+		if !runAt.After(now) {
+			ready = true
+		} else if earliest.IsZero() || runAt.Before(earliest) {
+			earliest = runAt
+		}
+	}
+	return ready, earliest
+}
+
+// batchSender is what insertBatched needs of a pool or a transaction.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// insertBatched sends ps as one pipelined batch: outside a transaction
+// PostgreSQL runs it as one implicit transaction (one commit), inside one
+// it joins it. A run of jobs without a uniqueness key is one
+// cellgate_jobs_insert_many statement, a unique job one cellgate_jobs_insert.
+func insertBatched(ctx context.Context, s batchSender, ps []jobs.InsertParams, now time.Time) ([]jobs.EnqueueResult, error) {
+	out := make([]jobs.EnqueueResult, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	type stmt struct{ from, to int } // ps[from:to]; to == from+1 and unique: one insert
+	var stmts []stmt
+	batch := &pgx.Batch{}
+	for i := 0; i < len(ps); {
+		if ps[i].UniqueKey != "" {
+			p := &ps[i]
+			batch.Queue(sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
+				p.UniqueKey, runAtOf(*p, now), now)
+			stmts = append(stmts, stmt{i, i + 1})
+			i++
+			continue
+		}
+		j := i
+		for j < len(ps) && ps[j].UniqueKey == "" {
+			j++
+		}
+		n := j - i
+		kinds, queues, tenants, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		maxAttempts, runAts := make([]int32, n), make([]time.Time, n)
+		for k := range n {
+			p := &ps[i+k]
+			kinds[k], queues[k], tenants[k], args[k] = p.Kind, p.Queue, p.Tenant, string(p.EncodedArgs)
+			maxAttempts[k] = int32(p.MaxAttempts)
+			runAts[k] = runAtOf(*p, now)
+		}
+		batch.Queue(sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now)
+		stmts = append(stmts, stmt{i, j})
+		i = j
+	}
+	br := s.SendBatch(ctx, batch)
+	for _, st := range stmts {
+		if ps[st.from].UniqueKey != "" {
+			var id int64
+			var dup bool
+			if err := br.QueryRow().Scan(&id, &dup); err != nil {
+				_ = br.Close()
+				return nil, fmt.Errorf("%s: %w", ps[st.from].Kind, err)
+			}
+			out[st.from] = jobs.EnqueueResult{ID: jobs.JobID(id), Duplicate: dup}
+			continue
+		}
+		rows, err := br.Query()
+		var ids []int64
+		if err == nil {
+			ids, err = readIDs(rows, st.to-st.from)
+		}
+		if err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+		// Identity values follow the insert order, which is the input order.
+		slices.Sort(ids)
+		for k, id := range ids {
+			out[st.from+k] = jobs.EnqueueResult{ID: jobs.JobID(id)}
+		}
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellgate/cellgate/internal/dbmigrate"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/shards"
 )
@@ -41,6 +42,7 @@ type Runtime struct {
 	migrate func(ctx context.Context, dsn string) error
 
 	mu         sync.Mutex
+	failed     map[string]error // by database: a migration that failed in it
 	started    bool
 	stopped    bool
 	cancelMigr context.CancelFunc
@@ -127,7 +129,8 @@ func (r *Runtime) Shard(name string) *Backend {
 }
 
 // Start migrates every database in the background (retrying with backoff
-// while one is down; each database's workers and maintenance start once its
+// while one is down, giving up on one whose migration failed in the
+// database: see MigrationFailures; each database's workers and maintenance start once its
 // table exists) and starts the workers. ctx provides values only; Stop ends
 // everything.
 func (r *Runtime) Start(ctx context.Context) error {
@@ -167,11 +170,37 @@ func (r *Runtime) migrateUntilReady(ctx context.Context, b *Backend, dsn string)
 		if ctx.Err() != nil {
 			return
 		}
+		if dbmigrate.IsFailed(err) {
+			// PostgreSQL rejected a file or the database is dirty: trying
+			// again cannot help, an operator must repair it.
+			r.mu.Lock()
+			if r.failed == nil {
+				r.failed = map[string]error{}
+			}
+			r.failed[b.name] = err
+			r.mu.Unlock()
+			r.log.Error("pgjobs: the jobs migrations failed; this database's jobs stay stopped until it is repaired", "jobs_db", b.name, "err", err)
+			return
+		}
 		r.log.Warn("pgjobs: migrating the jobs table failed; retrying", "jobs_db", b.name, "err", err, "in", retry.next)
 		if !retry.wait(ctx.Done()) {
 			return
 		}
 	}
+}
+
+// MigrationFailures returns, by database name, the job backend's
+// migrations that failed in the database (a *dbmigrate.Error): the runtime
+// does not retry those, so the databases stay in NotReady until an
+// operator repairs them and restarts the process.
+func (r *Runtime) MigrationFailures() map[string]error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]error, len(r.failed))
+	for k, v := range r.failed {
+		out[k] = v
+	}
+	return out
 }
 
 // NotReady lists the databases whose jobs table the runtime has not
@@ -228,6 +257,22 @@ func (r *Runtime) EnqueueTx(ctx context.Context, tx shards.Tx, args jobs.Args, o
 		return jobs.EnqueueResult{}, err
 	}
 	return r.client.EnqueueTx(ctx, tx, args, opts...)
+}
+
+// EnqueueMany commits the jobs to the control database with one round
+// trip and one commit, all or none (through its circuit breaker); see
+// jobs.Client.EnqueueMany.
+func (r *Runtime) EnqueueMany(ctx context.Context, args []jobs.Args, opts ...jobs.EnqueueOption) ([]jobs.EnqueueResult, error) {
+	return r.client.EnqueueMany(ctx, args, opts...)
+}
+
+// EnqueueManyTx writes the jobs with the caller's transaction tx in one
+// round trip, to tx's database as EnqueueTx does (and with its errors).
+func (r *Runtime) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []jobs.Args, opts ...jobs.EnqueueOption) ([]jobs.EnqueueResult, error) {
+	if _, err := r.backendOf(tx); err != nil {
+		return nil, err
+	}
+	return r.client.EnqueueManyTx(ctx, tx, args, opts...)
 }
 
 // backendOf returns the backend of tx's database, ready for an insert.
@@ -331,6 +376,20 @@ func (m *multiBackend) InsertTx(ctx context.Context, tx shards.Tx, p jobs.Insert
 	return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: EnqueueTx: database %q is not one of this runtime's", tx.Database())
 }
 
+func (m *multiBackend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	return m.members[0].InsertMany(ctx, ps)
+}
+
+// InsertManyTx goes to the member of tx's database, as InsertTx.
+func (m *multiBackend) InsertManyTx(ctx context.Context, tx shards.Tx, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	for _, b := range m.members {
+		if b.name == tx.Database() {
+			return b.InsertManyTx(ctx, tx, ps)
+		}
+	}
+	return nil, fmt.Errorf("pgjobs: EnqueueManyTx: database %q is not one of this runtime's", tx.Database())
+}
+
 func (m *multiBackend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 	if worker < 0 || worker >= m.per*len(m.members) {
 		return nil, fmt.Errorf("pgjobs: Claim: worker %d out of range", worker)
@@ -420,3 +479,8 @@ func (m *multiBackend) Close(ctx context.Context) error {
 }
 
 var _ jobs.Backend = (*multiBackend)(nil)
+
+var (
+	_ jobs.BatchInserter   = (*multiBackend)(nil)
+	_ jobs.TxBatchInserter = (*multiBackend)(nil)
+)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cellgate/cellgate/internal/dbmigrate"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/jobstest"
 	"github.com/cellgate/cellgate/internal/shards"
@@ -401,5 +402,38 @@ func (g gatheredCollector) Collect(ch chan<- prometheus.Metric) {
 			sum += m.GetGauge().GetValue()
 		}
 		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(g.name, "sum", nil, nil), prometheus.GaugeValue, sum)
+	}
+}
+
+// TestRuntimeStopsRetryingFailedMigration: a migration that failed in a
+// database (a *dbmigrate.Error) is not retried; MigrationFailures reports
+// it and the database stays not ready, while the others come up.
+func TestRuntimeStopsRetryingFailedMigration(t *testing.T) {
+	c := newCell(t, 1, 3)
+	r, err := NewRuntime(context.Background(), c.set, Config{ShardLocal: true}, jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = r.Stop(context.Background()) })
+	var calls atomic.Int32
+	failure := &dbmigrate.Error{Table: MigrationsTable, Version: 1, File: "000001_jobs.up.sql", Previous: -1, Err: errors.New("boom")}
+	r.migrate = func(ctx context.Context, dsn string) error {
+		if dsn == c.dsns["shard-0"] {
+			calls.Add(1)
+			return failure
+		}
+		return Migrate(ctx, dsn)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the failure to be recorded", func() bool { return r.MigrationFailures()["shard-0"] != nil })
+	eventually(t, 10*time.Second, "control to be ready", func() bool { return len(r.NotReady()) == 1 })
+	time.Sleep(500 * time.Millisecond) // the first retry would come after 200ms
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("a failed migration was tried %d times, want 1", n)
+	}
+	if nr := r.NotReady(); len(nr) != 1 || nr[0] != "shard-0" {
+		t.Fatalf("NotReady = %v, want [shard-0]", nr)
 	}
 }

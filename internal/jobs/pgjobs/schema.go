@@ -27,5 +27,9 @@ const MigrationsTable = "cellgate_jobs_schema_migrations"
 // yourself before using a Backend built with New. Concurrent calls on one
 // database take turns on golang-migrate's advisory lock.
 func Migrate(ctx context.Context, dsn string) error {
-	return dbmigrate.Up(ctx, dsn, migrations, "migrations", MigrationsTable)
+	return Files.Up(ctx, dsn)
 }
+
+// Files are the job backend's migrations as dbmigrate applies, forces and
+// reports them (the `server migrate` subcommand).
+var Files = dbmigrate.Files{FS: migrations, Dir: "migrations", Table: MigrationsTable}

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/cellgate/cellgate/internal/dbmigrate"
 )
 
 // update rewrites testdata/schema.golden from what the migrations build now.
@@ -53,7 +51,7 @@ func TestMigrationDownUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	before := catalog(t, dsn)
-	if err := dbmigrate.Down(ctx, dsn, migrations, "migrations", MigrationsTable); err != nil {
+	if err := Files.Down(ctx, dsn); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, dsn)

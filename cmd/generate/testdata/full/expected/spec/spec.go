@@ -18,8 +18,11 @@ func Config() config.Config {
 		Server: config.Server{
 			Address:               ":8080",
 			MaxConcurrentRequests: 256,
-			ReadHeaderTimeout:     config.Duration(5000000000),   /* 5s */
-			ReadTimeout:           config.Duration(30000000000),  /* 30s */
+			ReadHeaderTimeout:     config.Duration(5000000000),  /* 5s */
+			ReadTimeout:           config.Duration(30000000000), /* 30s */
+			BodyReadTimeout:       config.Duration(20000000000), /* 20s */
+			BodyMinBytesPerSecond: 1024,
+			BodyRateGrace:         config.Duration(5000000000),   /* 5s */
 			IdleTimeout:           config.Duration(120000000000), /* 2m0s */
 			RequestTimeout:        config.Duration(10000000000),  /* 10s */
 			ShutdownTimeout:       config.Duration(15000000000),  /* 15s */
@@ -58,6 +61,13 @@ func Config() config.Config {
 			OverageAllowance: 10,
 			MaxAccounts:      100000,
 			IdleAfter:        config.Duration(600000000000), /* 10m0s */
+		},
+		Router: config.Router{
+			MaxInFlightPerCell:    1024,
+			MaxInFlightPerTenant:  256,
+			BodyTimeout:           config.Duration(30000000000), /* 30s */
+			MinBodyBytesPerSecond: 1024,
+			BodyRateGrace:         config.Duration(5000000000), /* 5s */
 		},
 		Jobs: config.Jobs{
 			Backend: "postgres",
@@ -154,6 +164,8 @@ func Config() config.Config {
 					MaxConns: 10,
 				},
 			},
+			AppMigrations: "shards",
+			TenantTables:  []string{},
 		},
 		Cells: []config.Cell{
 			config.Cell{
@@ -190,4 +202,4 @@ func Config() config.Config {
 
 // JSON is the spec exactly as CUE exported it, for tools that want the
 // canonical form (the policy input, the admin endpoint).
-const JSON = "{\"service\":{\"name\":\"full\"},\"server\":{\"address\":\":8080\",\"max_concurrent_requests\":256,\"read_header_timeout\":\"5s\",\"read_timeout\":\"30s\",\"write_timeout\":\"0s\",\"idle_timeout\":\"120s\",\"request_timeout\":\"10s\",\"shutdown_timeout\":\"15s\",\"body_limit_bytes\":1048576,\"cell\":\"\",\"admin_token_env\":\"CELLGATE_ADMIN_TOKEN\"},\"tenancy\":{\"enabled\":true,\"source\":\"jwt\",\"header\":{\"name\":\"X-Tenant-ID\"},\"subdomain\":{\"base_domain\":\"localhost\"},\"session\":{\"cookie\":\"cellgate_session\",\"key_env\":\"CELLGATE_SESSION_KEY\"},\"jwt\":{\"algorithms\":[\"RS256\"],\"key_env\":\"CELLGATE_JWT_KEY\",\"key_file\":\"\",\"claim\":\"org\",\"leeway\":\"5s\"},\"max_id_bytes\":64,\"max_concurrent_requests\":16,\"max_db_connections\":4,\"rate_per_second\":50,\"burst\":100,\"public_paths\":[\"/docs\",\"/static/*\"]},\"admission\":{\"shards\":4,\"lease_size\":32,\"overage_allowance\":10,\"funding\":0,\"max_accounts\":100000,\"idle_after\":\"10m\"},\"jobs\":{\"backend\":\"postgres\",\"workers\":8,\"tenants\":{\"max_concurrent\":2,\"lanes\":8,\"lanes_per_tenant\":2},\"postgres\":{\"shard_local\":true,\"claim\":\"fair\",\"rescue_after\":\"5m\",\"retention\":\"24h\",\"breaker_failures\":5,\"breaker_cooldown\":\"10s\"},\"shutdown_timeout\":\"10s\",\"kinds\":[{\"name\":\"send_welcome\",\"queue\":\"default\",\"args\":[{\"name\":\"account_id\",\"type\":\"int64\"},{\"name\":\"email\",\"type\":\"string\"}],\"max_attempts\":25,\"timeout\":\"1m\",\"concurrency\":0,\"unique_by\":[\"account_id\"]},{\"name\":\"bill_order\",\"queue\":\"billing\",\"args\":[{\"name\":\"order_id\",\"type\":\"int64\"},{\"name\":\"due_at\",\"type\":\"time\"},{\"name\":\"amount\",\"type\":\"float64\"},{\"name\":\"urgent\",\"type\":\"bool\"}],\"max_attempts\":25,\"timeout\":\"2m\",\"concurrency\":2,\"unique_by\":[\"order_id\",\"due_at\"]}]},\"database\":{\"control\":{\"name\":\"control\",\"dsn_env\":\"CELLGATE_CONTROL_DSN\",\"max_conns\":10},\"shards\":[{\"name\":\"shard-0\",\"dsn_env\":\"SHARD_0_DSN\",\"slots\":[\"0-4095\"],\"max_conns\":10},{\"name\":\"shard-1\",\"dsn_env\":\"SHARD_1_DSN\",\"slots\":[\"4096-8191\"],\"max_conns\":10},{\"name\":\"shard-2\",\"dsn_env\":\"SHARD_2_DSN\",\"slots\":[\"8192-12287\"],\"max_conns\":10},{\"name\":\"shard-3\",\"dsn_env\":\"SHARD_3_DSN\",\"slots\":[\"12288-16383\"],\"max_conns\":10}]},\"cells\":[{\"name\":\"cell-1\",\"url\":\"http://127.0.0.1:8081\",\"slots\":[\"0-8191\"]},{\"name\":\"cell-2\",\"url\":\"http://127.0.0.1:8082\",\"slots\":[\"8192-16383\"]}],\"routes\":[{\"method\":\"GET\",\"path\":\"/docs\",\"handler\":\"Docs\",\"public\":true},{\"method\":\"POST\",\"path\":\"/orders\",\"handler\":\"CreateOrder\",\"public\":false},{\"method\":\"GET\",\"path\":\"/orders/:id\",\"handler\":\"GetOrder\",\"public\":false}]}"
+const JSON = "{\"service\":{\"name\":\"full\"},\"server\":{\"address\":\":8080\",\"max_concurrent_requests\":256,\"read_header_timeout\":\"5s\",\"read_timeout\":\"30s\",\"body_read_timeout\":\"20s\",\"body_min_bytes_per_second\":1024,\"body_rate_grace\":\"5s\",\"write_timeout\":\"0s\",\"idle_timeout\":\"120s\",\"request_timeout\":\"10s\",\"shutdown_timeout\":\"15s\",\"body_limit_bytes\":1048576,\"cell\":\"\",\"admin_token_env\":\"CELLGATE_ADMIN_TOKEN\"},\"tenancy\":{\"enabled\":true,\"source\":\"jwt\",\"header\":{\"name\":\"X-Tenant-ID\"},\"subdomain\":{\"base_domain\":\"localhost\"},\"session\":{\"cookie\":\"cellgate_session\",\"key_env\":\"CELLGATE_SESSION_KEY\"},\"jwt\":{\"algorithms\":[\"RS256\"],\"key_env\":\"CELLGATE_JWT_KEY\",\"key_file\":\"\",\"jwks_file\":\"\",\"claim\":\"org\",\"leeway\":\"5s\"},\"max_id_bytes\":64,\"max_concurrent_requests\":16,\"max_db_connections\":4,\"rate_per_second\":50,\"burst\":100,\"public_paths\":[\"/docs\",\"/static/*\"]},\"admission\":{\"shards\":4,\"lease_size\":32,\"overage_allowance\":10,\"funding\":0,\"max_accounts\":100000,\"idle_after\":\"10m\"},\"router\":{\"max_in_flight_per_cell\":1024,\"max_in_flight_per_tenant\":256,\"body_timeout\":\"30s\",\"min_body_bytes_per_second\":1024,\"body_rate_grace\":\"5s\"},\"jobs\":{\"backend\":\"postgres\",\"workers\":8,\"tenants\":{\"max_concurrent\":2,\"lanes\":8,\"lanes_per_tenant\":2},\"postgres\":{\"shard_local\":true,\"claim\":\"fair\",\"rescue_after\":\"5m\",\"retention\":\"24h\",\"breaker_failures\":5,\"breaker_cooldown\":\"10s\"},\"shutdown_timeout\":\"10s\",\"kinds\":[{\"name\":\"send_welcome\",\"queue\":\"default\",\"args\":[{\"name\":\"account_id\",\"type\":\"int64\"},{\"name\":\"email\",\"type\":\"string\"}],\"max_attempts\":25,\"timeout\":\"1m\",\"concurrency\":0,\"unique_by\":[\"account_id\"]},{\"name\":\"bill_order\",\"queue\":\"billing\",\"args\":[{\"name\":\"order_id\",\"type\":\"int64\"},{\"name\":\"due_at\",\"type\":\"time\"},{\"name\":\"amount\",\"type\":\"float64\"},{\"name\":\"urgent\",\"type\":\"bool\"}],\"max_attempts\":25,\"timeout\":\"2m\",\"concurrency\":2,\"unique_by\":[\"order_id\",\"due_at\"]}]},\"database\":{\"control\":{\"name\":\"control\",\"dsn_env\":\"CELLGATE_CONTROL_DSN\",\"max_conns\":10},\"shards\":[{\"name\":\"shard-0\",\"dsn_env\":\"SHARD_0_DSN\",\"slots\":[\"0-4095\"],\"max_conns\":10},{\"name\":\"shard-1\",\"dsn_env\":\"SHARD_1_DSN\",\"slots\":[\"4096-8191\"],\"max_conns\":10},{\"name\":\"shard-2\",\"dsn_env\":\"SHARD_2_DSN\",\"slots\":[\"8192-12287\"],\"max_conns\":10},{\"name\":\"shard-3\",\"dsn_env\":\"SHARD_3_DSN\",\"slots\":[\"12288-16383\"],\"max_conns\":10}],\"app_migrations\":\"shards\",\"tenant_tables\":[]},\"cells\":[{\"name\":\"cell-1\",\"url\":\"http://127.0.0.1:8081\",\"slots\":[\"0-8191\"]},{\"name\":\"cell-2\",\"url\":\"http://127.0.0.1:8082\",\"slots\":[\"8192-16383\"]}],\"routes\":[{\"method\":\"GET\",\"path\":\"/docs\",\"handler\":\"Docs\",\"public\":true},{\"method\":\"POST\",\"path\":\"/orders\",\"handler\":\"CreateOrder\",\"public\":false},{\"method\":\"GET\",\"path\":\"/orders/:id\",\"handler\":\"GetOrder\",\"public\":false}]}"

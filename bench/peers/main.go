@@ -1,0 +1,173 @@
+// Command peers runs the side-by-side benchmarks of cellgate's PostgreSQL
+// job backend and River (riverpgxv5) on one PostgreSQL server, each in a
+// database of its own that it creates and drops: the shapes bulk, tx and
+// noisy (docs/benchmarks.md), alternating the sides, for -rounds rounds,
+// and prints the medians, one line per shape:
+//
+//	peers: SHAPE cellgate=<value> river=<value> cellgate/river=<ratio>
+//
+// (for the noisy shape's wait, river/cellgate), and what each side's
+// PostgreSQL backends and this process spent per job. It is one process
+// driving one side at a time; nothing in it is safe for concurrent use
+// beyond what each shape starts itself.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+func main() {
+	st := settings{
+		bulkBatch:  5000,
+		bulkMin:    75000,
+		txProd:     64,
+		txMax:      2000,
+		tenants:    100,
+		noisyJobs:  100000,
+		quiet:      20,
+		quietEvery: 100 * time.Millisecond,
+	}
+	dsn := flag.String("pg", cmp.Or(os.Getenv("CELLGATE_TEST_PG"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+		"the PostgreSQL server (a DSN to a database the benchmark can CREATE DATABASE from)")
+	rounds := flag.Int("rounds", 3, "rounds; each shape prints the median")
+	shapes := flag.String("shapes", "bulk,tx,noisy", "the shapes to run, comma-separated")
+	flag.IntVar(&st.workers, "workers", 2000, "workers per side (River's benchmark runs 2,000)")
+	flag.DurationVar(&st.window, "window", 10*time.Second, "measured window of the bulk and tx shapes")
+	conns := flag.Int("conns", 8, "connections of each side's job system")
+	appConns := flag.Int("app-conns", 16, "connections of each side's application pool (the tx shape's transactions)")
+	var cgCfg pgjobs.Config
+	flag.IntVar(&cgCfg.Prefetch, "cellgate-prefetch", 0, "the cellgate side's pgjobs Config.Prefetch (0: the default, one per worker; -1: off)")
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("peers: ")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *dsn, *rounds, strings.Split(*shapes, ","), st, cgCfg, int32(*conns), int32(*appConns)); err != nil {
+		log.Fatal(err)
+	}
+}
+
+type shape struct {
+	name string
+	run  func(context.Context, side, settings) (result, error)
+	// wait: the value is a wait (lower is better), the ratio river/cellgate.
+	wait bool
+}
+
+var allShapes = []shape{
+	{"bulk", runBulk, false},
+	{"tx", runTx, false},
+	{"noisy", runNoisy, true},
+}
+
+func run(ctx context.Context, adminDSN string, rounds int, names []string, st settings, cgCfg pgjobs.Config, conns, appConns int32) (err error) {
+	var todo []shape
+	for _, n := range names {
+		i := slices.IndexFunc(allShapes, func(s shape) bool { return s.name == n })
+		if i < 0 {
+			return fmt.Errorf("unknown shape %q (want bulk, tx or noisy)", n)
+		}
+		todo = append(todo, allShapes[i])
+	}
+	if rounds < 1 {
+		return errors.New("-rounds must be at least 1")
+	}
+	cleanup := context.WithoutCancel(ctx)
+	cgName, cgDSN, err := createDB(ctx, adminDSN, "peers_cellgate")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dropDB(cleanup, adminDSN, cgName)) }()
+	rvName, rvDSN, err := createDB(ctx, adminDSN, "peers_river")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, dropDB(cleanup, adminDSN, rvName)) }()
+	cg, err := newCellgate(ctx, cgDSN, cgCfg, conns, appConns)
+	if err != nil {
+		return err
+	}
+	defer cg.close()
+	rv, err := newRiver(ctx, rvDSN, conns, appConns)
+	if err != nil {
+		return err
+	}
+	defer rv.close()
+	sides := []side{cg, rv}
+
+	fmt.Printf("peers: workers=%d window=%s rounds=%d conns=%d app-conns=%d cellgate-prefetch=%d\n", st.workers, st.window, rounds, conns, appConns, cgCfg.Prefetch)
+	for _, sh := range todo {
+		var res [2][]result
+		for r := range rounds {
+			// Alternate which side goes first.
+			for k := range 2 {
+				i := (k + r) % 2
+				if err := sides[i].Reset(ctx); err != nil {
+					return fmt.Errorf("%s: reset: %w", sides[i].Name(), err)
+				}
+				out, err := sh.run(ctx, sides[i], st)
+				if err != nil && ctx.Err() == nil {
+					// The server is shared: another client may have taken
+					// its last connection. One more try, on a clean table.
+					fmt.Printf("peers-retry: %s round %d %s: %v\n", sh.name, r+1, sides[i].Name(), err)
+					if err = sides[i].Reset(ctx); err == nil {
+						out, err = sh.run(ctx, sides[i], st)
+					}
+				}
+				if err != nil {
+					return fmt.Errorf("%s round %d: %w", sh.name, r+1, err)
+				}
+				res[i] = append(res[i], out)
+				fmt.Printf("peers-round: %s %d %s=%.1f jobs=%d\n", sh.name, r+1, sides[i].Name(), out.value, out.jobs)
+			}
+		}
+		report(sh, res[0], res[1])
+	}
+	return nil
+}
+
+// report prints a shape's median line and each side's cost per job.
+func report(sh shape, cg, rv []result) {
+	mc, mr := median(cg), median(rv)
+	unit, ratio := "jobs/s", fmt.Sprintf("cellgate/river=%.2f", mc.value/mr.value)
+	if sh.wait {
+		unit, ratio = "ms p99 quiet wait", fmt.Sprintf("river/cellgate=%.1f", mr.value/mc.value)
+	}
+	fmt.Printf("peers: %s cellgate=%.1f river=%.1f %s\n", sh.name, mc.value, mr.value, ratio)
+	fmt.Printf("peers-unit: %s %s\n", sh.name, unit)
+	for _, s := range []struct {
+		name string
+		r    result
+	}{{"cellgate", mc}, {"river", mr}} {
+		j := float64(max(s.r.jobs, 1))
+		u := s.r.use
+		fmt.Printf("peers-cpu: %s %s pg-µs/job=%.1f go-µs/job=%.1f xacts/job=%.3f blocks/job=%.1f tuple-writes/job=%.2f\n",
+			sh.name, s.name, float64(u.pgCPU.Microseconds())/j, float64(u.goCPU.Microseconds())/j,
+			float64(u.xacts)/j, float64(u.blocks)/j, float64(u.tupWrites)/j)
+		if s.r.detail != "" {
+			fmt.Printf("peers-detail: %s %s %s\n", sh.name, s.name, s.r.detail)
+		}
+	}
+}
+
+// median returns the round with the median value (the lower middle one for
+// an even count), whose costs are reported with it.
+func median(rs []result) result {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b result) int { return cmp.Compare(a.value, b.value) })
+	return s[(len(s)-1)/2]
+}

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/dbmigrate"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+	"github.com/cellgate/cellgate/internal/shards"
+	cgsql "github.com/cellgate/cellgate/sql"
+)
+
+// Schema names: whose migrations a target holds.
+const (
+	schemaApp  = "app"  // sql/migrations, table schema_migrations
+	schemaJobs = "jobs" // internal/jobs/pgjobs/migrations, table cellgate_jobs_schema_migrations
+)
+
+// migrationTarget is one set of migration files on one database.
+type migrationTarget struct {
+	db     string // "control", "shard-0", …
+	dsn    string
+	schema string // schemaApp or schemaJobs
+	files  dbmigrate.Files
+}
+
+// migrationTargets lists where the migrations of the given schemas go, in
+// order: the control database first, then the cell's shards in spec order,
+// the app's files before the job backend's on each. The app's go where
+// database.app_migrations says; the job backend's go to the control
+// database with jobs.backend = "postgres", and to every shard with
+// jobs.postgres.shard_local too.
+func migrationTargets(cfg config.Config, set *shards.Set, schemas ...string) []migrationTarget {
+	want := map[string]bool{}
+	for _, s := range schemas {
+		want[s] = true
+	}
+	jobsOn := want[schemaJobs] && cfg.Jobs.Backend == "postgres"
+	var out []migrationTarget
+	add := func(db, dsn string, app, jobs bool) {
+		if app && want[schemaApp] {
+			out = append(out, migrationTarget{db, dsn, schemaApp, cgsql.Files})
+		}
+		if jobs && jobsOn {
+			out = append(out, migrationTarget{db, dsn, schemaJobs, pgjobs.Files})
+		}
+	}
+	add(shards.ControlName, set.ControlDSN(), cfg.Database.AppMigrationsOnControl(), true)
+	for _, sh := range set.Shards() {
+		add(sh.Name, sh.DSN, cfg.Database.AppMigrationsOnShards(), cfg.Jobs.Postgres.ShardLocal)
+	}
+	return out
+}
+
+// repairHint is what an operator runs after a migration failed in a
+// database: undo what the file applied, fix it, force the version before
+// it, start again.
+func repairHint(t migrationTarget, e *dbmigrate.Error) string {
+	file := e.File
+	if file == "" {
+		file = fmt.Sprintf("version %d", e.Version)
+	}
+	schema := ""
+	if t.schema != schemaApp {
+		schema = " -schema " + t.schema
+	}
+	return fmt.Sprintf("repair: undo what %s applied on %s, fix the file, run `server migrate -db %s%s force %d`, then restart (or `server migrate up`)",
+		file, t.db, t.db, schema, e.Previous)
+}
+
+// describeFailure is a failed migration in one line: database, file,
+// PostgreSQL's error, the remedy.
+func describeFailure(t migrationTarget, err error) string {
+	var e *dbmigrate.Error
+	if errors.As(err, &e) {
+		return fmt.Sprintf("%s: %v; %s", t.db, e, repairHint(t, e))
+	}
+	return fmt.Sprintf("%s: %v", t.db, err)
+}
+
+// migrationProgress is the serve command's view of the app's migrations,
+// behind the "migrations" readiness check. Safe for concurrent use: the
+// migrating goroutine writes it, /readyz reads it.
+type migrationProgress struct {
+	mu      sync.Mutex
+	done    bool
+	failed  string // set once a migration failed in a database; final
+	waiting string // what the run waits for now
+}
+
+// check is the readiness check: nil once every database is migrated.
+func (p *migrationProgress) check(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.done:
+		return nil
+	case p.failed != "":
+		return errors.New(p.failed)
+	case p.waiting != "":
+		return errors.New(p.waiting)
+	}
+	return errors.New("the app's migrations have not started")
+}
+
+// applied reports whether every database is migrated.
+func (p *migrationProgress) applied() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+func (p *migrationProgress) set(f func(p *migrationProgress)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(p)
+}
+
+// run applies each target's files in order. While a database cannot be
+// reached it retries with backoff (the database may be starting); a
+// migration that fails in a database (PostgreSQL rejected the file, or the
+// database is dirty) stops the run for good: retrying cannot fix it, so
+// the cell stays unready, and the log and /readyz say which database, which
+// file, PostgreSQL's error and how to repair it. run returns nil once
+// every target is migrated.
+func (p *migrationProgress) run(ctx context.Context, targets []migrationTarget, log *slog.Logger, sleep func(context.Context, time.Duration) error) error {
+	for _, t := range targets {
+		delay := 200 * time.Millisecond
+		p.set(func(p *migrationProgress) {
+			p.waiting = fmt.Sprintf("applying the %s migrations to %s", t.schema, t.db)
+		})
+		for {
+			err := t.files.Up(ctx, t.dsn)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err == nil {
+				break
+			}
+			if dbmigrate.IsFailed(err) {
+				msg := describeFailure(t, err)
+				p.set(func(p *migrationProgress) { p.failed = msg })
+				var e *dbmigrate.Error
+				errors.As(err, &e)
+				log.Error("migration failed; the cell stays unready until it is repaired",
+					"database", t.db, "schema", t.schema, "file", e.File, "version", e.Version,
+					"error", e.Err.Error(), "repair", repairHint(t, e))
+				return err
+			}
+			msg := fmt.Sprintf("%s unreachable, retrying the %s migrations: %v", t.db, t.schema, err)
+			p.set(func(p *migrationProgress) { p.waiting = msg })
+			log.Warn("migrations: database unreachable; retrying", "database", t.db, "schema", t.schema, "error", err.Error(), "in", delay.String())
+			if err := sleep(ctx, delay); err != nil {
+				return err
+			}
+			delay = min(2*delay, 5*time.Second)
+		}
+	}
+	p.set(func(p *migrationProgress) { p.done = true })
+	log.Info("migrations applied", "databases", len(targets))
+	return nil
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+const migrateUsage = `usage: server migrate [-config FILE] [-db NAME] [-schema app|jobs] [status | up | down N | force V]
+
+  status     each database's version of each schema: up to date, behind (pending files),
+             DIRTY (a file failed: the remedy is printed) or unreachable; exit 1 if any is
+             dirty or unreachable
+  up         apply every pending file (the default)
+  down N     roll back the newest N files
+  force V    record version V and clear the dirty flag, running no file (-1: none applied);
+             after a failed file: undo what it applied, fix it, force the version before it
+
+The app's migrations (sql/migrations) go where database.app_migrations says (shards by
+default); the job backend's (jobs.backend = "postgres") to the control database, and with
+jobs.postgres.shard_local to every shard. down and force change the app's schema unless
+-schema jobs is given, and every database unless -db names one.
+`
+
+// migrateMain is the `migrate` subcommand. args follow the word migrate.
+func migrateMain(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), migrateUsage, "\nflags:\n"); fs.PrintDefaults() }
+	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "per-cell JSON config file applied over the spec's defaults")
+	dbName := fs.String("db", "", "only this database (control, shard-0, …)")
+	schema := fs.String("schema", "", "only this schema: app or jobs (default: both for status and up, app for down and force)")
+	// Flags may come before or after the action: parse, take the action
+	// and its number, parse again.
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	rest := fs.Args()
+	action, n := "up", 0
+	if len(rest) > 0 {
+		action, rest = rest[0], rest[1:]
+	}
+	switch action {
+	case "status", "up":
+	case "down", "force":
+		if len(rest) == 0 {
+			return fmt.Errorf("migrate %s needs a number\n\n%s", action, migrateUsage)
+		}
+		v, err := strconv.Atoi(rest[0])
+		if err != nil || (action == "down" && v < 1) || v < -1 {
+			return fmt.Errorf("migrate %s %s: want a number (down: >= 1, force: >= -1)", action, rest[0])
+		}
+		n, rest = v, rest[1:]
+	default:
+		return fmt.Errorf("migrate: unknown action %q; want status, up, down N or force V\n\n%s", action, migrateUsage)
+	}
+	if err := fs.Parse(rest); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("migrate %s: unexpected arguments %q", action, fs.Args())
+	}
+	schemas := []string{schemaApp, schemaJobs}
+	switch {
+	case *schema == schemaApp || *schema == schemaJobs:
+		schemas = []string{*schema}
+	case *schema != "":
+		return fmt.Errorf("migrate: -schema %q: want app or jobs", *schema)
+	case action == "down" || action == "force":
+		schemas = []string{schemaApp}
+	}
+
+	cfg, err := loadConfig(ctx, *path, log)
+	if err != nil {
+		return err
+	}
+	set, err := shards.OpenCell(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer set.Close()
+	targets, err := filterTargets(migrationTargets(cfg, set, schemas...), *dbName)
+	if err != nil {
+		return err
+	}
+	return migrateAction(ctx, action, n, targets, stdout)
+}
+
+// filterTargets keeps the targets of database db ("" keeps all).
+func filterTargets(all []migrationTarget, db string) ([]migrationTarget, error) {
+	if db == "" {
+		if len(all) == 0 {
+			return nil, errors.New("migrate: no database gets these migrations (see database.app_migrations and jobs.backend)")
+		}
+		return all, nil
+	}
+	var names []string
+	var kept []migrationTarget
+	for _, t := range all {
+		if t.db == db {
+			kept = append(kept, t)
+		}
+		if len(names) == 0 || names[len(names)-1] != t.db {
+			names = append(names, t.db)
+		}
+	}
+	if len(kept) == 0 {
+		return nil, fmt.Errorf("migrate: -db %q gets none of these migrations; databases: %s", db, strings.Join(names, ", "))
+	}
+	return kept, nil
+}
+
+// migrateAction runs action on every target, then prints every target's
+// status. A failure on one database does not stop the others: status shows
+// where each stands. The error names every database that failed.
+func migrateAction(ctx context.Context, action string, n int, targets []migrationTarget, out io.Writer) error {
+	var failed []string
+	if action != "status" {
+		for _, t := range targets {
+			var err error
+			switch action {
+			case "up":
+				err = t.files.Up(ctx, t.dsn)
+			case "down":
+				err = t.files.Steps(ctx, t.dsn, -n)
+			case "force":
+				err = t.files.Force(ctx, t.dsn, n)
+			}
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s %s: %v", t.db, t.schema, err))
+			}
+		}
+	}
+	rows := make([]statusRow, len(targets))
+	for i, t := range targets {
+		st, err := t.files.Status(ctx, t.dsn)
+		rows[i] = statusRow{target: t, state: st, err: err}
+	}
+	bad := writeStatus(out, rows)
+	if len(failed) > 0 {
+		return fmt.Errorf("migrate %s failed on %d of %d: %s", action, len(failed), len(targets), strings.Join(failed, "; "))
+	}
+	if bad > 0 {
+		return fmt.Errorf("migrate %s: %d of %d need attention (dirty or unreachable)", action, bad, len(targets))
+	}
+	return nil
+}
+
+// statusRow is one line of `server migrate status`.
+type statusRow struct {
+	target migrationTarget
+	state  dbmigrate.State
+	err    error // reading the version failed
+}
+
+// writeStatus prints one aligned line per target and a closing line when
+// databases of one schema stand at different versions. It returns how many
+// targets are dirty or unreachable.
+func writeStatus(out io.Writer, rows []statusRow) (bad int) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DATABASE\tSCHEMA\tVERSION\tSTATE")
+	versions := map[string]map[string]bool{} // schema → versions seen
+	for _, r := range rows {
+		state, isBad := describeState(r)
+		if isBad {
+			bad++
+		}
+		ver := "-"
+		if r.err == nil {
+			if r.state.Applied {
+				ver = strconv.FormatUint(uint64(r.state.Version), 10)
+			}
+			ver += "/" + strconv.FormatUint(uint64(r.state.Latest), 10)
+			if versions[r.target.schema] == nil {
+				versions[r.target.schema] = map[string]bool{}
+			}
+			versions[r.target.schema][ver] = true
+		} else {
+			ver = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.target.db, r.target.schema, ver, state)
+	}
+	tw.Flush()
+	for _, s := range []string{schemaApp, schemaJobs} {
+		if len(versions[s]) > 1 {
+			fmt.Fprintf(out, "the %s schema is not at one version on every database: apply or repair the ones above that are not up to date\n", s)
+		}
+	}
+	return bad
+}
+
+// describeState is a row's STATE column and whether it needs an operator.
+func describeState(r statusRow) (string, bool) {
+	st := r.state
+	switch {
+	case r.err != nil:
+		return "unreachable: " + r.err.Error(), true
+	case st.Dirty:
+		e := &dbmigrate.Error{Version: st.Version, File: st.File, Previous: st.Previous}
+		file := st.File
+		if file == "" {
+			file = fmt.Sprintf("version %d", st.Version)
+		}
+		return fmt.Sprintf("DIRTY: %s failed; %s", file, repairHint(r.target, e)), true
+	case st.Applied && st.Version > st.Latest:
+		return fmt.Sprintf("ahead: version %d has no file in this binary (a newer release migrated it)", st.Version), false
+	case len(st.Pending) > 0:
+		return fmt.Sprintf("behind: %d pending (%s)", len(st.Pending), strings.Join(st.Pending, ", ")), false
+	}
+	return "up to date", false
+}
