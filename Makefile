@@ -6,9 +6,9 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
-.PHONY: all generate gen-if-needed check drift vet vet-bench policy build run devdb-stop test bench bench-peers cells image podman clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy build run devdb-stop test test-deploy screenshots bench bench-peers cells image podman clean
 # The image's name in the archive `make image` writes (podman load tags it so).
-IMAGE_REF ?= localhost/cellgate:latest
+IMAGE_REF ?= localhost/cellgate:dev
 
 all: build
 
@@ -32,6 +32,8 @@ policy:
 vet:
 	$(GO) vet ./...
 	cd tools/image && $(GO) vet ./...
+	cd tests/browser && $(GO) vet ./...
+	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 # The bench module (bench/go.mod, River beside our backend) builds in CI;
@@ -53,10 +55,20 @@ run: build
 devdb-stop:
 	@scripts/devdb.sh --stop
 
-## test: every test, with the race detector (and the image tool's module)
-test:
+## test: every test, with the race detector, then the deploy output checks
+## and the image tool's module
+test: test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd tests/browser && $(GO) test -count=1 -timeout 5m ./...
 	cd tools/image && $(GO) test -race -count=1 -timeout 10m ./...
+
+## screenshots: the console's browser test, writing the screenshots docs/console.md shows
+screenshots:
+	cd tests/browser && $(GO) test -count=1 -timeout 5m ./... -shots ../../docs/console
+
+## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
+test-deploy:
+	cd deploytest && $(GO) test -count=1 ./...
 
 ## image: the OCI image archive of server, router and slotmove (docs/image.md);
 ## no container engine needed; the last line printed is the archive's path

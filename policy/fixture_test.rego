@@ -23,6 +23,7 @@ base := {
 		"shutdown_timeout": "15s",
 		"body_limit_bytes": 1048576,
 		"admin_token_env": "CELLGATE_ADMIN_TOKEN",
+		"operator_token_env": "CELLGATE_OPERATOR_TOKEN",
 	},
 	"tenancy": {
 		"enabled": true,
@@ -169,6 +170,50 @@ base := {
 			"public": false,
 		},
 	],
+	"deploy": {
+		"image": "cellgate:dev",
+		"image_pull_policy": "IfNotPresent",
+		"namespace": "cellgate",
+		"monitoring_namespace": "monitoring",
+		"labels": {},
+		"cells": {
+			"replicas": 2,
+			"min_available": 1,
+			"resources": {
+				"requests": {
+					"cpu": "250m",
+					"memory": "256Mi",
+				},
+				"limits": {
+					"cpu": "",
+					"memory": "512Mi",
+				},
+			},
+		},
+		"router": {
+			"replicas": 2,
+			"min_available": 1,
+			"resources": {
+				"requests": {
+					"cpu": "250m",
+					"memory": "256Mi",
+				},
+				"limits": {
+					"cpu": "",
+					"memory": "512Mi",
+				},
+			},
+			"port": 8090,
+		},
+		"termination_grace_period": "45s",
+		"pre_stop_sleep": "5s",
+		"probes": {
+			"period_seconds": 5,
+			"timeout_seconds": 3,
+			"failure_threshold": 3,
+			"startup_failure_threshold": 60,
+		},
+	},
 }
 
 # cfg returns base with the given patch ops applied.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,25 @@ func writeLiteral(b *strings.Builder, v reflect.Value) error {
 		}
 		if v.Len() > 0 && v.Index(0).Kind() == reflect.Struct {
 			b.WriteString("\n")
+		}
+		b.WriteString("}")
+	case reflect.Map:
+		// Keys sorted: the literal must not depend on map order.
+		b.WriteString(v.Type().String())
+		b.WriteString("{")
+		keys := v.MapKeys()
+		sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if err := writeLiteral(b, k); err != nil {
+				return err
+			}
+			b.WriteString(": ")
+			if err := writeLiteral(b, v.MapIndex(k)); err != nil {
+				return err
+			}
 		}
 		b.WriteString("}")
 	case reflect.String:

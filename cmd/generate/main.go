@@ -27,6 +27,8 @@ import (
 
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/kube"
+	"github.com/cellgate/cellgate/internal/mixin"
 	"github.com/cellgate/cellgate/policy"
 	"github.com/cellgate/cellgate/schema"
 )
@@ -105,6 +107,20 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 		return nil, res.Warn, fmt.Errorf("deploy output: %w", err)
 	}
 	for name, b := range deploy {
+		files[name] = b
+	}
+	manifests, err := kube.Files(cfg)
+	if err != nil {
+		return nil, res.Warn, fmt.Errorf("kubernetes manifests: %w", err)
+	}
+	for name, b := range manifests {
+		files[name] = b
+	}
+	monitoring, err := mixin.Files(cfg)
+	if err != nil {
+		return nil, res.Warn, fmt.Errorf("monitoring mixin: %w", err)
+	}
+	for name, b := range monitoring {
 		files[name] = b
 	}
 	if o.sqlc {

@@ -9,6 +9,7 @@ import (
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
@@ -22,7 +23,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer set.Close()
 
-	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv})
+	// The console's top tenants hear every tenant-bulkhead refusal.
+	rejections := console.NewTopK(64)
+	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add})
 	if err != nil {
 		return err
 	}
@@ -42,14 +45,25 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
+	if err := mountConsole(cfg, srv, jobsRT, rejections, log); err != nil {
+		return err
+	}
 	srv.AddReadiness("migrations", progress.check)
-	srv.AddReadiness("databases", set.Ping)
+	bm, err := newBootMetrics(srv.Registry())
+	if err != nil {
+		return err
+	}
+	bm.readiness(set, func(name string, check func(context.Context) error) { srv.AddReadiness(name, check) })
 	go func() {
 		// The job runtime applies its own migrations as it starts; the
 		// app's must be in place first, since workers use its tables.
 		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp), log, sleepCtx); err != nil {
+			if ctx.Err() == nil {
+				bm.migrationsFailed.Set(1) // final: a failed file is not retried
+			}
 			return
 		}
+		bm.migrationsApplied.Set(1)
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/cellgate/cellgate/internal/config"
@@ -119,6 +120,32 @@ func cellShards(cfg config.Config) (*CellRouter, [][]config.Shard, error) {
 // when the URL names none: a cell listens on every interface at the port
 // the router dials.
 func listenAddress(u *url.URL) (string, error) {
+	port, err := urlPort(u)
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("", port), nil
+}
+
+// Port is the port of a cell URL, the scheme's default (80, 443) when the
+// URL names none: the port the cell listens on and the router dials.
+func Port(rawURL string) (int, error) {
+	u, err := parseCellURL(rawURL)
+	if err != nil {
+		return 0, err
+	}
+	p, err := urlPort(u)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("%q has no valid port", rawURL)
+	}
+	return n, nil
+}
+
+func urlPort(u *url.URL) (string, error) {
 	port := u.Port()
 	if port == "" {
 		if strings.HasSuffix(u.Host, ":") {
@@ -126,5 +153,5 @@ func listenAddress(u *url.URL) (string, error) {
 		}
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	return net.JoinHostPort("", port), nil
+	return port, nil
 }

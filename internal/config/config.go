@@ -27,6 +27,7 @@ type Config struct {
 	Database  Database  `json:"database"`
 	Cells     []Cell    `json:"cells"`
 	Routes    []Route   `json:"routes"`
+	Deploy    Deploy    `json:"deploy"`
 }
 
 // Service names the generated service.
@@ -69,6 +70,9 @@ type Server struct {
 	Cell string `json:"cell"`
 	// AdminTokenEnv names the env var holding the /admin bearer token.
 	AdminTokenEnv string `json:"admin_token_env"`
+	// OperatorTokenEnv names the env var holding the console's operator
+	// token, which may also act on jobs; the admin token only reads.
+	OperatorTokenEnv string `json:"operator_token_env"`
 }
 
 // Tenancy says where a request's tenant comes from and what it may use.
@@ -313,6 +317,86 @@ type Route struct {
 	Handler string `json:"handler"`
 	// Public routes skip tenancy and are never counted.
 	Public bool `json:"public"`
+}
+
+// Deploy shapes the generated Kubernetes manifests and monitoring mixin.
+// It names Secrets, never holds their values.
+type Deploy struct {
+	// Image is the service's container image reference.
+	Image string `json:"image"`
+	// ImagePullPolicy of every container: IfNotPresent, Always or Never.
+	ImagePullPolicy string `json:"image_pull_policy"`
+	// Namespace every object is created in.
+	Namespace string `json:"namespace"`
+	// MonitoringNamespace is where Prometheus runs; it may scrape the cells.
+	MonitoringNamespace string `json:"monitoring_namespace"`
+	// Labels are added to every object and pod.
+	Labels map[string]string `json:"labels"`
+	// Cells shapes each cell's Deployment.
+	Cells Workload `json:"cells"`
+	// Router shapes the router's Deployment.
+	Router RouterWorkload `json:"router"`
+	// TerminationGracePeriod is the wait between SIGTERM and SIGKILL.
+	TerminationGracePeriod Duration `json:"termination_grace_period"`
+	// PreStopSleep delays SIGTERM so endpoints stop routing to the pod first.
+	PreStopSleep Duration `json:"pre_stop_sleep"`
+	// Probes times the startup, readiness and liveness probes.
+	Probes Probes `json:"probes"`
+}
+
+// Workload is one kind of Deployment.
+type Workload struct {
+	// Replicas of the Deployment.
+	Replicas int `json:"replicas"`
+	// MinAvailable pods of the PodDisruptionBudget.
+	MinAvailable int `json:"min_available"`
+	// Resources of the container.
+	Resources Resources `json:"resources"`
+}
+
+// RouterWorkload is the router's Deployment and its port.
+type RouterWorkload struct {
+	// Replicas of the Deployment.
+	Replicas int `json:"replicas"`
+	// MinAvailable pods of the PodDisruptionBudget.
+	MinAvailable int `json:"min_available"`
+	// Resources of the container.
+	Resources Resources `json:"resources"`
+	// Port the router listens on.
+	Port int `json:"port"`
+}
+
+// Workload returns the router's replicas, budget and resources.
+func (r RouterWorkload) Workload() Workload {
+	return Workload{Replicas: r.Replicas, MinAvailable: r.MinAvailable, Resources: r.Resources}
+}
+
+// Resources are a container's requests and limits.
+type Resources struct {
+	// Requests reserve capacity for scheduling.
+	Requests ResourceList `json:"requests"`
+	// Limits cap the container.
+	Limits ResourceList `json:"limits"`
+}
+
+// ResourceList holds Kubernetes quantities; "" leaves one unset.
+type ResourceList struct {
+	// CPU, for example "250m".
+	CPU string `json:"cpu"`
+	// Memory, for example "256Mi".
+	Memory string `json:"memory"`
+}
+
+// Probes times the probes of every container.
+type Probes struct {
+	// PeriodSeconds between two probes.
+	PeriodSeconds int `json:"period_seconds"`
+	// TimeoutSeconds of one probe.
+	TimeoutSeconds int `json:"timeout_seconds"`
+	// FailureThreshold of readiness and liveness.
+	FailureThreshold int `json:"failure_threshold"`
+	// StartupFailureThreshold × PeriodSeconds is the startup budget.
+	StartupFailureThreshold int `json:"startup_failure_threshold"`
 }
 
 // Duration is a time.Duration written as a Go duration string ("5s") in

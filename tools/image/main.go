@@ -10,7 +10,7 @@
 // service's dependency graph. It is a one-shot command: no state is shared
 // between goroutines.
 //
-//	go run . [-root ../..] [-o archive] [-ref localhost/cellgate:latest] [-arch amd64] [-ca-bundle file]
+//	go run . [-root ../..] [-o archive] [-ref localhost/cellgate:dev] [-arch amd64] [-ca-bundle file]
 //
 // Same inputs (sources, Go toolchain, -arch, CA bundle, epoch, -ref,
 // -revision) give the same image digest and the same archive bytes.
@@ -37,7 +37,7 @@ var GoBuildFlags = []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w -bui
 func main() {
 	root := flag.String("root", "../..", "the cellgate module's root directory")
 	out := flag.String("o", "", "archive to write (default <root>/bin/cellgate-image.oci.tar)")
-	ref := flag.String("ref", "localhost/cellgate:latest", "the image's name in the archive (podman load tags it so)")
+	ref := flag.String("ref", "localhost/cellgate:dev", "the image's name in the archive (podman load tags it so)")
 	arch := flag.String("arch", runtime.GOARCH, "GOARCH of the binaries and the image")
 	ca := flag.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "the PEM CA bundle copied to "+CABundle)
 	revision := flag.String("revision", "", "org.opencontainers.image.revision label (e.g. the git commit)")

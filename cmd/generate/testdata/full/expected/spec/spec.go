@@ -28,6 +28,7 @@ func Config() config.Config {
 			ShutdownTimeout:       config.Duration(15000000000),  /* 15s */
 			BodyLimitBytes:        1048576,
 			AdminTokenEnv:         "CELLGATE_ADMIN_TOKEN",
+			OperatorTokenEnv:      "CELLGATE_OPERATOR_TOKEN",
 		},
 		Tenancy: config.Tenancy{
 			Enabled: true,
@@ -197,9 +198,51 @@ func Config() config.Config {
 				Handler: "GetOrder",
 			},
 		},
+		Deploy: config.Deploy{
+			Image:               "cellgate:dev",
+			ImagePullPolicy:     "IfNotPresent",
+			Namespace:           "cellgate",
+			MonitoringNamespace: "monitoring",
+			Labels:              map[string]string{},
+			Cells: config.Workload{
+				Replicas:     2,
+				MinAvailable: 1,
+				Resources: config.Resources{
+					Requests: config.ResourceList{
+						CPU:    "250m",
+						Memory: "256Mi",
+					},
+					Limits: config.ResourceList{
+						Memory: "512Mi",
+					},
+				},
+			},
+			Router: config.RouterWorkload{
+				Replicas:     2,
+				MinAvailable: 1,
+				Resources: config.Resources{
+					Requests: config.ResourceList{
+						CPU:    "250m",
+						Memory: "256Mi",
+					},
+					Limits: config.ResourceList{
+						Memory: "512Mi",
+					},
+				},
+				Port: 8090,
+			},
+			TerminationGracePeriod: config.Duration(45000000000), /* 45s */
+			PreStopSleep:           config.Duration(5000000000),  /* 5s */
+			Probes: config.Probes{
+				PeriodSeconds:           5,
+				TimeoutSeconds:          3,
+				FailureThreshold:        3,
+				StartupFailureThreshold: 60,
+			},
+		},
 	}
 }
 
 // JSON is the spec exactly as CUE exported it, for tools that want the
 // canonical form (the policy input, the admin endpoint).
-const JSON = "{\"service\":{\"name\":\"full\"},\"server\":{\"address\":\":8080\",\"max_concurrent_requests\":256,\"read_header_timeout\":\"5s\",\"read_timeout\":\"30s\",\"body_read_timeout\":\"20s\",\"body_min_bytes_per_second\":1024,\"body_rate_grace\":\"5s\",\"write_timeout\":\"0s\",\"idle_timeout\":\"120s\",\"request_timeout\":\"10s\",\"shutdown_timeout\":\"15s\",\"body_limit_bytes\":1048576,\"cell\":\"\",\"admin_token_env\":\"CELLGATE_ADMIN_TOKEN\"},\"tenancy\":{\"enabled\":true,\"source\":\"jwt\",\"header\":{\"name\":\"X-Tenant-ID\"},\"subdomain\":{\"base_domain\":\"localhost\"},\"session\":{\"cookie\":\"cellgate_session\",\"key_env\":\"CELLGATE_SESSION_KEY\"},\"jwt\":{\"algorithms\":[\"RS256\"],\"key_env\":\"CELLGATE_JWT_KEY\",\"key_file\":\"\",\"jwks_file\":\"\",\"claim\":\"org\",\"leeway\":\"5s\"},\"max_id_bytes\":64,\"max_concurrent_requests\":16,\"max_db_connections\":4,\"rate_per_second\":50,\"burst\":100,\"public_paths\":[\"/docs\",\"/static/*\"]},\"admission\":{\"shards\":4,\"lease_size\":32,\"overage_allowance\":10,\"funding\":0,\"max_accounts\":100000,\"idle_after\":\"10m\"},\"router\":{\"max_in_flight_per_cell\":1024,\"max_in_flight_per_tenant\":256,\"body_timeout\":\"30s\",\"min_body_bytes_per_second\":1024,\"body_rate_grace\":\"5s\"},\"jobs\":{\"backend\":\"postgres\",\"workers\":8,\"tenants\":{\"max_concurrent\":2,\"lanes\":8,\"lanes_per_tenant\":2},\"postgres\":{\"shard_local\":true,\"claim\":\"fair\",\"rescue_after\":\"5m\",\"retention\":\"24h\",\"breaker_failures\":5,\"breaker_cooldown\":\"10s\"},\"shutdown_timeout\":\"10s\",\"kinds\":[{\"name\":\"send_welcome\",\"queue\":\"default\",\"args\":[{\"name\":\"account_id\",\"type\":\"int64\"},{\"name\":\"email\",\"type\":\"string\"}],\"max_attempts\":25,\"timeout\":\"1m\",\"concurrency\":0,\"unique_by\":[\"account_id\"]},{\"name\":\"bill_order\",\"queue\":\"billing\",\"args\":[{\"name\":\"order_id\",\"type\":\"int64\"},{\"name\":\"due_at\",\"type\":\"time\"},{\"name\":\"amount\",\"type\":\"float64\"},{\"name\":\"urgent\",\"type\":\"bool\"}],\"max_attempts\":25,\"timeout\":\"2m\",\"concurrency\":2,\"unique_by\":[\"order_id\",\"due_at\"]}]},\"database\":{\"control\":{\"name\":\"control\",\"dsn_env\":\"CELLGATE_CONTROL_DSN\",\"max_conns\":10},\"shards\":[{\"name\":\"shard-0\",\"dsn_env\":\"SHARD_0_DSN\",\"slots\":[\"0-4095\"],\"max_conns\":10},{\"name\":\"shard-1\",\"dsn_env\":\"SHARD_1_DSN\",\"slots\":[\"4096-8191\"],\"max_conns\":10},{\"name\":\"shard-2\",\"dsn_env\":\"SHARD_2_DSN\",\"slots\":[\"8192-12287\"],\"max_conns\":10},{\"name\":\"shard-3\",\"dsn_env\":\"SHARD_3_DSN\",\"slots\":[\"12288-16383\"],\"max_conns\":10}],\"app_migrations\":\"shards\",\"tenant_tables\":[]},\"cells\":[{\"name\":\"cell-1\",\"url\":\"http://127.0.0.1:8081\",\"slots\":[\"0-8191\"]},{\"name\":\"cell-2\",\"url\":\"http://127.0.0.1:8082\",\"slots\":[\"8192-16383\"]}],\"routes\":[{\"method\":\"GET\",\"path\":\"/docs\",\"handler\":\"Docs\",\"public\":true},{\"method\":\"POST\",\"path\":\"/orders\",\"handler\":\"CreateOrder\",\"public\":false},{\"method\":\"GET\",\"path\":\"/orders/:id\",\"handler\":\"GetOrder\",\"public\":false}]}"
+const JSON = "{\"service\":{\"name\":\"full\"},\"server\":{\"address\":\":8080\",\"max_concurrent_requests\":256,\"read_header_timeout\":\"5s\",\"read_timeout\":\"30s\",\"body_read_timeout\":\"20s\",\"body_min_bytes_per_second\":1024,\"body_rate_grace\":\"5s\",\"write_timeout\":\"0s\",\"idle_timeout\":\"120s\",\"request_timeout\":\"10s\",\"shutdown_timeout\":\"15s\",\"body_limit_bytes\":1048576,\"cell\":\"\",\"admin_token_env\":\"CELLGATE_ADMIN_TOKEN\",\"operator_token_env\":\"CELLGATE_OPERATOR_TOKEN\"},\"tenancy\":{\"enabled\":true,\"source\":\"jwt\",\"header\":{\"name\":\"X-Tenant-ID\"},\"subdomain\":{\"base_domain\":\"localhost\"},\"session\":{\"cookie\":\"cellgate_session\",\"key_env\":\"CELLGATE_SESSION_KEY\"},\"jwt\":{\"algorithms\":[\"RS256\"],\"key_env\":\"CELLGATE_JWT_KEY\",\"key_file\":\"\",\"jwks_file\":\"\",\"claim\":\"org\",\"leeway\":\"5s\"},\"max_id_bytes\":64,\"max_concurrent_requests\":16,\"max_db_connections\":4,\"rate_per_second\":50,\"burst\":100,\"public_paths\":[\"/docs\",\"/static/*\"]},\"admission\":{\"shards\":4,\"lease_size\":32,\"overage_allowance\":10,\"funding\":0,\"max_accounts\":100000,\"idle_after\":\"10m\"},\"router\":{\"max_in_flight_per_cell\":1024,\"max_in_flight_per_tenant\":256,\"body_timeout\":\"30s\",\"min_body_bytes_per_second\":1024,\"body_rate_grace\":\"5s\"},\"jobs\":{\"backend\":\"postgres\",\"workers\":8,\"tenants\":{\"max_concurrent\":2,\"lanes\":8,\"lanes_per_tenant\":2},\"postgres\":{\"shard_local\":true,\"claim\":\"fair\",\"rescue_after\":\"5m\",\"retention\":\"24h\",\"breaker_failures\":5,\"breaker_cooldown\":\"10s\"},\"shutdown_timeout\":\"10s\",\"kinds\":[{\"name\":\"send_welcome\",\"queue\":\"default\",\"args\":[{\"name\":\"account_id\",\"type\":\"int64\"},{\"name\":\"email\",\"type\":\"string\"}],\"max_attempts\":25,\"timeout\":\"1m\",\"concurrency\":0,\"unique_by\":[\"account_id\"]},{\"name\":\"bill_order\",\"queue\":\"billing\",\"args\":[{\"name\":\"order_id\",\"type\":\"int64\"},{\"name\":\"due_at\",\"type\":\"time\"},{\"name\":\"amount\",\"type\":\"float64\"},{\"name\":\"urgent\",\"type\":\"bool\"}],\"max_attempts\":25,\"timeout\":\"2m\",\"concurrency\":2,\"unique_by\":[\"order_id\",\"due_at\"]}]},\"database\":{\"control\":{\"name\":\"control\",\"dsn_env\":\"CELLGATE_CONTROL_DSN\",\"max_conns\":10},\"shards\":[{\"name\":\"shard-0\",\"dsn_env\":\"SHARD_0_DSN\",\"slots\":[\"0-4095\"],\"max_conns\":10},{\"name\":\"shard-1\",\"dsn_env\":\"SHARD_1_DSN\",\"slots\":[\"4096-8191\"],\"max_conns\":10},{\"name\":\"shard-2\",\"dsn_env\":\"SHARD_2_DSN\",\"slots\":[\"8192-12287\"],\"max_conns\":10},{\"name\":\"shard-3\",\"dsn_env\":\"SHARD_3_DSN\",\"slots\":[\"12288-16383\"],\"max_conns\":10}],\"app_migrations\":\"shards\",\"tenant_tables\":[]},\"cells\":[{\"name\":\"cell-1\",\"url\":\"http://127.0.0.1:8081\",\"slots\":[\"0-8191\"]},{\"name\":\"cell-2\",\"url\":\"http://127.0.0.1:8082\",\"slots\":[\"8192-16383\"]}],\"routes\":[{\"method\":\"GET\",\"path\":\"/docs\",\"handler\":\"Docs\",\"public\":true},{\"method\":\"POST\",\"path\":\"/orders\",\"handler\":\"CreateOrder\",\"public\":false},{\"method\":\"GET\",\"path\":\"/orders/:id\",\"handler\":\"GetOrder\",\"public\":false}],\"deploy\":{\"image\":\"cellgate:dev\",\"image_pull_policy\":\"IfNotPresent\",\"namespace\":\"cellgate\",\"monitoring_namespace\":\"monitoring\",\"labels\":{},\"cells\":{\"replicas\":2,\"min_available\":1,\"resources\":{\"requests\":{\"cpu\":\"250m\",\"memory\":\"256Mi\"},\"limits\":{\"cpu\":\"\",\"memory\":\"512Mi\"}}},\"router\":{\"port\":8090,\"replicas\":2,\"min_available\":1,\"resources\":{\"requests\":{\"cpu\":\"250m\",\"memory\":\"256Mi\"},\"limits\":{\"cpu\":\"\",\"memory\":\"512Mi\"}}},\"termination_grace_period\":\"45s\",\"pre_stop_sleep\":\"5s\",\"probes\":{\"period_seconds\":5,\"timeout_seconds\":3,\"failure_threshold\":3,\"startup_failure_threshold\":60}}}"

@@ -1,0 +1,22 @@
+package deploytest
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// tool finds a command-line tool the tests run. Missing, it fails under CI
+// (.ci/run installs it) and skips elsewhere, naming the Debian package.
+func tool(tb testing.TB, name, pkg string) string {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") != "" {
+		tb.Fatalf("%s is not installed (CI is set): apt-get install -y %s, as .ci/run does", name, pkg)
+	}
+	tb.Skipf("%s is not installed: apt-get install -y %s", name, pkg)
+	return ""
+}
