@@ -8,8 +8,10 @@ export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=d
 
 # The tools' pinned versions live in tools/go.mod, apart from the service's.
 TOOL  := $(GO) tool -modfile=tools/go.mod
+# The image's name in the archive `make image` writes (podman load tags it so).
+IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet build run devdb-stop test test-deploy screenshots bench bench-peers cells clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet build run devdb-stop test test-deploy screenshots bench bench-peers cells image podman clean
 
 all: build
 
@@ -32,6 +34,7 @@ policy:
 
 vet:
 	$(GO) vet ./...
+	cd tools/image && $(GO) vet ./...
 	cd tests/browser && $(GO) vet ./...
 	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -39,7 +42,7 @@ vet:
 # go.mod and go.sum of the service and of tools/ are what `go mod tidy` writes.
 tidy:
 	$(GO) mod tidy -diff
-	for m in tools bench deploytest tests/browser; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
+	for m in tools tools/image bench deploytest tests/browser; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
 
 staticcheck:
 	$(TOOL) staticcheck ./...
@@ -68,9 +71,11 @@ devdb-stop:
 	@scripts/devdb.sh --stop
 
 ## test: every test, with the race detector, then the deploy output checks
+## and the image tool's module
 test: test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	cd tests/browser && $(GO) test -count=1 -timeout 5m ./...
+	cd tools/image && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## screenshots: the console's browser test, writing the screenshots docs/console.md shows
 screenshots:
@@ -79,6 +84,17 @@ screenshots:
 ## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
 test-deploy:
 	cd deploytest && $(GO) test -count=1 ./...
+
+## image: the OCI image archive of server, router and slotmove (docs/image.md);
+## no container engine needed; the last line printed is the archive's path
+image: gen-if-needed
+	@cd tools/image && $(GO) run . -root $(CURDIR) -o $(CURDIR)/bin/cellgate-image.oci.tar -ref $(IMAGE_REF)
+
+## podman: install podman and runc (Debian) for the container test in tests/
+SUDO = $(if $(filter 0,$(shell id -u)),,sudo)
+podman:
+	@command -v podman >/dev/null && command -v runc >/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq podman runc; }
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:
