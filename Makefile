@@ -6,6 +6,13 @@ PKGS  := ./...
 # CI sets CI=true; tests that need PostgreSQL then fail loudly when it is down.
 export CELLGATE_TEST_PG ?= postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
 
+# The tools' pinned versions live in tools/go.mod, apart from the service's.
+TOOL  := $(GO) tool -modfile=tools/go.mod
+# The image's name in the archive `make image` writes (podman load tags it so).
+IMAGE_REF ?= localhost/cellgate:dev
+
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers cells plan image podman clean
+
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
 POLICY_TOOLS := $(GO) -C tools/policy tool
@@ -13,7 +20,6 @@ OPA          := $(POLICY_TOOLS) opa
 CUE          := $(POLICY_TOOLS) cue
 CONFTEST     := $(POLICY_TOOLS) conftest
 
-.PHONY: all generate gen-if-needed check drift vet vet-bench policy fmt-check opa-check conftest build run devdb-stop test test-deploy bench bench-peers cells plan clean
 
 all: build
 
@@ -25,8 +31,8 @@ generate:
 gen-if-needed:
 	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
 
-## check: drift check of gen/, policy tests, go vet (both modules), cue fmt / opa fmt, opa check and opa test, conftest
-check: drift policy vet vet-bench fmt-check opa-check conftest
+## check: drift check of gen/, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet, cue fmt / opa fmt, opa check and opa test, conftest
+check: drift policy vet vet-bench tidy staticcheck sqlc-vet fmt-check opa-check conftest
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -36,8 +42,22 @@ policy:
 
 vet:
 	$(GO) vet ./...
+	cd tools/image && $(GO) vet ./...
+	cd tests/browser && $(GO) vet ./...
 	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+# go.mod and go.sum of the service and of tools/ are what `go mod tidy` writes.
+tidy:
+	$(GO) mod tidy -diff
+	for m in tools tools/image bench deploytest tests/browser; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
+
+staticcheck:
+	$(TOOL) staticcheck ./...
+
+## sqlc-vet: sqlc's checks and sqlc.yaml's rules over sql/queries
+sqlc-vet:
+	$(TOOL) sqlc vet
 
 # The bench module (bench/go.mod, River beside our backend) builds in CI;
 # running it is `make bench-peers`.
@@ -83,12 +103,30 @@ devdb-stop:
 	@scripts/devdb.sh --stop
 
 ## test: every test, with the race detector, then the deploy output checks
+## and the image tool's module
 test: test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	cd tests/browser && $(GO) test -count=1 -timeout 5m ./...
+	cd tools/image && $(GO) test -race -count=1 -timeout 10m ./...
+
+## screenshots: the console's browser test, writing the screenshots docs/console.md shows
+screenshots:
+	cd tests/browser && $(GO) test -count=1 -timeout 5m ./... -shots ../../docs/console
 
 ## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
 test-deploy:
 	cd deploytest && $(GO) test -count=1 ./...
+
+## image: the OCI image archive of server, router and slotmove (docs/image.md);
+## no container engine needed; the last line printed is the archive's path
+image: gen-if-needed
+	@cd tools/image && $(GO) run . -root $(CURDIR) -o $(CURDIR)/bin/cellgate-image.oci.tar -ref $(IMAGE_REF)
+
+## podman: install podman and runc (Debian) for the container test in tests/
+SUDO = $(if $(filter 0,$(shell id -u)),,sudo)
+podman:
+	@command -v podman >/dev/null && command -v runc >/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq podman runc; }
 
 ## bench: the benchmark tables (ratios against same-run baselines)
 bench:

@@ -1,10 +1,12 @@
 // Package app is the example service's hand-written code: the handlers of
-// the routes in schema/app.cue and the workers of its job kinds. It is the
-// only Go a user of the template writes; everything it builds on is either
-// generated (gen/) or the cellgate core (internal/).
+// the routes in schema/app.cue (App, which implements gen/api.Handler) and
+// the workers of its job kinds (Workers, which implements
+// gen/jobkinds.Workers). It is the only Go a user of the template writes;
+// everything it builds on is either generated (gen/) or the cellgate core
+// (internal/).
 //
-// Concurrency: an App is built once at boot and its handlers run
-// concurrently; it holds no mutable state of its own.
+// Concurrency: an App and a Workers are built once at boot and their
+// methods run concurrently; they hold no mutable state of their own.
 package app
 
 import (
@@ -24,7 +26,6 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
-	"github.com/cellgate/cellgate/internal/tenant"
 )
 
 // Deps are what the handlers need from the runtime.
@@ -50,21 +51,6 @@ func New(d Deps) *App {
 		d.Log = slog.Default()
 	}
 	return &App{d: d}
-}
-
-// RegisterWorkers registers the app's job handlers on w, logging to log
-// (nil: slog.Default()). cmd/server calls it before building the job
-// runtime, which needs the workers.
-func RegisterWorkers(w *jobs.Workers, log *slog.Logger) {
-	if log == nil {
-		log = slog.Default()
-	}
-	jobs.Register(w, func(ctx context.Context, job *jobs.Job[jobkinds.SendWelcomeArgs]) error {
-		// A real app would call its mail provider here; the example logs.
-		t, _ := tenant.From(ctx)
-		log.InfoContext(ctx, "welcome sent", "tenant", t, "account_id", job.Args.AccountID)
-		return nil
-	})
 }
 
 // Index describes the service (public).

@@ -23,6 +23,7 @@ base := {
 		"shutdown_timeout": "15s",
 		"body_limit_bytes": 1048576,
 		"admin_token_env": "CELLGATE_ADMIN_TOKEN",
+		"operator_token_env": "CELLGATE_OPERATOR_TOKEN",
 	},
 	"tenancy": {
 		"enabled": true,

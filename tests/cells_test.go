@@ -558,7 +558,7 @@ func TestCellsSlotMoveWhileRequestsFlow(t *testing.T) {
 	perTenant := map[string]int{}
 	for _, o := range acked {
 		perTenant[o.tenant]++
-		locs := where[key{o.tenant, o.id}]
+		locs := where[key(o)]
 		want := "cell-1"
 		if s, _ := slots.Slot(o.tenant); s >= 8192 || isMover[o.tenant] {
 			want = "cell-2"
@@ -566,7 +566,7 @@ func TestCellsSlotMoveWhileRequestsFlow(t *testing.T) {
 		if len(locs) != 1 || locs[0] != want {
 			t.Errorf("ackedOrder %s/%d is on %v; want exactly once on %s", o.tenant, o.id, locs, want)
 		}
-		delete(where, key{o.tenant, o.id})
+		delete(where, key(o))
 	}
 	for k, locs := range where {
 		t.Errorf("ackedOrder %s/%d on %v was never acknowledged", k.tenant, k.id, locs)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,6 +210,50 @@ func TestGoName(t *testing.T) {
 // template change that renders uncompilable Go fails here, not in a user's
 // build.
 func TestGoldenCompiles(t *testing.T) {
+	if out, err := buildGolden(t, nil, "./internal/gencheck/..."); err != nil {
+		t.Fatalf("golden output does not compile: %v\n%s", err, out)
+	}
+}
+
+// TestGoldenWorkersChecked holds the promise of gen/jobkinds.Workers: an
+// app that implements every kind of the "full" case builds, and one that
+// lacks the bill_order worker fails to build, naming the missing method.
+func TestGoldenWorkersChecked(t *testing.T) {
+	const complete = `package workers
+
+import (
+	"context"
+
+	"github.com/cellgate/cellgate/internal/gencheck/full/jobkinds"
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+type impl struct{}
+
+func (impl) SendWelcome(context.Context, *jobs.Job[jobkinds.SendWelcomeArgs]) error { return nil }
+%s
+var _ = func() { jobkinds.RegisterWorkers(jobs.NewWorkers(), impl{}) }
+`
+	billOrder := "func (impl) BillOrder(context.Context, *jobs.Job[jobkinds.BillOrderArgs]) error { return nil }\n"
+	ok := map[string]string{"full/workersok/w.go": fmt.Sprintf(complete, billOrder)}
+	if out, err := buildGolden(t, ok, "./internal/gencheck/full/workersok"); err != nil {
+		t.Fatalf("an app implementing every kind does not build: %v\n%s", err, out)
+	}
+	missing := map[string]string{"full/workersmissing/w.go": fmt.Sprintf(complete, "")}
+	out, err := buildGolden(t, missing, "./internal/gencheck/full/workersmissing")
+	if err == nil {
+		t.Fatal("an app without the bill_order worker builds")
+	}
+	if !strings.Contains(string(out), "missing method BillOrder") {
+		t.Fatalf("the build error does not name the missing worker:\n%s", out)
+	}
+}
+
+// buildGolden runs go build on pkgs with every golden output mapped, by
+// -overlay, to internal/gencheck/<case>/ of this module, plus extra files
+// (path under internal/gencheck → Go source).
+func buildGolden(t *testing.T, extra map[string]string, pkgs ...string) ([]byte, error) {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -228,17 +273,23 @@ func TestGoldenCompiles(t *testing.T) {
 			replace[virtual] = filepath.Join(exp, path)
 		}
 	}
+	tmp := t.TempDir()
+	for path, src := range extra {
+		file := filepath.Join(tmp, strings.ReplaceAll(path, "/", "_"))
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		replace[filepath.Join(root, "internal", "gencheck", filepath.FromSlash(path))] = file
+	}
 	overlay, err := json.Marshal(map[string]any{"Replace": replace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "overlay.json")
+	file := filepath.Join(tmp, "overlay.json")
 	if err := os.WriteFile(file, overlay, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("go", "build", "-overlay", file, "./internal/gencheck/...")
+	cmd := exec.Command("go", append([]string{"build", "-overlay", file}, pkgs...)...)
 	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("golden output does not compile: %v\n%s", err, out)
-	}
+	return cmd.CombinedOutput()
 }

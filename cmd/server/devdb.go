@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,9 +18,11 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 )
 
-const devdbUsage = `usage: server devdb [-config FILE] [-base URL] [-prefix P | -checkout DIR]
+// devdbSynopsis follows `server devdb [-config cell.json]` in its usage.
+const devdbSynopsis = "[-base URL] [-prefix P | -checkout DIR]"
 
-Creates one database per spec database (control and each shard) on the server at -base if
+// devdbHelp is what `server devdb -h` prints under its usage line.
+const devdbHelp = `Creates one database per spec database (control and each shard) on the server at -base if
 missing, and prints "export VAR=DSN" lines for the spec's DSN variables (make run evals them).
 Database names are <prefix>_<service>_<name>. The prefix is -prefix, else
 $CELLGATE_DEVDB_PREFIX, else "cg" and 8 hex digits of a hash of the checkout's absolute path
@@ -30,34 +30,23 @@ $CELLGATE_DEVDB_PREFIX, else "cg" and 8 hex digits of a hash of the checkout's a
 databases.
 `
 
-// devdbMain is the `devdb` subcommand behind `make run`. args follow the
-// word devdb.
-func devdbMain(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer) error {
-	fs := flag.NewFlagSet("devdb", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), devdbUsage, "\nflags:\n"); fs.PrintDefaults() }
-	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "per-cell JSON config file applied over the spec's defaults")
+// devdbCommand adds the `devdb` subcommand's flags (behind `make run`) to
+// fs and returns the command.
+func devdbCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 	base := fs.String("base", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "PostgreSQL server URL to create the databases on")
 	prefix := fs.String("prefix", os.Getenv("CELLGATE_DEVDB_PREFIX"), "database name prefix (default: derived from -checkout)")
 	checkout := fs.String("checkout", "", "the checkout whose path the default prefix hashes (default: the working directory)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	return func(ctx context.Context, inv invocation) error {
+		p, err := devPrefix(*prefix, *checkout)
+		if err != nil {
+			return err
 		}
-		return err
+		cfg, err := inv.cfg()
+		if err != nil {
+			return err
+		}
+		return devDatabases(ctx, cfg, *base, p, inv.stdout)
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("devdb: unexpected arguments %q", fs.Args())
-	}
-	p, err := devPrefix(*prefix, *checkout)
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(ctx, *path, log)
-	if err != nil {
-		return err
-	}
-	return devDatabases(ctx, cfg, *base, p, stdout)
 }
 
 var rePrefix = regexp.MustCompile(`^[a-z][a-z0-9_]{0,19}$`)

@@ -184,9 +184,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-const migrateUsage = `usage: server migrate [-config FILE] [-db NAME] [-schema app|jobs] [status | up | down N | force V]
-
-  status     each database's version of each schema: up to date, behind (pending files),
+// migrateHelp is what `server migrate -h` prints under its usage line.
+const migrateHelp = `  status     each database's version of each schema: up to date, behind (pending files),
              DIRTY (a file failed: the remedy is printed) or unreachable; exit 1 if any is
              dirty or unreachable
   up         apply every pending file (the default)
@@ -200,71 +199,69 @@ jobs.postgres.shard_local to every shard. down and force change the app's schema
 -schema jobs is given, and every database unless -db names one.
 `
 
-// migrateMain is the `migrate` subcommand. args follow the word migrate.
-func migrateMain(ctx context.Context, args []string, log *slog.Logger, stdout io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), migrateUsage, "\nflags:\n"); fs.PrintDefaults() }
-	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "per-cell JSON config file applied over the spec's defaults")
+// migrateSynopsis follows `server migrate [-config cell.json]` in its usage.
+const migrateSynopsis = "[-db NAME] [-schema app|jobs] [status | up | down N | force V]"
+
+// migrateCommand adds the `migrate` subcommand's flags to fs and returns
+// the command. Flags may come before or after the action: run parses those
+// before it, the command those after.
+func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 	dbName := fs.String("db", "", "only this database (control, shard-0, …)")
 	schema := fs.String("schema", "", "only this schema: app or jobs (default: both for status and up, app for down and force)")
-	// Flags may come before or after the action: parse, take the action
-	// and its number, parse again.
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	return func(ctx context.Context, inv invocation) error {
+		rest := inv.args
+		action, n := "up", 0
+		if len(rest) > 0 {
+			action, rest = rest[0], rest[1:]
 		}
-		return err
-	}
-	rest := fs.Args()
-	action, n := "up", 0
-	if len(rest) > 0 {
-		action, rest = rest[0], rest[1:]
-	}
-	switch action {
-	case "status", "up":
-	case "down", "force":
-		if len(rest) == 0 {
-			return fmt.Errorf("migrate %s needs a number\n\n%s", action, migrateUsage)
+		switch action {
+		case "status", "up":
+		case "down", "force":
+			if len(rest) == 0 {
+				return usageError{msg: fmt.Sprintf("migrate %s needs a number", action)}
+			}
+			v, err := strconv.Atoi(rest[0])
+			if err != nil || (action == "down" && v < 1) || v < -1 {
+				return usageError{msg: fmt.Sprintf("migrate %s %s: want a number (down: >= 1, force: >= -1)", action, rest[0])}
+			}
+			n, rest = v, rest[1:]
+		default:
+			return usageError{msg: fmt.Sprintf("migrate: unknown action %q; want status, up, down N or force V", action)}
 		}
-		v, err := strconv.Atoi(rest[0])
-		if err != nil || (action == "down" && v < 1) || v < -1 {
-			return fmt.Errorf("migrate %s %s: want a number (down: >= 1, force: >= -1)", action, rest[0])
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return usageError{msg: err.Error()}
 		}
-		n, rest = v, rest[1:]
-	default:
-		return fmt.Errorf("migrate: unknown action %q; want status, up, down N or force V\n\n%s", action, migrateUsage)
-	}
-	if err := fs.Parse(rest); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("migrate %s: unexpected arguments %q", action, fs.Args())
-	}
-	schemas := []string{schemaApp, schemaJobs}
-	switch {
-	case *schema == schemaApp || *schema == schemaJobs:
-		schemas = []string{*schema}
-	case *schema != "":
-		return fmt.Errorf("migrate: -schema %q: want app or jobs", *schema)
-	case action == "down" || action == "force":
-		schemas = []string{schemaApp}
-	}
+		if fs.NArg() > 0 {
+			return usageError{msg: fmt.Sprintf("migrate %s: unexpected arguments %q", action, fs.Args())}
+		}
+		schemas := []string{schemaApp, schemaJobs}
+		switch {
+		case *schema == schemaApp || *schema == schemaJobs:
+			schemas = []string{*schema}
+		case *schema != "":
+			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app or jobs", *schema)}
+		case action == "down" || action == "force":
+			schemas = []string{schemaApp}
+		}
 
-	cfg, err := loadConfig(ctx, *path, log)
-	if err != nil {
-		return err
+		cfg, err := inv.cfg()
+		if err != nil {
+			return err
+		}
+		set, err := shards.OpenCell(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv)
+		if err != nil {
+			return err
+		}
+		defer set.Close()
+		targets, err := filterTargets(migrationTargets(cfg, set, schemas...), *dbName)
+		if err != nil {
+			return err
+		}
+		return migrateAction(ctx, action, n, targets, inv.stdout)
 	}
-	set, err := shards.OpenCell(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv)
-	if err != nil {
-		return err
-	}
-	defer set.Close()
-	targets, err := filterTargets(migrationTargets(cfg, set, schemas...), *dbName)
-	if err != nil {
-		return err
-	}
-	return migrateAction(ctx, action, n, targets, stdout)
 }
 
 // filterTargets keeps the targets of database db ("" keeps all).

@@ -8,7 +8,9 @@ import (
 
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
+	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
@@ -22,7 +24,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer set.Close()
 
-	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv})
+	// The console's top tenants hear every tenant-bulkhead refusal.
+	rejections := console.NewTopK(64)
+	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add})
 	if err != nil {
 		return err
 	}
@@ -31,7 +35,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	set.UsePermits(runtime.ShardPermits)
 
 	workers := jobs.NewWorkers()
-	app.RegisterWorkers(workers, log)
+	jobkinds.RegisterWorkers(workers, app.NewWorkers(app.WorkerDeps{Shards: set, Log: log}))
 	// The cell listens at once so /healthz answers while migrations run;
 	// /readyz turns ready when the databases answer and are migrated, and
 	// names the database, the file and PostgreSQL's error when a migration
@@ -42,6 +46,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
+	if err := mountConsole(cfg, srv, jobsRT, rejections, log); err != nil {
+		return err
+	}
 	srv.AddReadiness("migrations", progress.check)
 	bm, err := newBootMetrics(srv.Registry())
 	if err != nil {

@@ -2,11 +2,14 @@
 
 // Package jobkinds holds the spec's job kinds as typed Go: one args struct
 // per kind, with the kind's static spec, so enqueueing the wrong arguments
-// does not compile. Register handlers with jobs.Register in the app.
+// does not compile, and the Workers interface the app implements, one
+// method per kind, so a kind without a worker does not compile either.
 // Values only; safe for concurrent use.
 package jobkinds
 
 import (
+	"context"
+
 	"github.com/cellgate/cellgate/internal/jobs"
 )
 
@@ -36,3 +39,20 @@ func (a SendWelcomeArgs) UniqueKey() string {
 
 // Kinds lists every kind's spec in spec order.
 var Kinds = []jobs.KindSpec{SendWelcome}
+
+// Workers is implemented by the app (app/): one method per spec job kind,
+// as api.Handler has one per route. A kind added to the spec without its
+// method fails the build where RegisterWorkers is called, naming the
+// missing method.
+type Workers interface {
+	// SendWelcome runs a "send_welcome" job. Its context carries the job's
+	// tenant and ends at the kind's timeout; an error fails the attempt
+	// (jobs.Permanent stops retrying).
+	SendWelcome(ctx context.Context, job *jobs.Job[SendWelcomeArgs]) error
+}
+
+// RegisterWorkers registers every method of impl as the worker of its kind
+// on r. Call it once, before r is given to the job runtime.
+func RegisterWorkers(r *jobs.Workers, impl Workers) {
+	jobs.Register(r, impl.SendWelcome)
+}

@@ -70,6 +70,9 @@ type Server struct {
 	Cell string `json:"cell"`
 	// AdminTokenEnv names the env var holding the /admin bearer token.
 	AdminTokenEnv string `json:"admin_token_env"`
+	// OperatorTokenEnv names the env var holding the console's operator
+	// token, which may also act on jobs; the admin token only reads.
+	OperatorTokenEnv string `json:"operator_token_env"`
 }
 
 // Tenancy says where a request's tenant comes from and what it may use.

@@ -69,6 +69,7 @@ type (
 	withDash  struct {
 		A int `json:"-"`
 	}
+	//lint:ignore U1000 the unexported field is the point: plainArgs must see it
 	withHidden  struct{ a int }
 	withEmbed   struct{ inner }
 	withCustom  struct{ A custom }

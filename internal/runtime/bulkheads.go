@@ -96,8 +96,9 @@ func validateCaps(cfg config.Config) error {
 // buildBulkheads builds the engines, the limiter and their metrics, and
 // returns the middlewares that follow tenancy on tenant routes: tenant
 // bulkhead (when tenancy is on and a per-tenant limit is set), then server
-// admission. skip selects the public paths, which are never counted.
-func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middleware.Skipper) (Bulkheads, []echo.MiddlewareFunc, error) {
+// admission. skip selects the public paths, which are never counted;
+// onReject (may be nil) hears the tenant of every tenant-bulkhead refusal.
+func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middleware.Skipper, onReject func(string)) (Bulkheads, []echo.MiddlewareFunc, error) {
 	var b Bulkheads
 	if err := validateCaps(cfg); err != nil {
 		return b, nil, err
@@ -149,6 +150,7 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 			Requests:   b.Requests,
 			DB:         db,
 			Rejections: m.RequestRejections,
+			OnReject:   onReject,
 		})
 		if err != nil {
 			b.close()

@@ -36,6 +36,9 @@ type Options struct {
 	// Getenv reads secrets (session and JWT keys, the admin token); nil
 	// means os.Getenv.
 	Getenv func(string) string
+	// OnTenantRejection, when set, hears the tenant of every request the
+	// tenant bulkhead refuses (the operator console's top tenants).
+	OnTenantRejection func(tenant string)
 }
 
 // Server is one cell's HTTP server.
@@ -96,7 +99,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		}
 		s.tenantMW = append(s.tenantMW, mw)
 	}
-	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip)
+	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip, opts.OnTenantRejection)
 	if err != nil {
 		return nil, err
 	}

@@ -137,8 +137,18 @@ func (k jwk) public(family keyFamily, algs []string) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		pub := &ecdsa.PublicKey{Curve: curve, X: new(big.Int).SetBytes(x), Y: new(big.Int).SetBytes(y)}
-		if _, err := pub.ECDH(); err != nil { // on the curve, not the point at infinity
+		// The uncompressed point 0x04 || X || Y, each coordinate padded to
+		// the curve's size; parsing it checks that the point is on the curve.
+		size := (curve.Params().BitSize + 7) / 8
+		if len(x) > size || len(y) > size {
+			return nil, fmt.Errorf("x or y is longer than %d bytes for %s", size, k.Crv)
+		}
+		point := make([]byte, 1+2*size)
+		point[0] = 4
+		copy(point[1+size-len(x):1+size], x)
+		copy(point[1+2*size-len(y):], y)
+		pub, err := ecdsa.ParseUncompressedPublicKey(curve, point)
+		if err != nil {
 			return nil, fmt.Errorf("not a point on %s: %v", k.Crv, err)
 		}
 		return pub, nil

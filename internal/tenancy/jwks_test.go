@@ -42,8 +42,12 @@ func rsaJWK(kid string, k *rsa.PublicKey) map[string]any {
 
 func ecJWK(kid string, k *ecdsa.PublicKey) map[string]any {
 	size := (k.Curve.Params().BitSize + 7) / 8
+	point, err := k.Bytes() // 0x04 || X || Y
+	if err != nil {
+		panic(err)
+	}
 	return map[string]any{"kty": "EC", "kid": kid, "crv": k.Curve.Params().Name,
-		"x": b64u(k.X.FillBytes(make([]byte, size))), "y": b64u(k.Y.FillBytes(make([]byte, size)))}
+		"x": b64u(point[1 : 1+size]), "y": b64u(point[1+size:])}
 }
 
 func octJWK(kid string, secret []byte) map[string]any {

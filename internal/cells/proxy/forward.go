@@ -275,7 +275,7 @@ func writeField(bw *bufio.Writer, k, v string) {
 // Request.Write does (the server never passes such a value on; this keeps
 // a value set by other code from splitting the head).
 func writeValue(bw *bufio.Writer, v string) {
-	if strings.IndexAny(v, "\r\n") < 0 {
+	if !strings.ContainsAny(v, "\r\n") {
 		bw.WriteString(v)
 		return
 	}

@@ -40,6 +40,9 @@ type ListFilter struct {
 	Queue string
 	// Tenant keeps jobs of this tenant.
 	Tenant string
+	// Before keeps jobs with ids below it (keyset pagination within one
+	// database: pass the last id of the previous page); 0 means no bound.
+	Before jobs.JobID
 	// Limit caps the jobs returned (per call, across databases).
 	// 0 means DefaultListLimit; at most MaxListLimit.
 	Limit int
@@ -106,29 +109,16 @@ func (b *Backend) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
 	if !b.Ready() {
 		return nil, nil
 	}
-	rows, err := b.pool.Query(ctx, sqlList, pgx.QueryExecModeExec, string(f.State), f.Kind, f.Queue, f.Tenant, f.limit())
+	rows, err := b.pool.Query(ctx, sqlList, pgx.QueryExecModeExec, string(f.State), f.Kind, f.Queue, f.Tenant, f.limit(), int64(f.Before))
 	if err != nil {
 		return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
 	}
 	defer rows.Close()
 	var out []JobInfo
 	for rows.Next() {
-		j := JobInfo{Database: b.name}
-		var id int64
-		var attempt, maxAttempts int32
-		var state string
-		var uk *string
-		var errs []byte
-		if err := rows.Scan(&id, &j.Kind, &j.Queue, &j.Tenant, &state, &attempt, &maxAttempts, &j.RunAt,
-			&j.CreatedAt, &j.AttemptedAt, &j.FinishedAt, &uk, &j.Args, &errs); err != nil {
+		j, err := b.scanJob(rows)
+		if err != nil {
 			return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
-		}
-		j.ID, j.State, j.Attempt, j.MaxAttempts = jobs.JobID(id), State(state), int(attempt), int(maxAttempts)
-		if uk != nil {
-			j.UniqueKey = *uk
-		}
-		if err := json.Unmarshal(errs, &j.Errors); err != nil {
-			return nil, fmt.Errorf("pgjobs: list jobs of %s: job %d: errors column: %w", b.name, id, err)
 		}
 		out = append(out, j)
 	}
@@ -138,13 +128,41 @@ func (b *Backend) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
 	return out, nil
 }
 
+// scanJob reads one row of jobColumns.
+func (b *Backend) scanJob(row pgx.Row) (JobInfo, error) {
+	j := JobInfo{Database: b.name}
+	var id int64
+	var attempt, maxAttempts int32
+	var state string
+	var uk *string
+	var errs []byte
+	if err := row.Scan(&id, &j.Kind, &j.Queue, &j.Tenant, &state, &attempt, &maxAttempts, &j.RunAt,
+		&j.CreatedAt, &j.AttemptedAt, &j.FinishedAt, &uk, &j.Args, &errs); err != nil {
+		return JobInfo{}, err
+	}
+	j.ID, j.State, j.Attempt, j.MaxAttempts = jobs.JobID(id), State(state), int(attempt), int(maxAttempts)
+	if uk != nil {
+		j.UniqueKey = *uk
+	}
+	if err := json.Unmarshal(errs, &j.Errors); err != nil {
+		return JobInfo{}, fmt.Errorf("job %d: errors column: %w", id, err)
+	}
+	return j, nil
+}
+
+// jobColumns are the columns scanJob reads, in its order.
+const jobColumns = `id, kind, queue, tenant, state, attempt, max_attempts, run_at, created_at,
+       attempted_at, finished_at, unique_key, args, errors`
+
+// sqlList walks the primary key backwards from $6 (keyset pagination), so
+// a page costs its rows plus the ones the filters skip, never an offset.
 const sqlList = `
-SELECT id, kind, queue, tenant, state, attempt, max_attempts, run_at, created_at,
-       attempted_at, finished_at, unique_key, args, errors
+SELECT ` + jobColumns + `
 FROM cellgate_jobs
 WHERE ($1 = '' OR state = $1)
   AND ($2 = '' OR kind = $2)
   AND ($3 = '' OR queue = $3)
   AND ($4 = '' OR tenant = $4)
+  AND ($6 = 0 OR id < $6)
 ORDER BY id DESC
 LIMIT $5`

@@ -189,6 +189,23 @@ func (r *Runtime) migrateUntilReady(ctx context.Context, b *Backend, dsn string)
 	}
 }
 
+// Migrate applies the job backend's migrations to every database of the
+// runtime now, in order (control first), and marks each ready, so
+// in-transaction enqueues work without Start. It is for a process that
+// enqueues but runs no workers (tests, operator tools); Start migrates by
+// itself, in the background. The first failure is returned, naming its
+// database; the databases before it stay ready.
+func (r *Runtime) Migrate(ctx context.Context) error {
+	for i, b := range r.all {
+		if err := r.migrate(ctx, r.dsns[i]); err != nil {
+			return fmt.Errorf("%s: jobs: %w", b.name, err)
+		}
+		b.markReady()
+		r.ready.WithLabelValues(b.name).Set(1)
+	}
+	return nil
+}
+
 // MigrationFailures returns, by database name, the job backend's
 // migrations that failed in the database (a *dbmigrate.Error): the runtime
 // does not retry those, so the databases stay in NotReady until an

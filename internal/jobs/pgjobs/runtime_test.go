@@ -316,15 +316,14 @@ func TestRuntimeListAndStats(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = r.Stop(context.Background()) })
 	// Migrate without starting workers, so the jobs stay waiting.
-	for name, dsn := range c.dsns {
-		b := r.Shard(name)
-		if name == "control" {
-			b = r.Control()
-		}
-		if err := r.migrate(context.Background(), dsn); err != nil {
-			t.Fatal(err)
-		}
-		b.markReady()
+	if got := len(r.NotReady()); got != 3 {
+		t.Fatalf("before Migrate %d databases are not ready, want 3", got)
+	}
+	if err := r.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if nr := r.NotReady(); len(nr) != 0 {
+		t.Fatalf("after Migrate %v are not ready", nr)
 	}
 	ctx := context.Background()
 	if _, err := r.Enqueue(tenant.With(ctx, "ctl"), welcomeArgs{Email: "c@x"}); err != nil {

@@ -29,6 +29,10 @@ type TenantConfig struct {
 	// counts nothing. Rate and quota refusals are in the engine's outcome
 	// tallies instead.
 	Rejections prometheus.Counter
+	// OnReject, when set, is told the tenant of every request the bulkhead
+	// refuses (concurrency, capacity, rate or quota), for the operator
+	// console's top tenants. It runs on the request's goroutine.
+	OnReject func(tenant string)
 	// RateRejection answers a request over its tenant's rate. Default:
 	// RateRejection(Requests' rate).
 	RateRejection *Rejection
@@ -77,6 +81,9 @@ func (m *tenantMW) serve(c echo.Context, next echo.HandlerFunc) error {
 	if e := m.cfg.Requests; e != nil {
 		p, o := e.Admit(id, 1)
 		if o != admission.Admitted {
+			if m.cfg.OnReject != nil {
+				m.cfg.OnReject(id)
+			}
 			return m.reject(c, o)
 		}
 		res := c.Response()

@@ -310,3 +310,19 @@ func TestRejectionHead(t *testing.T) {
 		t.Fatalf("HEAD: %d %q %v", rec.Code, rec.Body, rec.Header())
 	}
 }
+
+// TestOnRejectHearsRefusedTenants: OnReject is told the tenant of each
+// refusal (here for rate), and of nothing admitted.
+func TestOnRejectHearsRefusedTenants(t *testing.T) {
+	clock := admission.NewManualClock()
+	eng := newEngine(t, func(c *admission.Config) { c.Rate, c.Burst, c.Clock = 1, 1, clock })
+	var heard []string
+	e := tenantEcho(t, TenantConfig{Requests: eng, OnReject: func(id string) { heard = append(heard, id) }},
+		func(c echo.Context) error { return c.NoContent(204) })
+	for _, ten := range []string{"acme", "acme", "globex", "acme"} {
+		do(e, "GET", "/x", ten)
+	}
+	if len(heard) != 2 || heard[0] != "acme" || heard[1] != "acme" {
+		t.Fatalf("OnReject heard %v, want acme twice", heard)
+	}
+}

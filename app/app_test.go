@@ -1,0 +1,163 @@
+package app_test
+
+// Handler tests: the real server (tenancy, bulkheads, error mapping) in
+// front of the app, on databases of the test's own (celltest.Start), driven
+// with httptest. Copy this file's newServer to test your own handlers.
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cellgate/cellgate/app"
+	"github.com/cellgate/cellgate/gen/api"
+	"github.com/cellgate/cellgate/gen/db"
+	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/celltest"
+	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/shards"
+	cgsql "github.com/cellgate/cellgate/sql"
+)
+
+// newServer starts a cell (fresh, migrated databases of this test's) and
+// the app behind the runtime's middleware, as cmd/server wires them.
+func newServer(t *testing.T) (*celltest.Cell, http.Handler) {
+	t.Helper()
+	cell := celltest.Start(t, spec.Config(), celltest.Options{Migrate: cgsql.Migrate})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := runtime.New(cell.Config, runtime.Options{Logger: log, Getenv: cell.Getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cell.Shards.UsePermits(runtime.ShardPermits)
+	api.Register(srv, app.New(app.Deps{Shards: cell.Shards, Jobs: cell.Jobs, Log: log}))
+	return cell, srv.Echo()
+}
+
+// do sends one request as tenant (none for ""), returning the status and body.
+func do(t *testing.T, h http.Handler, tenant, method, target, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tenant != "" {
+		req.Header.Set("X-Tenant-ID", tenant)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+func decode[T any](t *testing.T, body string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatalf("decode %q: %v", body, err)
+	}
+	return v
+}
+
+// TestSignUpEnqueuesWelcome: the account and its send_welcome job are
+// written in one transaction; a second sign-up with the same email is 409
+// and enqueues nothing more.
+func TestSignUpEnqueuesWelcome(t *testing.T) {
+	t.Parallel()
+	cell, h := newServer(t)
+	code, body := do(t, h, "acme", "POST", "/signup", `{"email":"a@acme.test","name":"A"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("signup: %d %s", code, body)
+	}
+	acct := decode[db.Account](t, body)
+	if acct.TenantID != "acme" || acct.Email != "a@acme.test" || acct.ID <= 0 {
+		t.Fatalf("signup returned %+v", acct)
+	}
+	job := celltest.RequireEnqueued(t, cell, "acme", &jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: "a@acme.test"})
+	if job.MaxAttempts != jobkinds.SendWelcome.MaxAttempts {
+		t.Errorf("job max_attempts %d, want the spec's %d", job.MaxAttempts, jobkinds.SendWelcome.MaxAttempts)
+	}
+
+	if code, body := do(t, h, "acme", "POST", "/signup", `{"email":"a@acme.test"}`); code != http.StatusConflict {
+		t.Fatalf("second signup: %d %s, want 409", code, body)
+	}
+	// Still exactly one send_welcome job: the failed transaction took its
+	// job with it.
+	celltest.RequireEnqueued[jobkinds.SendWelcomeArgs](t, cell, "acme", nil)
+}
+
+// TestSignUpRefusals: a bad body is 400 and no tenant is 401 (tenancy
+// middleware); neither writes a job.
+func TestSignUpRefusals(t *testing.T) {
+	t.Parallel()
+	cell, h := newServer(t)
+	for _, tc := range []struct {
+		tenant, body string
+		want         int
+	}{
+		{"acme", `{"name":"no email"}`, http.StatusBadRequest},
+		{"acme", `not json`, http.StatusBadRequest},
+		{"", `{"email":"a@acme.test"}`, http.StatusUnauthorized},
+	} {
+		if code, body := do(t, h, tc.tenant, "POST", "/signup", tc.body); code != tc.want {
+			t.Errorf("tenant %q body %s: %d %s, want %d", tc.tenant, tc.body, code, body, tc.want)
+		}
+	}
+	cell.JobsTx(t, "acme", func(tx shards.Tx) {
+		celltest.RequireNotEnqueuedTx[jobkinds.SendWelcomeArgs](t, tx, nil)
+	})
+}
+
+// TestAccountsAreTenantScoped: a tenant finds its own account and gets 404
+// for another tenant's id, though both tenants may share a shard.
+func TestAccountsAreTenantScoped(t *testing.T) {
+	t.Parallel()
+	_, h := newServer(t)
+	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"a@acme.test"}`)
+	acct := decode[db.Account](t, body)
+	path := "/account?id=" + strconv.FormatInt(acct.ID, 10)
+	if code, body := do(t, h, "acme", "GET", path, ""); code != http.StatusOK || decode[db.Account](t, body).ID != acct.ID {
+		t.Fatalf("own account: %d %s", code, body)
+	}
+	if code, body := do(t, h, "globex", "GET", path, ""); code != http.StatusNotFound {
+		t.Fatalf("another tenant's account: %d %s, want 404", code, body)
+	}
+	if code, _ := do(t, h, "acme", "GET", "/account?id=x", ""); code != http.StatusBadRequest {
+		t.Fatalf("non-integer id: %d, want 400", code)
+	}
+}
+
+// TestOrders: orders page newest first, per account and tenant.
+func TestOrders(t *testing.T) {
+	t.Parallel()
+	_, h := newServer(t)
+	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"a@acme.test"}`)
+	acct := decode[db.Account](t, body)
+	for i := range 3 {
+		req := `{"account_id":` + strconv.FormatInt(acct.ID, 10) + `,"amount_cents":` + strconv.Itoa(100*(i+1)) + `}`
+		if code, body := do(t, h, "acme", "POST", "/orders", req); code != http.StatusCreated {
+			t.Fatalf("order %d: %d %s", i, code, body)
+		}
+	}
+	list := "/orders?account_id=" + strconv.FormatInt(acct.ID, 10)
+	code, body := do(t, h, "acme", "GET", list+"&limit=2", "")
+	orders := decode[[]db.Order](t, body)
+	if code != http.StatusOK || len(orders) != 2 || orders[0].AmountCents != 300 || orders[1].AmountCents != 200 {
+		t.Fatalf("first page: %d %s", code, body)
+	}
+	code, body = do(t, h, "acme", "GET", list+"&before="+strconv.FormatInt(orders[1].ID, 10), "")
+	if rest := decode[[]db.Order](t, body); code != http.StatusOK || len(rest) != 1 || rest[0].AmountCents != 100 {
+		t.Fatalf("second page: %d %s", code, body)
+	}
+	if code, body := do(t, h, "globex", "GET", list, ""); code != http.StatusOK || body != "[]\n" {
+		t.Fatalf("another tenant's orders: %d %q, want 200 []", code, body)
+	}
+	if code, _ := do(t, h, "acme", "GET", list+"&limit=0", ""); code != http.StatusBadRequest {
+		t.Fatalf("limit=0: %d, want 400", code)
+	}
+}

@@ -1,0 +1,216 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+// apiError is the body of every API error: no data, only what went wrong.
+type apiError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+func (c *Console) registerAPI(e *echo.Echo) {
+	e.GET(APIPrefix+"jobs", c.api(RoleReader, c.apiJobs))
+	e.GET(APIPrefix+"jobs/:db/:id", c.api(RoleReader, c.apiJob))
+	e.POST(APIPrefix+"jobs/:db/:id/:action", c.api(RoleOperator, c.apiAct))
+	e.POST(APIPrefix+"bulk", c.api(RoleOperator, c.apiBulk))
+	e.GET(APIPrefix+"bulk/:id", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		st, ok := c.bulk.get(ec.Param("id"))
+		if !ok {
+			return ec.JSON(http.StatusNotFound, apiError{"no such bulk action", "console_not_found"})
+		}
+		return ec.JSON(http.StatusOK, st)
+	}))
+	e.GET(APIPrefix+"queues", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.queues(ec.Request().Context()))
+	}))
+	e.GET(APIPrefix+"tenants", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.tenants(ec.Request().Context()))
+	}))
+	e.GET(APIPrefix+"admission", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.admission())
+	}))
+	e.GET(APIPrefix+"slots", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.slots)
+	}))
+	e.GET(APIPrefix+"lanes", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.lanes())
+	}))
+}
+
+func (c *Console) admission() any {
+	if c.cfg.Admission == nil {
+		return map[string]any{}
+	}
+	return c.cfg.Admission()
+}
+
+// api guards an API handler: 401 without a valid token or session, 403
+// when the role may not do this, 403 for a session's action without its
+// CSRF token. Refusals carry no data.
+func (c *Console) api(need Role, h func(echo.Context, who) error) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		w := c.auth.identify(ec)
+		if w.role == RoleNone {
+			ec.Response().Header().Set("WWW-Authenticate", `Bearer realm="cellgate-console"`)
+			return ec.JSON(http.StatusUnauthorized, apiError{"console token required", "console_unauthorized"})
+		}
+		if need == RoleOperator && !w.role.CanAct() {
+			return ec.JSON(http.StatusForbidden, apiError{"the read-only token cannot act; use the operator token", "console_forbidden"})
+		}
+		if ec.Request().Method == http.MethodPost && !c.auth.csrfOK(ec, w) {
+			return ec.JSON(http.StatusForbidden, apiError{"missing or wrong CSRF token", "console_csrf"})
+		}
+		return h(ec, w)
+	}
+}
+
+func (c *Console) apiJobs(ec echo.Context, _ who) error {
+	q, err := queryFrom(ec.QueryParams())
+	if err != nil {
+		return ec.JSON(http.StatusBadRequest, apiError{err.Error(), "console_bad_query"})
+	}
+	page, err := c.jobs(ec.Request().Context(), q)
+	if err != nil {
+		return ec.JSON(http.StatusBadRequest, apiError{err.Error(), "console_bad_query"})
+	}
+	return ec.JSON(http.StatusOK, page)
+}
+
+// jobRef reads :db and :id.
+func (c *Console) jobRef(ec echo.Context) (Database, jobs.JobID, *apiError) {
+	db := c.dbs[ec.Param("db")]
+	if db == nil {
+		return nil, 0, &apiError{"no database " + strconv.Quote(ec.Param("db")), "console_not_found"}
+	}
+	id, err := strconv.ParseInt(ec.Param("id"), 10, 64)
+	if err != nil || id < 1 {
+		return nil, 0, &apiError{"job id: want a positive integer", "console_not_found"}
+	}
+	return db, jobs.JobID(id), nil
+}
+
+// job reads one job under the database timeout.
+func (c *Console) job(ctx context.Context, db Database, id jobs.JobID) (pgjobs.JobInfo, error) {
+	if !db.Ready() {
+		return pgjobs.JobInfo{}, pgjobs.ErrNotReady
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DatabaseTimeout)
+	defer cancel()
+	return db.Job(ctx, id)
+}
+
+func (c *Console) apiJob(ec echo.Context, _ who) error {
+	db, id, bad := c.jobRef(ec)
+	if bad != nil {
+		return ec.JSON(http.StatusNotFound, bad)
+	}
+	j, err := c.job(ec.Request().Context(), db, id)
+	if err != nil {
+		st, body := errorStatus(db, err)
+		return ec.JSON(st, body)
+	}
+	return ec.JSON(http.StatusOK, j)
+}
+
+// ActionResult is the answer to an action.
+type ActionResult struct {
+	// Database and ID name the job; Action what was done.
+	Database string     `json:"database"`
+	ID       jobs.JobID `json:"id"`
+	Action   pgjobs.Act `json:"action"`
+}
+
+func (c *Console) apiAct(ec echo.Context, w who) error {
+	db, id, bad := c.jobRef(ec)
+	if bad != nil {
+		return ec.JSON(http.StatusNotFound, bad)
+	}
+	act := pgjobs.Act(ec.Param("action"))
+	if err := c.act(ec.Request().Context(), w, db, id, act); err != nil {
+		st, body := errorStatus(db, err)
+		return ec.JSON(st, body)
+	}
+	return ec.JSON(http.StatusOK, ActionResult{Database: db.Name(), ID: id, Action: act})
+}
+
+var errUnknownAction = errors.New("unknown action; want retry, cancel or delete")
+
+// act runs one action under the database timeout and writes its audit line.
+func (c *Console) act(ctx context.Context, w who, db Database, id jobs.JobID, act pgjobs.Act) error {
+	var fn func(context.Context, jobs.JobID) error
+	switch act {
+	case pgjobs.ActRetry:
+		fn = db.RetryJob
+	case pgjobs.ActCancel:
+		fn = db.CancelJob
+	case pgjobs.ActDelete:
+		fn = db.DeleteJob
+	default:
+		return errUnknownAction
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DatabaseTimeout)
+	defer cancel()
+	err := fn(ctx, id)
+	count := 1
+	outcome := "ok"
+	if err != nil {
+		count, outcome = 0, err.Error()
+	}
+	c.log.Info("console audit", "role", w.role.String(), "action", string(act), "database", db.Name(),
+		"filter", "id="+strconv.FormatInt(int64(id), 10), "count", count, "outcome", outcome)
+	return err
+}
+
+// errorStatus maps a database call's error to a status and a body that
+// names the database.
+func errorStatus(db Database, err error) (int, apiError) {
+	msg := db.Name() + ": " + err.Error()
+	switch {
+	case errors.Is(err, errUnknownAction):
+		return http.StatusNotFound, apiError{err.Error(), "console_not_found"}
+	case errors.Is(err, pgjobs.ErrJobNotFound):
+		return http.StatusNotFound, apiError{msg, "console_not_found"}
+	case errors.Is(err, pgjobs.ErrJobState):
+		return http.StatusConflict, apiError{msg, "console_job_state"}
+	}
+	return http.StatusServiceUnavailable, apiError{msg, "console_database_unavailable"}
+}
+
+// bulkFrom reads a bulk action's action and filter from the query or form.
+func bulkFrom(ec echo.Context) (pgjobs.Act, BulkFilter, error) {
+	f := BulkFilter{
+		Database: ec.FormValue("database"), State: pgjobs.State(ec.FormValue("state")),
+		Kind: ec.FormValue("kind"), Queue: ec.FormValue("queue"), Tenant: ec.FormValue("tenant"),
+	}
+	if _, err := queryFrom(url.Values{"state": {string(f.State)}}); err != nil {
+		return "", f, err
+	}
+	return pgjobs.Act(ec.FormValue("action")), f, nil
+}
+
+func (c *Console) apiBulk(ec echo.Context, w who) error {
+	act, f, err := bulkFrom(ec)
+	var st BulkStatus
+	if err == nil {
+		st, err = c.startBulk(w, act, f)
+	}
+	switch {
+	case errors.Is(err, errBulkFull):
+		return ec.JSON(http.StatusTooManyRequests, apiError{err.Error(), "console_bulk_full"})
+	case err != nil:
+		return ec.JSON(http.StatusBadRequest, apiError{err.Error(), "console_bad_query"})
+	}
+	ec.Response().Header().Set(echo.HeaderLocation, APIPrefix+"bulk/"+st.ID)
+	return ec.JSON(http.StatusAccepted, st)
+}

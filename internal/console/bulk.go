@@ -1,0 +1,194 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+// The bounds of bulk actions.
+const (
+	// bulkBatch is the jobs read and changed per statement.
+	bulkBatch = 500
+	// bulkKept is how many bulk actions (running or finished) are kept for
+	// their progress; the oldest finished one makes room.
+	bulkKept = 32
+	// bulkTimeout caps one bulk action.
+	bulkTimeout = 10 * time.Minute
+)
+
+// BulkStatus is a bulk action's progress.
+type BulkStatus struct {
+	// ID names it in /admin/api/bulk/{id}.
+	ID string `json:"id"`
+	// Action, Filter and Role are what was asked, by whom.
+	Action pgjobs.Act `json:"action"`
+	Filter BulkFilter `json:"filter"`
+	Role   string     `json:"role"`
+	// Started and Finished (nil while running) time it.
+	Started  time.Time  `json:"started"`
+	Finished *time.Time `json:"finished,omitempty"`
+	// Matched counts the jobs the filter found so far; Changed those the
+	// action changed (a job whose state does not allow it is left alone).
+	Matched int `json:"matched"`
+	Changed int `json:"changed"`
+	// Databases names every database and the error that stopped its part.
+	Databases []DatabaseStatus `json:"databases"`
+}
+
+// BulkFilter is the filter of a bulk action.
+type BulkFilter struct {
+	Database string       `json:"database,omitempty"`
+	State    pgjobs.State `json:"state,omitempty"`
+	Kind     string       `json:"kind,omitempty"`
+	Queue    string       `json:"queue,omitempty"`
+	Tenant   string       `json:"tenant,omitempty"`
+}
+
+func (f BulkFilter) String() string {
+	return fmt.Sprintf("database=%q state=%q kind=%q queue=%q tenant=%q", f.Database, f.State, f.Kind, f.Queue, f.Tenant)
+}
+
+// bulkOps holds the recent bulk actions; its mutex guards every
+// BulkStatus it holds.
+type bulkOps struct {
+	mu  sync.Mutex
+	seq int
+	ops []*BulkStatus
+}
+
+var errBulkFull = errors.New("too many bulk actions are running; wait for one to finish")
+
+// start registers a bulk action, or refuses when bulkKept are running.
+func (b *bulkOps) start(st *BulkStatus) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.ops) == bulkKept {
+		i := 0
+		for i < len(b.ops) && b.ops[i].Finished == nil {
+			i++
+		}
+		if i == len(b.ops) {
+			return errBulkFull
+		}
+		b.ops = append(b.ops[:i], b.ops[i+1:]...)
+	}
+	b.seq++
+	st.ID = strconv.Itoa(b.seq)
+	b.ops = append(b.ops, st)
+	return nil
+}
+
+// get returns a copy of one bulk action's status.
+func (b *bulkOps) get(id string) (BulkStatus, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, op := range b.ops {
+		if op.ID == id {
+			cp := *op
+			cp.Databases = append([]DatabaseStatus(nil), op.Databases...)
+			return cp, true
+		}
+	}
+	return BulkStatus{}, false
+}
+
+// startBulk checks the request and runs the action in the background: each
+// database at once, a page of matching ids at a time, each page changed in
+// one statement. It returns the status to poll.
+func (c *Console) startBulk(w who, act pgjobs.Act, f BulkFilter) (BulkStatus, error) {
+	if _, ok := map[pgjobs.Act]bool{pgjobs.ActRetry: true, pgjobs.ActCancel: true, pgjobs.ActDelete: true}[act]; !ok {
+		return BulkStatus{}, errUnknownAction
+	}
+	if f == (BulkFilter{}) {
+		return BulkStatus{}, errors.New("filter: name at least one of database, state, kind, queue, tenant")
+	}
+	if f.Database != "" && c.dbs[f.Database] == nil {
+		return BulkStatus{}, fmt.Errorf("database: no database %q", f.Database)
+	}
+	var dbs []Database
+	for _, db := range c.cfg.Databases {
+		if f.Database == "" || f.Database == db.Name() {
+			dbs = append(dbs, db)
+		}
+	}
+	st := &BulkStatus{Action: act, Filter: f, Role: w.role.String(), Started: c.cfg.Now(), Databases: make([]DatabaseStatus, len(dbs))}
+	for i, db := range dbs {
+		st.Databases[i].Database = db.Name()
+	}
+	if err := c.bulk.start(st); err != nil {
+		return BulkStatus{}, err
+	}
+	c.log.Info("console audit", "role", st.Role, "action", "bulk "+string(act), "bulk", st.ID, "filter", f.String(), "count", 0, "outcome", "started")
+	go c.runBulk(st, dbs)
+	s, _ := c.bulk.get(st.ID)
+	return s, nil
+}
+
+func (c *Console) runBulk(st *BulkStatus, dbs []Database) {
+	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, db := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.bulkOne(ctx, st, db); err != nil {
+				c.bulk.mu.Lock()
+				st.Databases[i].Error = err.Error()
+				c.bulk.mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	c.bulk.mu.Lock()
+	changed := st.Changed
+	c.bulk.mu.Unlock()
+	// Logged before it shows as finished: whoever sees it finished finds
+	// its audit line written.
+	c.log.Info("console audit", "role", st.Role, "action", "bulk "+string(st.Action), "bulk", st.ID, "filter", st.Filter.String(), "count", changed, "outcome", "finished")
+	c.bulk.mu.Lock()
+	now := c.cfg.Now()
+	st.Finished = &now
+	c.bulk.mu.Unlock()
+}
+
+// bulkOne walks one database's matching jobs by id, newest first: a
+// changed job moves out of the filter or stays behind the keyset position,
+// so no job is visited twice.
+func (c *Console) bulkOne(ctx context.Context, st *BulkStatus, db Database) error {
+	if !db.Ready() {
+		return pgjobs.ErrNotReady
+	}
+	var before jobs.JobID
+	for {
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.DatabaseTimeout)
+		page, err := db.List(pctx, pgjobs.ListFilter{State: st.Filter.State, Kind: st.Filter.Kind, Queue: st.Filter.Queue, Tenant: st.Filter.Tenant, Before: before, Limit: bulkBatch})
+		var n int
+		if err == nil && len(page) > 0 {
+			ids := make([]jobs.JobID, len(page))
+			for i, j := range page {
+				ids[i] = j.ID
+			}
+			n, err = db.Operate(pctx, st.Action, ids)
+		}
+		cancel()
+		if err != nil {
+			return err
+		}
+		c.bulk.mu.Lock()
+		st.Matched += len(page)
+		st.Changed += n
+		c.bulk.mu.Unlock()
+		if len(page) < bulkBatch {
+			return nil
+		}
+		before = page[len(page)-1].ID
+	}
+}

@@ -1,0 +1,149 @@
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+// Database is one jobs database as the console reads and changes it. A
+// *pgjobs.Backend is one.
+type Database interface {
+	// Name is the database's name ("control" or a shard name).
+	Name() string
+	// Ready reports whether its jobs table exists.
+	Ready() bool
+	// List returns the jobs matching f, newest (highest id) first.
+	List(ctx context.Context, f pgjobs.ListFilter) ([]pgjobs.JobInfo, error)
+	// Job returns one job (pgjobs.ErrJobNotFound when there is none).
+	Job(ctx context.Context, id jobs.JobID) (pgjobs.JobInfo, error)
+	// RetryJob, CancelJob and DeleteJob act on one job
+	// (pgjobs.ErrJobState when its state does not allow it).
+	RetryJob(ctx context.Context, id jobs.JobID) error
+	CancelJob(ctx context.Context, id jobs.JobID) error
+	DeleteJob(ctx context.Context, id jobs.JobID) error
+	// Operate applies an action to many jobs at once and returns how many
+	// it changed (the bulk actions).
+	Operate(ctx context.Context, act pgjobs.Act, ids []jobs.JobID) (int, error)
+	// Depths counts the jobs of every queue by state.
+	Depths(ctx context.Context) ([]pgjobs.QueueDepth, error)
+	// Backlogs counts the given tenants' jobs by state, with the totals.
+	Backlogs(ctx context.Context, tenants []string) ([]pgjobs.TenantBacklog, pgjobs.JobTotals, error)
+}
+
+// Config is what a Console serves and how it guards it.
+type Config struct {
+	// AdminToken reads (required: without it there is no console).
+	AdminToken string
+	// OperatorToken reads and acts; "" means nobody may act.
+	OperatorToken string
+	// Databases are the cell's jobs databases, control first.
+	Databases []Database
+	// DatabaseTimeout bounds each database's part of a read; a database
+	// slower than this is reported as failed. 0 means DefaultDatabaseTimeout.
+	DatabaseTimeout time.Duration
+	// SessionTTL is how long a login lasts. 0 means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Spec is the cell's config: the slot map, the cells and the job lanes
+	// come from it.
+	Spec config.Config
+	// Admission returns the admission report (JSON-encodable); nil leaves
+	// the admission page empty.
+	Admission func() any
+	// Rejections holds the tenants the tenant bulkhead refuses most (fed by
+	// runtime.Options.OnTenantRejection); nil leaves the tenants view
+	// without rejections.
+	Rejections *TopK
+	// Logger receives the audit lines; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock (sessions, ages); nil means time.Now.
+	Now func() time.Time
+	// SessionKey signs session cookies and CSRF tokens; nil means 32 random
+	// bytes, so sessions end when the process restarts.
+	SessionKey []byte
+}
+
+// The defaults of Config.
+const (
+	DefaultDatabaseTimeout = 2 * time.Second
+	DefaultSessionTTL      = 8 * time.Hour
+)
+
+// Console serves the operator console of one cell.
+type Console struct {
+	cfg   Config
+	log   *slog.Logger
+	dbs   map[string]Database
+	slots SlotReport
+	place placement
+	auth  authenticator
+	bulk  bulkOps
+}
+
+// New checks cfg and builds a Console.
+func New(cfg Config) (*Console, error) {
+	if cfg.AdminToken == "" {
+		return nil, errors.New("console: the admin token (server.admin_token_env) is empty")
+	}
+	if cfg.OperatorToken == cfg.AdminToken {
+		return nil, errors.New("server.operator_token_env: the operator token must differ from the admin token (server.admin_token_env)")
+	}
+	if cfg.DatabaseTimeout <= 0 {
+		cfg.DatabaseTimeout = DefaultDatabaseTimeout
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SessionKey == nil {
+		cfg.SessionKey = make([]byte, 32)
+		if _, err := rand.Read(cfg.SessionKey); err != nil {
+			return nil, fmt.Errorf("console: session key: %w", err)
+		}
+	}
+	c := &Console{cfg: cfg, log: cfg.Logger, dbs: make(map[string]Database, len(cfg.Databases))}
+	for _, db := range cfg.Databases {
+		if _, dup := c.dbs[db.Name()]; dup {
+			return nil, fmt.Errorf("console: database %q given twice", db.Name())
+		}
+		c.dbs[db.Name()] = db
+	}
+	rep, place, err := slotReport(cfg.Spec)
+	if err != nil {
+		return nil, err
+	}
+	c.slots, c.place = rep, place
+	c.auth = newAuthenticator(cfg.AdminToken, cfg.OperatorToken, cfg.SessionKey, cfg.SessionTTL, cfg.Now)
+	if err := parseTemplates(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Register adds the console's routes to e: the API under APIPrefix, the
+// pages under Prefix. They sit outside the tenant chain: operators are no
+// tenant.
+func (c *Console) Register(e *echo.Echo) {
+	c.registerAPI(e)
+	c.registerUI(e)
+}
+
+// Prefix is where the pages live; APIPrefix where the JSON API lives.
+const (
+	Prefix    = "/admin/"
+	APIPrefix = "/admin/api/"
+)

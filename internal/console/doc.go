@@ -1,0 +1,21 @@
+// Package console is a cell's operator console: a JSON API under
+// /admin/api/ and server-rendered HTML pages under /admin/, over the jobs
+// of every database of the cell (control and shards), their queues, the
+// admission report, the slot map and the job lanes.
+//
+// Two tokens guard it: the admin token (server.admin_token_env) reads, the
+// operator token (server.operator_token_env) also acts on jobs. Scripts
+// send "Authorization: Bearer <token>"; a browser trades the token for a
+// signed session cookie at /admin/login, and every form that acts carries
+// a CSRF token derived from that cookie. Each action writes one audit log
+// line.
+//
+// Reads fan out to the databases at once, each under its own timeout
+// (Config.DatabaseTimeout): a database that is down or slow makes the
+// answer partial, naming it and its error, and never delays the others
+// past that timeout.
+//
+// Concurrency: a Console is immutable after New and safe for concurrent
+// use; every request works on its own values. The databases' methods must
+// be safe for concurrent use (a *pgjobs.Backend is).
+package console

@@ -1,0 +1,232 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+// JobQuery is a job listing's filters and page.
+type JobQuery struct {
+	// Database keeps one database ("" = all).
+	Database string
+	// State, Kind, Queue and Tenant filter as pgjobs.ListFilter does.
+	State  pgjobs.State
+	Kind   string
+	Queue  string
+	Tenant string
+	// Limit is the page size (0 = pgjobs.DefaultListLimit).
+	Limit int
+	// Cursor is the previous page's NextCursor ("" = the first page).
+	Cursor string
+}
+
+// JobPage is one page of jobs across the databases.
+type JobPage struct {
+	// Jobs are newest first (by creation, then database, then id).
+	Jobs []pgjobs.JobInfo `json:"jobs"`
+	// Databases names every database asked and the error of each that did
+	// not answer.
+	Databases []DatabaseStatus `json:"databases"`
+	// Partial is true when a database did not answer: its jobs are missing.
+	Partial bool `json:"partial"`
+	// NextCursor fetches the next page; "" when every database that
+	// answered has no more.
+	NextCursor string `json:"next_cursor"`
+}
+
+// queryFrom reads a JobQuery from URL values (state, kind, queue, tenant,
+// database, limit, cursor).
+func queryFrom(v url.Values) (JobQuery, error) {
+	q := JobQuery{
+		Database: v.Get("database"),
+		State:    pgjobs.State(v.Get("state")),
+		Kind:     v.Get("kind"),
+		Queue:    v.Get("queue"),
+		Tenant:   v.Get("tenant"),
+		Cursor:   v.Get("cursor"),
+	}
+	switch q.State {
+	case "", pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed:
+	default:
+		return q, fmt.Errorf("state: %q is not available, running, completed or failed", q.State)
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > pgjobs.MaxListLimit {
+			return q, fmt.Errorf("limit: want 1..%d, got %q", pgjobs.MaxListLimit, s)
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// values is q as URL values, without the cursor.
+func (q JobQuery) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"database": q.Database, "state": string(q.State), "kind": q.Kind, "queue": q.Queue, "tenant": q.Tenant} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}
+
+// The cursor holds each database's keyset position: "name:id" entries
+// joined by ",", id being the lowest id already shown, "-" a database with
+// nothing more. A database not named starts from its newest job.
+const cursorDone = "-"
+
+func parseCursor(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, e := range strings.Split(s, ",") {
+		name, pos, ok := strings.Cut(e, ":")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("cursor: bad entry %q", e)
+		}
+		if pos != cursorDone {
+			if n, err := strconv.ParseInt(pos, 10, 64); err != nil || n < 1 {
+				return nil, fmt.Errorf("cursor: bad position %q", e)
+			}
+		}
+		out[name] = pos
+	}
+	return out, nil
+}
+
+// jobs lists one page: every database is asked for a page of its own at
+// its own keyset position, at once; the pages are merged newest first, and
+// each database's next position is the last of its jobs that made the cut,
+// so no job is skipped or shown twice across pages.
+func (c *Console) jobs(ctx context.Context, q JobQuery) (JobPage, error) {
+	cur, err := parseCursor(q.Cursor)
+	if err != nil {
+		return JobPage{}, err
+	}
+	var dbs []Database
+	for _, db := range c.cfg.Databases {
+		if (q.Database == "" || q.Database == db.Name()) && cur[db.Name()] != cursorDone {
+			dbs = append(dbs, db)
+		}
+	}
+	if q.Database != "" && c.dbs[q.Database] == nil {
+		return JobPage{}, fmt.Errorf("database: no database %q", q.Database)
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = pgjobs.DefaultListLimit
+	}
+	parts := fanOut(ctx, dbs, c.cfg.DatabaseTimeout, func(ctx context.Context, db Database) ([]pgjobs.JobInfo, error) {
+		var before int64
+		if p := cur[db.Name()]; p != "" {
+			before, _ = strconv.ParseInt(p, 10, 64)
+		}
+		return db.List(ctx, pgjobs.ListFilter{
+			State: q.State, Kind: q.Kind, Queue: q.Queue, Tenant: q.Tenant,
+			Before: jobs.JobID(before), Limit: limit,
+		})
+	})
+	page := JobPage{Jobs: []pgjobs.JobInfo{}}
+	page.Databases, page.Partial = statuses(parts)
+	// k-way merge of the databases' pages (each highest id first).
+	heads := make([]int, len(parts))
+	for len(page.Jobs) < limit {
+		best := -1
+		for i, p := range parts {
+			if p.err != nil || heads[i] >= len(p.val) {
+				continue
+			}
+			if best < 0 || newer(p.val[heads[i]], parts[best].val[heads[best]]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		page.Jobs = append(page.Jobs, parts[best].val[heads[best]])
+		heads[best]++
+	}
+	next := make([]string, 0, len(c.cfg.Databases))
+	more := false
+	for name, pos := range cur {
+		if pos == cursorDone && c.dbs[name] != nil {
+			next = append(next, name+":"+cursorDone)
+		}
+	}
+	for i, p := range parts {
+		name := p.db.Name()
+		switch {
+		case p.err != nil:
+			// Not answered: keep its position, so the next page tries again.
+			if pos := cur[name]; pos != "" {
+				next = append(next, name+":"+pos)
+			}
+		case heads[i] == len(p.val) && len(p.val) < limit:
+			next = append(next, name+":"+cursorDone)
+		case heads[i] > 0:
+			next = append(next, fmt.Sprintf("%s:%d", name, p.val[heads[i]-1].ID))
+			more = true
+		default:
+			if pos := cur[name]; pos != "" {
+				next = append(next, name+":"+pos)
+			}
+			more = true
+		}
+	}
+	if more {
+		page.NextCursor = strings.Join(next, ",")
+	}
+	return page, nil
+}
+
+// newer orders jobs newest first: creation time, then database, then id.
+func newer(a, b pgjobs.JobInfo) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.After(b.CreatedAt)
+	}
+	if a.Database != b.Database {
+		return a.Database < b.Database
+	}
+	return a.ID > b.ID
+}
+
+// DatabaseQueues is one database's queues.
+type DatabaseQueues struct {
+	DatabaseStatus
+	// Queues are its queues by name; empty when it did not answer.
+	Queues []pgjobs.QueueDepth `json:"queues"`
+}
+
+// QueuesReport is the queues of every database.
+type QueuesReport struct {
+	// Databases in the cell's order (control first).
+	Databases []DatabaseQueues `json:"databases"`
+	// Partial is true when a database did not answer.
+	Partial bool `json:"partial"`
+}
+
+func (c *Console) queues(ctx context.Context) QueuesReport {
+	parts := fanOut(ctx, c.cfg.Databases, c.cfg.DatabaseTimeout, func(ctx context.Context, db Database) ([]pgjobs.QueueDepth, error) {
+		return db.Depths(ctx)
+	})
+	st, partial := statuses(parts)
+	rep := QueuesReport{Partial: partial, Databases: make([]DatabaseQueues, len(parts))}
+	for i, p := range parts {
+		rep.Databases[i] = DatabaseQueues{DatabaseStatus: st[i], Queues: p.val}
+		if rep.Databases[i].Queues == nil {
+			rep.Databases[i].Queues = []pgjobs.QueueDepth{}
+		}
+	}
+	return rep
+}

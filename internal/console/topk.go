@@ -1,0 +1,91 @@
+package console
+
+import (
+	"sort"
+	"sync"
+)
+
+// TopK counts the most frequent tenants in bounded memory with the
+// space-saving algorithm: it holds at most k tenants; a new tenant when
+// full takes the place of the least counted one, inheriting its count as
+// its possible overcount (Error). Any tenant counted more than n/k times
+// of n is held, with Count - Error <= its true count <= Count.
+//
+// Concurrency: safe for concurrent use; one short critical section per
+// Add (a map lookup, and an O(k) scan only when a new tenant evicts one).
+// It is fed by refusals, which the bulkheads answer without work, not by
+// every request.
+type TopK struct {
+	mu     sync.Mutex
+	k      int
+	counts map[string]*topEntry
+	total  uint64
+}
+
+type topEntry struct {
+	count, err uint64
+}
+
+// TenantCount is one tenant of a TopK report.
+type TenantCount struct {
+	// Tenant is the tenant id.
+	Tenant string `json:"tenant"`
+	// Count is its counted events; Error how much of it may belong to the
+	// tenants it displaced (its true count is at least Count - Error).
+	Count uint64 `json:"count"`
+	Error uint64 `json:"error"`
+}
+
+// NewTopK returns a TopK holding at most k tenants (k < 1 means 64).
+func NewTopK(k int) *TopK {
+	if k < 1 {
+		k = 64
+	}
+	return &TopK{k: k, counts: make(map[string]*topEntry, k)}
+}
+
+// Add counts one event of tenant.
+func (t *TopK) Add(tenant string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total++
+	if e := t.counts[tenant]; e != nil {
+		e.count++
+		return
+	}
+	if len(t.counts) < t.k {
+		t.counts[tenant] = &topEntry{count: 1}
+		return
+	}
+	var minKey string
+	var minE *topEntry
+	for k, e := range t.counts {
+		if minE == nil || e.count < minE.count || (e.count == minE.count && k < minKey) {
+			minKey, minE = k, e
+		}
+	}
+	delete(t.counts, minKey)
+	t.counts[tenant] = &topEntry{count: minE.count + 1, err: minE.count}
+}
+
+// Top returns up to n tenants, most counted first, and the events counted
+// in all.
+func (t *TopK) Top(n int) ([]TenantCount, uint64) {
+	t.mu.Lock()
+	out := make([]TenantCount, 0, len(t.counts))
+	for k, e := range t.counts {
+		out = append(out, TenantCount{Tenant: k, Count: e.count, Error: e.err})
+	}
+	total := t.total
+	t.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Tenant < out[j].Tenant
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out, total
+}

@@ -1,0 +1,338 @@
+package console
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+var (
+	pagesOnce sync.Once
+	pages     map[string]*template.Template
+	pagesErr  error
+)
+
+// parseTemplates parses every page once per process (layout + page).
+func parseTemplates() error {
+	pagesOnce.Do(func() {
+		funcs := template.FuncMap{
+			"when": func(t any) string {
+				switch v := t.(type) {
+				case time.Time:
+					return v.UTC().Format("2006-01-02 15:04:05 UTC")
+				case *time.Time:
+					if v != nil {
+						return v.UTC().Format("2006-01-02 15:04:05 UTC")
+					}
+				}
+				return "—"
+			},
+			"age": func(d time.Duration) string {
+				if d <= 0 {
+					return "—"
+				}
+				return d.Round(time.Second).String()
+			},
+			"pct": func(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) },
+			"json": func(v any) string {
+				var raw []byte
+				if m, ok := v.(json.RawMessage); ok {
+					raw = m
+				} else {
+					var err error
+					if raw, err = json.Marshal(v); err != nil {
+						return err.Error()
+					}
+				}
+				var out bytes.Buffer
+				if json.Indent(&out, raw, "", "  ") != nil {
+					return string(raw)
+				}
+				return out.String()
+			},
+		}
+		pages = map[string]*template.Template{}
+		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk", "tenants", "failure"} {
+			t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
+			if err != nil {
+				pagesErr = fmt.Errorf("console: template %s: %w", p, err)
+				return
+			}
+			pages[p] = t
+		}
+	})
+	return pagesErr
+}
+
+// view is what every page template gets.
+type view struct {
+	Title, Nav string
+	Role       string // "" on the login page
+	CanAct     bool
+	CSRF       string
+	Cell       string
+	Flash      string
+	Failure    string
+	Refresh    int // seconds; 0 = no auto-refresh
+	Data       any
+	status     int
+	page       string
+}
+
+func (c *Console) registerUI(e *echo.Echo) {
+	static, _ := fs.Sub(staticFS, "static")
+	e.GET(Prefix+"static/*", echo.WrapHandler(http.StripPrefix(Prefix+"static/", http.FileServer(http.FS(static)))))
+	e.GET("/admin", func(ec echo.Context) error { return ec.Redirect(http.StatusSeeOther, Prefix) })
+	e.GET(Prefix+"login", func(ec echo.Context) error {
+		return c.render(ec, view{Title: "Log in", page: "login"})
+	})
+	e.POST(Prefix+"login", c.login)
+	e.POST(Prefix+"logout", c.page(RoleReader, func(ec echo.Context, _ who) error {
+		ec.SetCookie(sessionCookie(ec, "", 0))
+		return ec.Redirect(http.StatusSeeOther, Prefix+"login")
+	}))
+	e.GET(Prefix, c.page(RoleReader, c.overviewPage))
+	e.GET(Prefix+"jobs", c.page(RoleReader, c.jobsPage))
+	e.GET(Prefix+"jobs/:db/:id", c.page(RoleReader, c.jobPage))
+	e.POST(Prefix+"jobs/:db/:id/:action", c.page(RoleOperator, c.actPage))
+	e.POST(Prefix+"bulk", c.page(RoleOperator, func(ec echo.Context, w who) error {
+		act, f, err := bulkFrom(ec)
+		var st BulkStatus
+		if err == nil {
+			st, err = c.startBulk(w, act, f)
+		}
+		if err != nil {
+			return c.render(ec, c.failure(w, http.StatusBadRequest, err.Error()))
+		}
+		return ec.Redirect(http.StatusSeeOther, Prefix+"bulk/"+st.ID)
+	}))
+	e.GET(Prefix+"bulk/:id", c.page(RoleReader, func(ec echo.Context, w who) error {
+		st, ok := c.bulk.get(ec.Param("id"))
+		if !ok {
+			return c.render(ec, c.failure(w, http.StatusNotFound, "no such bulk action"))
+		}
+		v := c.view(w, "bulk", "Bulk "+string(st.Action), st)
+		v.Nav = "jobs"
+		if st.Finished == nil {
+			v.Refresh = 2
+		}
+		return c.render(ec, v)
+	}))
+	e.GET(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
+		return c.render(ec, c.view(w, "tenants", "Tenants", c.tenants(ec.Request().Context())))
+	}))
+	e.GET(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
+		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))
+	}))
+}
+
+// page guards a page: a browser without a session goes to the login page;
+// a read-only user gets 403 for an action; every POST needs its CSRF token.
+func (c *Console) page(need Role, h func(echo.Context, who) error) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		w := c.auth.identify(ec)
+		if w.role == RoleNone {
+			if ec.Request().Method == http.MethodGet {
+				return ec.Redirect(http.StatusSeeOther, Prefix+"login")
+			}
+			return c.render(ec, view{Title: "Log in", page: "login", Failure: "Your session has ended; log in again.", status: http.StatusUnauthorized})
+		}
+		if need == RoleOperator && !w.role.CanAct() {
+			return c.render(ec, c.failure(w, http.StatusForbidden, "The read-only token cannot act; log in with the operator token."))
+		}
+		if ec.Request().Method == http.MethodPost && !c.auth.csrfOK(ec, w) {
+			return c.render(ec, c.failure(w, http.StatusForbidden, "The form's CSRF token is missing or wrong; reload the page and try again."))
+		}
+		return h(ec, w)
+	}
+}
+
+func (c *Console) view(w who, page, title string, data any) view {
+	v := view{Title: title, Nav: page, Role: w.role.String(), CanAct: w.role.CanAct(), Cell: c.cfg.Spec.Server.Cell, Data: data, page: page}
+	if w.session != "" {
+		v.CSRF = c.auth.csrf(w.session)
+	}
+	return v
+}
+
+// failure is a page that only says what went wrong.
+func (c *Console) failure(w who, status int, msg string) view {
+	v := c.view(w, "failure", http.StatusText(status), nil)
+	v.Failure, v.status = msg, status
+	return v
+}
+
+func (c *Console) render(ec echo.Context, v view) error {
+	var buf bytes.Buffer
+	if err := pages[v.page].ExecuteTemplate(&buf, "layout", v); err != nil {
+		return err
+	}
+	if v.status == 0 {
+		v.status = http.StatusOK
+	}
+	h := ec.Response().Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	return ec.HTMLBlob(v.status, buf.Bytes())
+}
+
+func (c *Console) login(ec echo.Context) error {
+	r := c.auth.token(ec.FormValue("token"))
+	if r == RoleNone {
+		c.log.Warn("console audit", "role", "none", "action", "login", "outcome", "wrong token", "remote", ec.RealIP())
+		return c.render(ec, view{Title: "Log in", page: "login", Failure: "That token is not the admin or the operator token.", status: http.StatusUnauthorized})
+	}
+	ec.SetCookie(sessionCookie(ec, c.auth.session(r), c.cfg.SessionTTL))
+	c.log.Info("console audit", "role", r.String(), "action", "login", "outcome", "ok", "remote", ec.RealIP())
+	return ec.Redirect(http.StatusSeeOther, Prefix)
+}
+
+func (c *Console) overviewPage(ec echo.Context, w who) error {
+	q := c.queues(ec.Request().Context())
+	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q)})
+	v.Refresh = 10
+	return c.render(ec, v)
+}
+
+func (c *Console) jobsPage(ec echo.Context, w who) error {
+	v := c.view(w, "jobs", "Jobs", nil)
+	q, err := queryFrom(ec.QueryParams())
+	var page JobPage
+	if err == nil {
+		page, err = c.jobs(ec.Request().Context(), q)
+	}
+	if err != nil {
+		v.Failure, v.status = err.Error(), http.StatusBadRequest
+	}
+	names := make([]string, len(c.cfg.Databases))
+	for i, db := range c.cfg.Databases {
+		names[i] = db.Name()
+	}
+	next := ""
+	if page.NextCursor != "" {
+		vals := q.values()
+		vals.Set("cursor", page.NextCursor)
+		next = Prefix + "jobs?" + vals.Encode()
+	}
+	v.Data = map[string]any{
+		"Query": q, "Page": page, "Names": names, "Next": next,
+		"Filtered": q.Database != "" || q.State != "" || q.Kind != "" || q.Queue != "" || q.Tenant != "",
+		"States":   []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
+	}
+	return c.render(ec, v)
+}
+
+// actionsFor lists the actions a job's state allows (a running job none).
+func actionsFor(s pgjobs.State) []pgjobs.Act {
+	switch s {
+	case pgjobs.StateAvailable:
+		return []pgjobs.Act{pgjobs.ActRetry, pgjobs.ActCancel, pgjobs.ActDelete}
+	case pgjobs.StateCompleted, pgjobs.StateFailed:
+		return []pgjobs.Act{pgjobs.ActRetry, pgjobs.ActDelete}
+	}
+	return nil
+}
+
+func (c *Console) jobPage(ec echo.Context, w who) error {
+	db, id, bad := c.jobRef(ec)
+	if bad != nil {
+		return c.render(ec, c.failure(w, http.StatusNotFound, bad.Error))
+	}
+	j, err := c.job(ec.Request().Context(), db, id)
+	if err != nil {
+		st, body := errorStatus(db, err)
+		return c.render(ec, c.failure(w, st, body.Error))
+	}
+	v := c.view(w, "job", fmt.Sprintf("Job %d on %s", j.ID, j.Database), map[string]any{"Job": j, "Actions": actionsFor(j.State)})
+	v.Nav = "jobs"
+	if done := ec.QueryParam("done"); done != "" {
+		v.Flash = done + " done"
+	}
+	return c.render(ec, v)
+}
+
+func (c *Console) actPage(ec echo.Context, w who) error {
+	db, id, bad := c.jobRef(ec)
+	if bad != nil {
+		return c.render(ec, c.failure(w, http.StatusNotFound, bad.Error))
+	}
+	act := pgjobs.Act(ec.Param("action"))
+	if err := c.act(ec.Request().Context(), w, db, id, act); err != nil {
+		st, body := errorStatus(db, err)
+		return c.render(ec, c.failure(w, st, body.Error))
+	}
+	if act == pgjobs.ActDelete {
+		return ec.Redirect(http.StatusSeeOther, Prefix+"jobs?"+url.Values{"database": {db.Name()}}.Encode())
+	}
+	return ec.Redirect(http.StatusSeeOther, fmt.Sprintf("%sjobs/%s/%d?done=%s", Prefix, url.PathEscape(db.Name()), id, act))
+}
+
+// chartStates are the chart's states, in bar order, with their colors.
+var chartStates = [4]struct{ state, color string }{
+	{"available", "#b54708"}, {"running", "#175cd3"}, {"completed", "#2e8540"}, {"failed", "#b42318"},
+}
+
+// stateChart draws the jobs of every database by state as horizontal
+// stacked bars, on the server: the page needs no script to show it.
+func stateChart(q QueuesReport) template.HTML {
+	const rowH, labelW, barW = 28, 110, 560
+	counts := make([][4]int64, len(q.Databases))
+	var maxTotal int64 = 1
+	for i, db := range q.Databases {
+		for _, d := range db.Queues {
+			counts[i][0] += d.Available
+			counts[i][1] += d.Running
+			counts[i][2] += d.Completed
+			counts[i][3] += d.Failed
+		}
+		maxTotal = max(maxTotal, counts[i][0]+counts[i][1]+counts[i][2]+counts[i][3])
+	}
+	h := rowH*len(counts) + 30
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" aria-label="jobs by state per database">`, labelW+barW+120, h)
+	for i, db := range q.Databases {
+		y := i * rowH
+		fmt.Fprintf(&b, `<text x="0" y="%d">%s</text>`, y+18, template.HTMLEscapeString(db.Database))
+		if db.Error != "" {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#b42318">no answer</text>`, labelW, y+18)
+			continue
+		}
+		x := float64(labelW)
+		var total int64
+		for k, n := range counts[i] {
+			w := float64(barW) * float64(n) / float64(maxTotal)
+			if w > 0 {
+				fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="20" fill="%s"><title>%s: %d</title></rect>`, x, y+4, w, chartStates[k].color, chartStates[k].state, n)
+			}
+			x += w
+			total += n
+		}
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%d</text>`, x+6, y+18, total)
+	}
+	for k, s := range chartStates {
+		lx := labelW + 100*k
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`, lx, h-16, s.color, lx+14, h-7, s.state)
+	}
+	b.WriteString(`</svg>`)
+	// Safe: built from escaped database names, numbers and constants.
+	return template.HTML(b.String())
+}

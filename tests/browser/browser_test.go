@@ -1,0 +1,189 @@
+package browser
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/cellgate/cellgate/internal/console/consoletest"
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+// shots is where the screenshots go: a temporary directory unless
+// -shots names one (make screenshots passes ../../docs/console, the ones
+// docs/console.md shows), so a test run leaves the tree clean.
+var shots = flag.String("shots", "", "write the screenshots into this directory (default: a temporary one)")
+
+// chromiumPath finds the browser: $CHROMIUM, else chromium or
+// chromium-browser on PATH. A missing browser fails the test.
+func chromiumPath(t *testing.T) string {
+	if p := os.Getenv("CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("no Chromium found (install it: apt-get install -y chromium, or set $CHROMIUM); the browser tests never skip")
+	return ""
+}
+
+// newBrowser starts a headless Chromium of its own (own profile, own
+// cookies) for one user.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.NoSandbox, // CI runs as root
+		chromedp.WindowSize(1280, 860),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return ctx
+}
+
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action) {
+	t.Helper()
+	if err := chromedp.Run(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func shot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	var png []byte
+	run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(&png, 100)) // quality 100: PNG, not JPEG
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("screenshot %s is not a PNG", name)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func login(t *testing.T, ctx context.Context, base, token string) {
+	t.Helper()
+	run(t, ctx, "log in",
+		chromedp.Navigate(base+"/admin/"),
+		chromedp.WaitVisible(`#token`, chromedp.ByQuery),
+		chromedp.SendKeys(`#token`, token, chromedp.ByQuery),
+		chromedp.Click(`#login`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#chart`, chromedp.ByQuery),
+	)
+}
+
+// TestConsoleInBrowser walks the console as an operator and as a read-only
+// user, in a real browser with JavaScript on (the pages need none).
+func TestConsoleInBrowser(t *testing.T) {
+	dir := *shots
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	env := consoletest.New(t, consoletest.Options{})
+	shard0 := []consoletest.Job{
+		{Kind: "send_welcome", Tenant: "acme", Age: 9 * time.Minute},
+		{Kind: "send_welcome", Tenant: "acme", State: pgjobs.StateCompleted, Attempt: 1, Age: 8 * time.Minute},
+		{Kind: "send_welcome", Tenant: "globex", State: pgjobs.StateRunning, Attempt: 1, Age: 7 * time.Minute},
+	}
+	env.Seed("shard-0", shard0...)
+	failed := env.Seed("shard-1",
+		consoletest.Job{Kind: "bill_order", Queue: "billing", Tenant: "initech", State: pgjobs.StateFailed, Attempt: 5,
+			Errors: []string{"card declined", "card declined", "gateway timeout", "card declined", "card declined"}, Age: 6 * time.Minute},
+		consoletest.Job{Kind: "bill_order", Queue: "billing", Tenant: "initech", Age: 5 * time.Minute},
+		consoletest.Job{Kind: "send_welcome", Tenant: "umbrella", State: pgjobs.StateCompleted, Attempt: 2, Errors: []string{"smtp 451"}, Age: 4 * time.Minute},
+	)[0]
+	env.Seed("control", consoletest.Job{Kind: "nightly_report", Queue: "maintenance", State: pgjobs.StateCompleted, Attempt: 1, Age: 10 * time.Minute})
+
+	op := newBrowser(t)
+	login(t, op, env.URL, consoletest.OperatorToken)
+	shot(t, op, dir, "overview.png")
+
+	var table string
+	run(t, op, "list jobs",
+		chromedp.Navigate(env.URL+"/admin/jobs"),
+		chromedp.WaitVisible(`#jobs`, chromedp.ByQuery),
+		chromedp.Text(`#jobs tbody`, &table, chromedp.ByQuery),
+	)
+	for _, want := range []string{"shard-0", "shard-1", "control", "initech", "globex"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("jobs table lacks %q:\n%s", want, table)
+		}
+	}
+	shot(t, op, dir, "jobs.png")
+
+	run(t, op, "filter by tenant",
+		chromedp.SetValue(`#tenant`, "initech", chromedp.ByQuery),
+		chromedp.Click(`#filter`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#jobs`, chromedp.ByQuery),
+		chromedp.Text(`#jobs tbody`, &table, chromedp.ByQuery),
+	)
+	if strings.Contains(table, "acme") || strings.Count(table, "initech") != 2 {
+		t.Errorf("tenant filter shows:\n%s", table)
+	}
+
+	jobLink := `a[href="/admin/jobs/shard-1/` + strconv.FormatInt(failed, 10) + `"]`
+	var state string
+	run(t, op, "open the failed job",
+		chromedp.Click(jobLink, chromedp.ByQuery),
+		chromedp.WaitVisible(`#action-retry`, chromedp.ByQuery),
+		chromedp.Text(`#state`, &state, chromedp.ByQuery),
+	)
+	if state != "failed" {
+		t.Fatalf("job state = %q, want failed", state)
+	}
+	shot(t, op, dir, "job.png")
+	run(t, op, "retry it",
+		chromedp.Click(`#action-retry`, chromedp.ByQuery),
+		chromedp.WaitVisible(`.flash`, chromedp.ByQuery),
+		chromedp.Text(`#state`, &state, chromedp.ByQuery),
+	)
+	if state != "available" {
+		t.Errorf("after retry the job is %q, want available", state)
+	}
+	if j, err := env.Databases[2].Job(context.Background(), jobs.JobID(failed)); err != nil || j.State != pgjobs.StateAvailable {
+		t.Errorf("in shard-1 the job is %+v, %v; want available", j, err)
+	}
+
+	ro := newBrowser(t)
+	login(t, ro, env.URL, consoletest.AdminToken)
+	var buttons int
+	var role string
+	run(t, ro, "open the job read-only",
+		chromedp.Navigate(env.URL+"/admin/jobs/shard-1/"+strconv.FormatInt(failed, 10)),
+		chromedp.WaitVisible(`#state`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll('.actions button, button.retry, button.cancel, button.delete').length`, &buttons),
+		chromedp.Text(`#role`, &role, chromedp.ByQuery),
+	)
+	if buttons != 0 || role != "read-only" {
+		t.Errorf("read-only user sees %d action buttons (role %q)", buttons, role)
+	}
+	shot(t, ro, dir, "job-read-only.png")
+	for i := range 40 {
+		env.Rejections.Add([]string{"initech", "initech", "acme", "umbrella", "initech"}[i%5])
+	}
+	run(t, ro, "tenants page", chromedp.Navigate(env.URL+"/admin/tenants"), chromedp.WaitVisible(`#tenants`, chromedp.ByQuery),
+		chromedp.Text(`#tenants tbody`, &table, chromedp.ByQuery))
+	if !strings.HasPrefix(strings.TrimSpace(table), "initech") {
+		t.Errorf("tenants table should start with initech, the most refused:\n%s", table)
+	}
+	shot(t, ro, dir, "tenants.png")
+	run(t, ro, "cells page", chromedp.Navigate(env.URL+"/admin/cells"), chromedp.WaitVisible(`#shards`, chromedp.ByQuery))
+	shot(t, ro, dir, "cells.png")
+}
