@@ -50,7 +50,7 @@ vet:
 # go.mod and go.sum of the service and of tools/ are what `go mod tidy` writes.
 tidy:
 	$(GO) mod tidy -diff
-	for m in tools tools/image bench deploytest tests/browser; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
+	for m in tools tools/policy tools/image bench deploytest tests/browser; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
 
 staticcheck:
 	$(TOOL) staticcheck ./...
