@@ -378,12 +378,15 @@ func alternatives(v cue.Value) []cue.Value {
 }
 
 // acceptsAny reports whether any definition of the field accepts got.
-// got comes from the caller's CUE runtime, so it is re-read as text in
-// the definitions' runtime (values of two runtimes do not unify).
+// got is re-read as text in a context of its own: CUE unifies values of
+// different contexts, and the text form drops got's own constraints.
 func acceptsAny(alts []cue.Value, got cue.Value) bool {
+	g := cuecontext.New().CompileString(fmt.Sprint(got))
+	if g.Err() != nil {
+		return false
+	}
 	for _, a := range alts {
-		g := a.Context().CompileString(fmt.Sprint(got))
-		if g.Err() == nil && a.Unify(g).Validate(cue.Concrete(true)) == nil {
+		if a.Unify(g).Validate(cue.Concrete(true)) == nil {
 			return true
 		}
 	}
