@@ -76,7 +76,7 @@ func TestUnknownCommandListsAll(t *testing.T) {
 	if !errors.As(err, &ue) {
 		t.Fatalf("err = %v, want a usage error", err)
 	}
-	if want := `unknown command "foo"; want one of serve, migrate, check, devdb`; err.Error() != want {
+	if want := `unknown command "foo"; want one of serve, migrate, export, check, devdb`; err.Error() != want {
 		t.Errorf("err = %q, want %q", err, want)
 	}
 	if !strings.Contains(errOut, "commands:") {
