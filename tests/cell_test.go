@@ -200,7 +200,7 @@ func TestCellBootsServesAndDrains(t *testing.T) {
 	}
 	// The welcome job was written in the sign-up's shard transaction and a
 	// shard worker completes it; the rolled-back duplicate left no job.
-	waitWelcomeJobs(t, env, "acme", 1)
+	waitJobs(t, env, "send_welcome", "acme", 1)
 	if code, body := c.do(t, "GET", fmt.Sprintf("/account?id=%d", acct.ID), "acme", ""); code != 200 {
 		t.Fatalf("get account: %d %s", code, body)
 	}
@@ -297,9 +297,9 @@ func waitExit(t testing.TB, c *cell, within time.Duration) error {
 	}
 }
 
-// waitWelcomeJobs waits until the tenant's shard holds exactly want
-// completed send_welcome jobs and no other job of that tenant.
-func waitWelcomeJobs(t testing.TB, env []string, tenant string, want int) {
+// waitJobs waits until the tenant's shard holds exactly want completed
+// jobs of kind and no other job of that kind and tenant.
+func waitJobs(t testing.TB, env []string, kind, tenant string, want int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -313,7 +313,7 @@ func waitWelcomeJobs(t testing.TB, env []string, tenant string, want int) {
 			}
 			var c, o int
 			err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state <> 'completed')
-				FROM cellgate_jobs WHERE kind = 'send_welcome' AND tenant = $1`, tenant).Scan(&c, &o)
+				FROM cellgate_jobs WHERE kind = $1 AND tenant = $2`, kind, tenant).Scan(&c, &o)
 			conn.Close(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -324,11 +324,11 @@ func waitWelcomeJobs(t testing.TB, env []string, tenant string, want int) {
 			return
 		}
 		if completed > want {
-			t.Fatalf("%d completed welcome jobs for %s, want %d", completed, tenant, want)
+			t.Fatalf("%d completed %s jobs for %s, want %d", completed, kind, tenant, want)
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("welcome jobs for %s: %d completed, %d pending; want %d completed", tenant, completed, other, want)
+			t.Fatalf("%s jobs for %s: %d completed, %d pending; want %d completed", kind, tenant, completed, other, want)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
