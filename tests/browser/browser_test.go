@@ -66,6 +66,18 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 	}
 }
 
+// follow clicks sel and waits for the page the click navigates to, then
+// runs then on it. Waiting in the same Run as the click races the
+// navigation: a query can land in the old page's context as the browser
+// destroys it ("Cannot find context with specified id").
+func follow(t *testing.T, ctx context.Context, what, sel string, then ...chromedp.Action) {
+	t.Helper()
+	if _, err := chromedp.RunResponse(ctx, chromedp.Click(sel, chromedp.ByQuery)); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	run(t, ctx, what, then...)
+}
+
 func shot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
 	var png []byte
@@ -84,9 +96,8 @@ func login(t *testing.T, ctx context.Context, base, token string) {
 		chromedp.Navigate(base+"/admin/"),
 		chromedp.WaitVisible(`#token`, chromedp.ByQuery),
 		chromedp.SendKeys(`#token`, token, chromedp.ByQuery),
-		chromedp.Click(`#login`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#chart`, chromedp.ByQuery),
 	)
+	follow(t, ctx, "log in", `#login`, chromedp.WaitVisible(`#chart`, chromedp.ByQuery))
 }
 
 // TestConsoleInBrowser walks the console as an operator and as a read-only
@@ -128,9 +139,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shot(t, op, dir, "jobs.png")
 
-	run(t, op, "filter by tenant",
-		chromedp.SetValue(`#tenant`, "initech", chromedp.ByQuery),
-		chromedp.Click(`#filter`, chromedp.ByQuery),
+	run(t, op, "filter by tenant", chromedp.SetValue(`#tenant`, "initech", chromedp.ByQuery))
+	follow(t, op, "filter by tenant", `#filter`,
 		chromedp.WaitVisible(`#jobs`, chromedp.ByQuery),
 		chromedp.Text(`#jobs tbody`, &table, chromedp.ByQuery),
 	)
@@ -140,8 +150,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	jobLink := `a[href="/admin/jobs/shard-1/` + strconv.FormatInt(failed, 10) + `"]`
 	var state string
-	run(t, op, "open the failed job",
-		chromedp.Click(jobLink, chromedp.ByQuery),
+	follow(t, op, "open the failed job", jobLink,
 		chromedp.WaitVisible(`#action-retry`, chromedp.ByQuery),
 		chromedp.Text(`#state`, &state, chromedp.ByQuery),
 	)
@@ -149,8 +158,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("job state = %q, want failed", state)
 	}
 	shot(t, op, dir, "job.png")
-	run(t, op, "retry it",
-		chromedp.Click(`#action-retry`, chromedp.ByQuery),
+	follow(t, op, "retry it", `#action-retry`,
 		chromedp.WaitVisible(`.flash`, chromedp.ByQuery),
 		chromedp.Text(`#state`, &state, chromedp.ByQuery),
 	)
