@@ -34,9 +34,6 @@ type Input struct {
 // map from path (relative to gen/) to gofmt'd file contents. It does no
 // disk I/O, so it is deterministic and testable.
 func Render(in Input) (map[string][]byte, error) {
-	if err := checkKindNames(in.Config.Jobs.Kinds); err != nil {
-		return nil, err
-	}
 	t, err := template.New("gen").Funcs(funcs()).ParseFS(tmpl.FS, "*.tmpl")
 	if err != nil {
 		return nil, fmt.Errorf("parse templates: %w", err)
@@ -62,31 +59,6 @@ func Render(in Input) (map[string][]byte, error) {
 		out[outputs[name]] = src
 	}
 	return out, nil
-}
-
-// reservedKindNames are the identifiers gen/jobkinds declares besides the
-// kinds' own, which a kind's Go name must not take.
-var reservedKindNames = map[string]bool{"Kinds": true, "Workers": true, "RegisterWorkers": true}
-
-// checkKindNames refuses kinds whose Go names would collide in gen/jobkinds
-// (with each other, once snake_case and kebab-case are folded, or with a
-// name the package declares), so the spec is rejected with its path instead
-// of the generated code failing to compile.
-func checkKindNames(kinds []config.JobKind) error {
-	seen := map[string]string{} // identifier → the kind declaring it
-	for i, k := range kinds {
-		n := config.GoName(k.Name)
-		for _, id := range []string{n, n + "Args"} {
-			if reservedKindNames[id] {
-				return fmt.Errorf("jobs.kinds[%d].name: %q becomes the Go name %s, which gen/jobkinds already declares; rename the kind", i, k.Name, id)
-			}
-			if other, ok := seen[id]; ok {
-				return fmt.Errorf("jobs.kinds[%d].name: %q and %q both declare the Go name %s in gen/jobkinds; rename one", i, k.Name, other, id)
-			}
-			seen[id] = k.Name
-		}
-	}
-	return nil
 }
 
 func funcs() template.FuncMap {

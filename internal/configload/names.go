@@ -9,7 +9,11 @@ import (
 
 // reservedJobNames are identifiers the jobkinds template declares itself:
 // a kind whose Go name is one of them would redeclare it.
-var reservedJobNames = map[string]string{"Kinds": "the list of every kind"}
+var reservedJobNames = map[string]string{
+	"Kinds":           "the list of every kind",
+	"Workers":         "the interface of the app's workers",
+	"RegisterWorkers": "the function that registers them",
+}
 
 // reservedArgNames are the methods the template gives every args struct: an
 // arg field of that Go name would collide with the method.
@@ -28,7 +32,7 @@ func nameRules(cfg config.Config) []schema.Issue {
 	}
 
 	// Package-level identifiers of gen/jobkinds: one var per kind (GoName),
-	// one type per kind (GoName+"Args"), and Kinds.
+	// one type per kind (GoName+"Args"), Kinds, Workers and RegisterWorkers.
 	owner := map[string]string{}
 	claim := func(ident, path string) {
 		if why, ok := reservedJobNames[ident]; ok {
