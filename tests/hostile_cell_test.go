@@ -146,7 +146,7 @@ func trickle(s string, gap time.Duration) func(net.Conn) error {
 	}
 }
 
-// runHostile sends h on a new connection and returns the first answer's
+// runCellHostile sends h on a new connection and returns the first answer's
 // status (0: none), whether the server closed the connection and when.
 func runCellHostile(t *testing.T, addr string, h cellHostile) (int, bool, time.Duration) {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -364,7 +365,7 @@ func sendHostile(addr string, c hostileCase) hostileResult {
 		if err != nil {
 			res.took = time.Since(start)
 			var ne net.Error
-			res.closed = !(errorsAs(err, &ne) && ne.Timeout())
+			res.closed = !(errors.As(err, &ne) && ne.Timeout())
 			return res
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -375,14 +376,6 @@ func sendHostile(addr string, c hostileCase) hostileResult {
 			_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		}
 	}
-}
-
-func errorsAs(err error, target *net.Error) bool {
-	ne, ok := err.(net.Error)
-	if ok {
-		*target = ne
-	}
-	return ok
 }
 
 // victim polls the router every 100 ms as a tenant of the attacked cell
