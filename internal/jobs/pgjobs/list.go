@@ -109,7 +109,11 @@ func (b *Backend) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
 	if !b.Ready() {
 		return nil, nil
 	}
-	rows, err := b.pool.Query(ctx, sqlList, pgx.QueryExecModeExec, string(f.State), f.Kind, f.Queue, f.Tenant, f.limit(), int64(f.Before))
+	sql := sqlList
+	if f.Tenant != "" {
+		sql = sqlListTenant
+	}
+	rows, err := b.pool.Query(ctx, sql, pgx.QueryExecModeExec, string(f.State), f.Kind, f.Queue, f.Tenant, f.limit(), int64(f.Before))
 	if err != nil {
 		return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
 	}
@@ -156,13 +160,77 @@ const jobColumns = `id, kind, queue, tenant, state, attempt, max_attempts, run_a
 
 // sqlList walks the primary key backwards from $6 (keyset pagination), so
 // a page costs its rows plus the ones the filters skip, never an offset.
+// Failed jobs come from cellgate_jobs_failed_idx (state = 'failed' implies
+// its predicate once the state is bound). The attempt > 0 term, always
+// true of a running job, lets a list of running jobs read the few of them
+// from cellgate_jobs_running_idx. A filter on kind or queue alone still
+// walks the key past the jobs it skips (docs/console.md, "Performance").
+// List uses sqlListTenant when a tenant is given ($4 is "" here).
+//
+// The statement is planned with its parameters bound (pgx's exec mode: an
+// unnamed statement gets a custom plan), so a term like ($1 = ” OR …)
+// folds to one side before planning.
 const sqlList = `
 SELECT ` + jobColumns + `
 FROM cellgate_jobs
 WHERE ($1 = '' OR state = $1)
+  AND ($1 <> 'running' OR attempt > 0)
   AND ($2 = '' OR kind = $2)
   AND ($3 = '' OR queue = $3)
   AND ($4 = '' OR tenant = $4)
   AND ($6 = 0 OR id < $6)
+ORDER BY id DESC
+LIMIT $5`
+
+// sqlListTenant is one tenant's jobs, newest first, from the three indexes
+// that hold a tenant's jobs between them, each read newest first up to the
+// page's size, then merged:
+//
+//   - finished jobs and waiting ones not placed in the fair order:
+//     cellgate_jobs_tenant_list_idx (tenant, id), read in id order;
+//   - placed waiting jobs: cellgate_jobs_tenant_vtime_idx (tenant, vtime),
+//     every one of them, sorted by id (the cost follows the tenant's ready
+//     backlog);
+//   - running jobs: cellgate_jobs_running_idx, every running job of the
+//     database, kept when the tenant's (few: one per busy worker).
+//
+// Each branch starts with a term on the state parameter alone: with a
+// state filter, a branch that cannot hold such jobs folds to a constant
+// false and reads nothing. PostgreSQL does not see on its own that, say,
+// state = 'running' contradicts the first branch's state IN (…) OR …, and
+// would scan the tenant's finished jobs for nothing.
+const sqlListTenant = `
+SELECT ` + jobColumns + ` FROM (
+  (SELECT ` + jobColumns + ` FROM cellgate_jobs
+   WHERE $1 IN ('', 'completed', 'failed', 'available')
+     AND tenant = $4
+     AND (state IN ('completed', 'failed') OR (state = 'available' AND vtime IS NULL))
+     AND ($1 = '' OR state = $1)
+     AND ($2 = '' OR kind = $2)
+     AND ($3 = '' OR queue = $3)
+     AND ($6 = 0 OR id < $6)
+   ORDER BY id DESC
+   LIMIT $5)
+  UNION ALL
+  (SELECT ` + jobColumns + ` FROM cellgate_jobs
+   WHERE $1 IN ('', 'available')
+     AND tenant = $4
+     AND state = 'available' AND vtime IS NOT NULL
+     AND ($2 = '' OR kind = $2)
+     AND ($3 = '' OR queue = $3)
+     AND ($6 = 0 OR id < $6)
+   ORDER BY id DESC
+   LIMIT $5)
+  UNION ALL
+  (SELECT ` + jobColumns + ` FROM cellgate_jobs
+   WHERE $1 IN ('', 'running')
+     AND state = 'running' AND attempt > 0
+     AND tenant = $4
+     AND ($2 = '' OR kind = $2)
+     AND ($3 = '' OR queue = $3)
+     AND ($6 = 0 OR id < $6)
+   ORDER BY id DESC
+   LIMIT $5)
+) j
 ORDER BY id DESC
 LIMIT $5`
