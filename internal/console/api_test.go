@@ -129,6 +129,10 @@ func TestUnavailableShard(t *testing.T) {
 	if !q.Partial || q.Databases[2].Database != "shard-1" || q.Databases[2].Error == "" || len(q.Databases[1].Queues) != 1 {
 		t.Errorf("queues with shard-1 down = %+v", q)
 	}
+	if q.Databases[1].CountedAt.IsZero() || !q.Databases[2].CountedAt.IsZero() || q.CountAge < 0 || q.CountAge >= console.CountsMaxAge {
+		t.Errorf("count times: shard-0 %v, shard-1 (down) %v, age %v; want shard-0's alone, under %v",
+			q.Databases[1].CountedAt, q.Databases[2].CountedAt, q.CountAge, console.CountsMaxAge)
+	}
 	if st, body := call(t, "GET", env.URL+"/admin/api/jobs/shard-1/1", consoletest.AdminToken, nil); st != http.StatusServiceUnavailable || !strings.Contains(body, "shard-1") {
 		t.Errorf("job detail on the down shard = %d %s, want 503 naming shard-1", st, body)
 	}

@@ -65,7 +65,8 @@ type Config struct {
 	Rejections *TopK
 	// Logger receives the audit lines; nil means slog.Default().
 	Logger *slog.Logger
-	// Now is the clock (sessions, ages); nil means time.Now.
+	// Now is the clock (sessions, ages, the queue counts' cache); nil means
+	// time.Now.
 	Now func() time.Time
 	// SessionKey signs session cookies and CSRF tokens; nil means 32 random
 	// bytes, so sessions end when the process restarts.
@@ -87,6 +88,8 @@ type Console struct {
 	place placement
 	auth  authenticator
 	bulk  bulkOps
+	// counts caches each database's queue counts (counts.go).
+	counts *countCache
 }
 
 // New checks cfg and builds a Console.
@@ -115,7 +118,7 @@ func New(cfg Config) (*Console, error) {
 			return nil, fmt.Errorf("console: session key: %w", err)
 		}
 	}
-	c := &Console{cfg: cfg, log: cfg.Logger, dbs: make(map[string]Database, len(cfg.Databases))}
+	c := &Console{cfg: cfg, log: cfg.Logger, dbs: make(map[string]Database, len(cfg.Databases)), counts: newCountCache(cfg.Now)}
 	for _, db := range cfg.Databases {
 		if _, dup := c.dbs[db.Name()]; dup {
 			return nil, fmt.Errorf("console: database %q given twice", db.Name())

@@ -13,9 +13,12 @@
 // Reads fan out to the databases at once, each under its own timeout
 // (Config.DatabaseTimeout): a database that is down or slow makes the
 // answer partial, naming it and its error, and never delays the others
-// past that timeout.
+// past that timeout. The queue counts (overview, queues API) come from a
+// per-database cache at most CountsMaxAge old (counts.go), so a page at a
+// million jobs does not count them per request.
 //
-// Concurrency: a Console is immutable after New and safe for concurrent
-// use; every request works on its own values. The databases' methods must
+// Concurrency: a Console is safe for concurrent use; every request works
+// on its own values, and the count cache and the bulk actions guard their
+// own state. The databases' methods must
 // be safe for concurrent use (a *pgjobs.Backend is).
 package console

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
@@ -206,6 +207,9 @@ type DatabaseQueues struct {
 	DatabaseStatus
 	// Queues are its queues by name; empty when it did not answer.
 	Queues []pgjobs.QueueDepth `json:"queues"`
+	// CountedAt is when the count they come from started: the counts are
+	// cached, up to CountsMaxAge (zero when the database did not answer).
+	CountedAt time.Time `json:"counted_at,omitzero"`
 }
 
 // QueuesReport is the queues of every database.
@@ -214,19 +218,40 @@ type QueuesReport struct {
 	Databases []DatabaseQueues `json:"databases"`
 	// Partial is true when a database did not answer.
 	Partial bool `json:"partial"`
+	// CountAge is the age of the oldest count in the report (below
+	// CountsMaxAge).
+	CountAge time.Duration `json:"count_age_ns"`
 }
 
+// queues reads every database's queue counts from the count cache. A
+// queue's oldest ready age is advanced from the count's time to now, as
+// if that job still waited.
 func (c *Console) queues(ctx context.Context) QueuesReport {
-	parts := fanOut(ctx, c.cfg.Databases, c.cfg.DatabaseTimeout, func(ctx context.Context, db Database) ([]pgjobs.QueueDepth, error) {
-		return db.Depths(ctx)
+	type counted struct {
+		depths []pgjobs.QueueDepth
+		at     time.Time
+	}
+	parts := fanOut(ctx, c.cfg.Databases, c.cfg.DatabaseTimeout, func(ctx context.Context, db Database) (counted, error) {
+		d, at, err := c.counts.get(ctx, db)
+		return counted{d, at}, err
 	})
+	now := c.cfg.Now()
 	st, partial := statuses(parts)
 	rep := QueuesReport{Partial: partial, Databases: make([]DatabaseQueues, len(parts))}
 	for i, p := range parts {
-		rep.Databases[i] = DatabaseQueues{DatabaseStatus: st[i], Queues: p.val}
-		if rep.Databases[i].Queues == nil {
-			rep.Databases[i].Queues = []pgjobs.QueueDepth{}
+		dq := DatabaseQueues{DatabaseStatus: st[i], Queues: make([]pgjobs.QueueDepth, len(p.val.depths))}
+		if p.err == nil {
+			dq.CountedAt = p.val.at
+			rep.CountAge = max(rep.CountAge, now.Sub(p.val.at))
 		}
+		// A copy: the cache's slice is shared by every reader.
+		copy(dq.Queues, p.val.depths)
+		for k := range dq.Queues {
+			if dq.Queues[k].OldestReadyAge > 0 {
+				dq.Queues[k].OldestReadyAge += max(now.Sub(p.val.at), 0)
+			}
+		}
+		rep.Databases[i] = dq
 	}
 	return rep
 }

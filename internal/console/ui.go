@@ -208,7 +208,7 @@ func (c *Console) login(ec echo.Context) error {
 
 func (c *Console) overviewPage(ec echo.Context, w who) error {
 	q := c.queues(ec.Request().Context())
-	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q)})
+	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q), "CountAge": q.CountAge.Round(100 * time.Millisecond).String()})
 	v.Refresh = 10
 	return c.render(ec, v)
 }

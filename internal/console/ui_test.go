@@ -71,6 +71,9 @@ func TestPages(t *testing.T) {
 	if st, body := reader.post(env.URL+"/admin/login", url.Values{"token": {consoletest.AdminToken}}); st != http.StatusOK || !strings.Contains(body, `id="chart"`) {
 		t.Fatalf("login as reader = %d, want the overview with its chart:\n%s", st, body)
 	}
+	if _, body := reader.get(env.URL + "/admin/"); !regexp.MustCompile(`id="count-age">Counts are [0-9.]+m?s old`).MatchString(body) {
+		t.Errorf("overview does not say how old its counts are:\n%s", body)
+	}
 	st, body := reader.get(env.URL + "/admin/jobs")
 	if st != http.StatusOK || !strings.Contains(body, ">shard-0<") || !strings.Contains(body, ">shard-1<") || !strings.Contains(body, ">control<") {
 		t.Fatalf("jobs page = %d, want jobs of control, shard-0 and shard-1:\n%s", st, body)

@@ -1,0 +1,115 @@
+package console
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+// The ages of the queue counts (docs/console.md, "Performance"). A count
+// of every job by queue and state reads the whole table, finished jobs
+// included (half a second at a million jobs), so the overview and the
+// queues API read each database's last count instead:
+//
+//   - younger than CountsFresh: served as it is;
+//   - between CountsFresh and CountsMaxAge: served as it is, and one count
+//     starts in the background, so the next reader gets a fresh one;
+//   - CountsMaxAge or older (or none yet): the reader waits for a count.
+//
+// So no answer holds counts older than CountsMaxAge, and a console read
+// every few seconds never waits for one. A count's age runs from when it
+// started, not when it ended.
+const (
+	CountsFresh  = 5 * time.Second
+	CountsMaxAge = 10 * time.Second
+	// CountTimeout bounds one count. It is not the request's timeout: a
+	// count that outlasts the request that started it (a reader gives up
+	// after Config.DatabaseTimeout) runs on and serves the next readers.
+	CountTimeout = 30 * time.Second
+)
+
+// countCache holds each database's last queue count. At most one count
+// per database runs at a time: readers that need one while it runs wait
+// for that one (single flight).
+type countCache struct {
+	now func() time.Time
+	mu  sync.Mutex
+	// entries by database name; guarded by mu.
+	entries map[string]*countEntry
+}
+
+// countEntry is one database's cached count and the count running now.
+type countEntry struct {
+	depths []pgjobs.QueueDepth // shared by readers: never modified
+	at     time.Time           // when the count that made depths started
+	has    bool
+	flight *countFlight // nil when no count runs
+}
+
+// countFlight is one running count; done is closed when its fields are set.
+type countFlight struct {
+	done   chan struct{}
+	depths []pgjobs.QueueDepth
+	at     time.Time
+	err    error
+}
+
+func newCountCache(now func() time.Time) *countCache {
+	return &countCache{now: now, entries: map[string]*countEntry{}}
+}
+
+// get returns db's queue counts and when their count started. The slice
+// is shared: callers must not modify it. ctx bounds only the wait for a
+// count, not the count.
+func (cc *countCache) get(ctx context.Context, db Database) ([]pgjobs.QueueDepth, time.Time, error) {
+	now := cc.now()
+	cc.mu.Lock()
+	e := cc.entries[db.Name()]
+	if e == nil {
+		e = &countEntry{}
+		cc.entries[db.Name()] = e
+	}
+	if age := now.Sub(e.at); e.has && age < CountsMaxAge {
+		if age >= CountsFresh && e.flight == nil {
+			cc.start(e, db)
+		}
+		d, at := e.depths, e.at
+		cc.mu.Unlock()
+		return d, at, nil
+	}
+	f := e.flight
+	if f == nil {
+		f = cc.start(e, db)
+	}
+	cc.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.depths, f.at, f.err
+	case <-ctx.Done():
+		return nil, time.Time{}, ctx.Err()
+	}
+}
+
+// start runs a count of db in its own goroutine, under CountTimeout, and
+// stores it in e when it succeeds. Called with cc.mu held.
+func (cc *countCache) start(e *countEntry, db Database) *countFlight {
+	f := &countFlight{done: make(chan struct{})}
+	e.flight = f
+	go func() {
+		at := cc.now()
+		ctx, cancel := context.WithTimeout(context.Background(), CountTimeout)
+		d, err := db.Depths(ctx)
+		cancel()
+		cc.mu.Lock()
+		f.depths, f.at, f.err = d, at, err
+		e.flight = nil
+		if err == nil {
+			e.depths, e.at, e.has = d, at, true
+		}
+		cc.mu.Unlock()
+		close(f.done)
+	}()
+	return f
+}

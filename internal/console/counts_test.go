@@ -1,0 +1,234 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+)
+
+// countingDB is a Database whose Depths waits for the test's answer: each
+// call sends a reply channel on calls and returns what comes back.
+type countingDB struct {
+	Database // the other methods: not called
+	calls    chan chan countReply
+	n        atomic.Int64
+}
+
+type countReply struct {
+	depths []pgjobs.QueueDepth
+	err    error
+}
+
+func (d *countingDB) Name() string { return "shard-0" }
+func (d *countingDB) Ready() bool  { return true }
+func (d *countingDB) Depths(ctx context.Context) ([]pgjobs.QueueDepth, error) {
+	d.n.Add(1)
+	reply := make(chan countReply)
+	d.calls <- reply
+	r := <-reply
+	return r.depths, r.err
+}
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = time.Unix(1_000_000, 0).Add(d)
+}
+
+type getResult struct {
+	depths []pgjobs.QueueDepth
+	at     time.Time
+	err    error
+}
+
+// getAsync calls get in its own goroutine.
+func getAsync(ctx context.Context, cc *countCache, db Database) chan getResult {
+	ch := make(chan getResult, 1)
+	go func() {
+		d, at, err := cc.get(ctx, db)
+		ch <- getResult{d, at, err}
+	}()
+	return ch
+}
+
+func depthsOf(n int64) []pgjobs.QueueDepth {
+	return []pgjobs.QueueDepth{{Queue: "default", Completed: n}}
+}
+
+// answer waits for the next count to start and answers it.
+func answer(t *testing.T, db *countingDB, r countReply) {
+	t.Helper()
+	select {
+	case reply := <-db.calls:
+		reply <- r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no count started")
+	}
+}
+
+// result waits for a get's result.
+func result(t *testing.T, ch chan getResult) getResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("get did not return")
+		return getResult{}
+	}
+}
+
+// TestCountCacheRegimes: with no count a reader waits for one; under
+// CountsFresh it is served without a count; between CountsFresh and
+// CountsMaxAge it is served at once while one count runs in the
+// background (readers meanwhile start no other) and then serves the
+// next readers; from CountsMaxAge readers wait for a new count, all for
+// the same one.
+func TestCountCacheRegimes(t *testing.T) {
+	clock := &fakeClock{}
+	clock.Set(0)
+	cc := newCountCache(clock.Now)
+	db := &countingDB{calls: make(chan chan countReply)}
+	ctx := context.Background()
+	t0 := clock.Now()
+
+	// None yet: the reader waits for the count.
+	first := getAsync(ctx, cc, db)
+	select {
+	case r := <-first:
+		t.Fatalf("get returned %+v before any count ended", r)
+	case <-time.After(20 * time.Millisecond):
+	}
+	answer(t, db, countReply{depths: depthsOf(1)})
+	if r := result(t, first); r.err != nil || r.depths[0].Completed != 1 || !r.at.Equal(t0) {
+		t.Fatalf("first get = %+v, want count 1 from t0", r)
+	}
+
+	// Fresh: served, no count.
+	clock.Set(CountsFresh - time.Millisecond)
+	if d, at, err := cc.get(ctx, db); err != nil || d[0].Completed != 1 || !at.Equal(t0) {
+		t.Fatalf("fresh get = %v, %v, %v", d, at, err)
+	}
+	if n := db.n.Load(); n != 1 {
+		t.Fatalf("%d counts after a fresh read, want 1", n)
+	}
+
+	// Stale: served at once (the count below has not been answered), and
+	// one count starts; readers while it runs start none.
+	clock.Set(CountsFresh + time.Second)
+	t1 := clock.Now()
+	for range 3 {
+		if d, at, err := cc.get(ctx, db); err != nil || d[0].Completed != 1 || !at.Equal(t0) {
+			t.Fatalf("stale get = %v, %v, %v; want the old count at once", d, at, err)
+		}
+	}
+	answer(t, db, countReply{depths: depthsOf(2)})
+	if n := db.n.Load(); n != 2 {
+		t.Fatalf("%d counts after three stale reads, want 2 (one in the background)", n)
+	}
+	// The background count lands; the next reader gets it without a count.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, at, err := cc.get(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d[0].Completed == 2 {
+			if !at.Equal(t1) {
+				t.Fatalf("background count dated %v, want its start %v", at, t1)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the background count never served a reader")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	// Too old: every reader waits, all for one count.
+	clock.Set(CountsFresh + time.Second + CountsMaxAge)
+	t2 := clock.Now()
+	var waits []chan getResult
+	for range 5 {
+		waits = append(waits, getAsync(ctx, cc, db))
+	}
+	time.Sleep(20 * time.Millisecond)
+	for _, w := range waits {
+		select {
+		case r := <-w:
+			t.Fatalf("get returned %+v with counts %v old", r, CountsMaxAge)
+		default:
+		}
+	}
+	answer(t, db, countReply{depths: depthsOf(3)})
+	for _, w := range waits {
+		if r := result(t, w); r.err != nil || r.depths[0].Completed != 3 || !r.at.Equal(t2) {
+			t.Fatalf("waiting get = %+v, want count 3", r)
+		}
+	}
+	if n := db.n.Load(); n != 3 {
+		t.Fatalf("%d counts, want 3: five waiting readers share one", n)
+	}
+}
+
+// TestCountCacheErrorsAndGiveUp: a failed count is returned to the readers
+// waiting for it and not cached (the next reader starts another); a reader
+// whose context ends stops waiting, and the count it started runs on and
+// serves the next reader.
+func TestCountCacheErrorsAndGiveUp(t *testing.T) {
+	clock := &fakeClock{}
+	clock.Set(0)
+	cc := newCountCache(clock.Now)
+	db := &countingDB{calls: make(chan chan countReply)}
+
+	w := getAsync(context.Background(), cc, db)
+	answer(t, db, countReply{err: errors.New("down")})
+	if r := result(t, w); r.err == nil || r.depths != nil {
+		t.Fatalf("get over a failed count = %+v, want its error", r)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	w = getAsync(ctx, cc, db)
+	var reply chan countReply
+	select {
+	case reply = <-db.calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no count started after a failed one")
+	}
+	cancel()
+	if r := result(t, w); !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("get after its context ended = %+v, want context.Canceled", r)
+	}
+	reply <- countReply{depths: depthsOf(7)}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, _, err := cc.get(context.Background(), db)
+		if err == nil && d[0].Completed == 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned count never served a reader: %v %v", d, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := db.n.Load(); n != 2 {
+		t.Fatalf("%d counts, want 2", n)
+	}
+}
