@@ -149,6 +149,10 @@ func (e *Env) addBackend(name, dsn string) {
 	e.Databases = append(e.Databases, b)
 }
 
+// Pool returns the connection pool of one database (control, shard-0,
+// shard-1), for loading data in bulk or reading it back.
+func (e *Env) Pool(database string) *pgxpool.Pool { return e.pools[database] }
+
 // blackhole listens on loopback, accepts connections and never answers.
 func blackhole(tb testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
