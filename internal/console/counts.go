@@ -18,12 +18,17 @@ import (
 //     starts in the background, so the next reader gets a fresh one;
 //   - CountsMaxAge or older (or none yet): the reader waits for a count.
 //
-// So no answer holds counts older than CountsMaxAge, and a console read
-// every few seconds never waits for one. A count's age runs from when it
-// started, not when it ended.
+// And while the counts are read (a read in the last CountsKeepWarm), each
+// count that ends schedules the next for when it turns CountsFresh old, so
+// a reader who comes back every 10 s (the overview's own refresh) or every
+// 30 s finds counts about 5 s old and never waits; CountsKeepWarm after
+// the last read the counting stops. So no answer holds counts older than
+// CountsMaxAge, and only the first read after a pause waits. A count's age
+// runs from when it started, not when it ended.
 const (
-	CountsFresh  = 5 * time.Second
-	CountsMaxAge = 10 * time.Second
+	CountsFresh    = 5 * time.Second
+	CountsMaxAge   = 10 * time.Second
+	CountsKeepWarm = time.Minute
 	// CountTimeout bounds one count. It is not the request's timeout: a
 	// count that outlasts the request that started it (a reader gives up
 	// after Config.DatabaseTimeout) runs on and serves the next readers.
@@ -35,7 +40,9 @@ const (
 // for that one (single flight).
 type countCache struct {
 	now func() time.Time
-	mu  sync.Mutex
+	// after runs f once d has passed (time.AfterFunc; tests replace it).
+	after func(d time.Duration, f func())
+	mu    sync.Mutex
 	// entries by database name; guarded by mu.
 	entries map[string]*countEntry
 }
@@ -46,6 +53,10 @@ type countEntry struct {
 	at     time.Time           // when the count that made depths started
 	has    bool
 	flight *countFlight // nil when no count runs
+	// lastRead is the latest read; scheduled is true while a count is
+	// scheduled to keep the entry warm.
+	lastRead  time.Time
+	scheduled bool
 }
 
 // countFlight is one running count; done is closed when its fields are set.
@@ -57,7 +68,8 @@ type countFlight struct {
 }
 
 func newCountCache(now func() time.Time) *countCache {
-	return &countCache{now: now, entries: map[string]*countEntry{}}
+	return &countCache{now: now, entries: map[string]*countEntry{},
+		after: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 }
 
 // get returns db's queue counts and when their count started. The slice
@@ -71,6 +83,7 @@ func (cc *countCache) get(ctx context.Context, db Database) ([]pgjobs.QueueDepth
 		e = &countEntry{}
 		cc.entries[db.Name()] = e
 	}
+	e.lastRead = now
 	if age := now.Sub(e.at); e.has && age < CountsMaxAge {
 		if age >= CountsFresh && e.flight == nil {
 			cc.start(e, db)
@@ -107,9 +120,37 @@ func (cc *countCache) start(e *countEntry, db Database) *countFlight {
 		e.flight = nil
 		if err == nil {
 			e.depths, e.at, e.has = d, at, true
+			cc.keepWarm(e, db)
 		}
 		cc.mu.Unlock()
 		close(f.done)
 	}()
 	return f
+}
+
+// keepWarm schedules e's next count for when its count turns CountsFresh
+// old, if e was read in the last CountsKeepWarm and no count is scheduled.
+// Called with cc.mu held.
+func (cc *countCache) keepWarm(e *countEntry, db Database) {
+	now := cc.now()
+	if e.scheduled || now.Sub(e.lastRead) >= CountsKeepWarm {
+		return
+	}
+	e.scheduled = true
+	cc.after(max(e.at.Add(CountsFresh).Sub(now), 0), func() {
+		cc.mu.Lock()
+		defer cc.mu.Unlock()
+		e.scheduled = false
+		now := cc.now()
+		switch {
+		case e.flight != nil || now.Sub(e.lastRead) >= CountsKeepWarm:
+			// A running count schedules the next when it ends; no reader:
+			// stop.
+		case now.Sub(e.at) < CountsFresh:
+			// A reader's count came in between: wait for it to turn.
+			cc.keepWarm(e, db)
+		default:
+			cc.start(e, db)
+		}
+	})
 }

@@ -52,6 +52,52 @@ func (c *fakeClock) Set(d time.Duration) {
 	c.t = time.Unix(1_000_000, 0).Add(d)
 }
 
+// timers records what the cache schedules instead of running it.
+type timers struct {
+	mu  sync.Mutex
+	fns []timer
+}
+
+type timer struct {
+	d time.Duration
+	f func()
+}
+
+func (ts *timers) after(d time.Duration, f func()) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.fns = append(ts.fns, timer{d, f})
+}
+
+// take returns and forgets the timers scheduled so far.
+func (ts *timers) take() []timer {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	out := ts.fns
+	ts.fns = nil
+	return out
+}
+
+// waitTimers waits (up to 10 s) for a timer to be scheduled and takes
+// them: a count's end schedules its successor just after the count's
+// answer is sent.
+func waitTimers(ts *timers) []timer {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if tm := ts.take(); len(tm) > 0 || time.Now().After(deadline) {
+			return tm
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// newTestCache is a count cache on clock whose timers go to ts.
+func newTestCache(clock *fakeClock, ts *timers) *countCache {
+	cc := newCountCache(clock.Now)
+	cc.after = ts.after
+	return cc
+}
+
 type getResult struct {
 	depths []pgjobs.QueueDepth
 	at     time.Time
@@ -104,7 +150,7 @@ func result(t *testing.T, ch chan getResult) getResult {
 func TestCountCacheRegimes(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(0)
-	cc := newCountCache(clock.Now)
+	cc := newTestCache(clock, &timers{})
 	db := &countingDB{calls: make(chan chan countReply)}
 	ctx := context.Background()
 	t0 := clock.Now()
@@ -195,7 +241,7 @@ func TestCountCacheRegimes(t *testing.T) {
 func TestCountCacheErrorsAndGiveUp(t *testing.T) {
 	clock := &fakeClock{}
 	clock.Set(0)
-	cc := newCountCache(clock.Now)
+	cc := newTestCache(clock, &timers{})
 	db := &countingDB{calls: make(chan chan countReply)}
 
 	w := getAsync(context.Background(), cc, db)
@@ -230,5 +276,60 @@ func TestCountCacheErrorsAndGiveUp(t *testing.T) {
 	}
 	if n := db.n.Load(); n != 2 {
 		t.Fatalf("%d counts, want 2", n)
+	}
+}
+
+// TestCountCacheKeepsWarm: a count that ends while the counts are read
+// schedules the next for when it turns CountsFresh old, so a reader who
+// comes back after 10 s finds a count about 5 s old and does not wait;
+// CountsKeepWarm after the last read the counting stops.
+func TestCountCacheKeepsWarm(t *testing.T) {
+	clock := &fakeClock{}
+	clock.Set(0)
+	ts := &timers{}
+	cc := newTestCache(clock, ts)
+	db := &countingDB{calls: make(chan chan countReply)}
+	ctx := context.Background()
+
+	w := getAsync(ctx, cc, db)
+	reply := <-db.calls // the count has started (and read its time)
+	clock.Set(500 * time.Millisecond)
+	reply <- countReply{depths: depthsOf(1)} // ends half a second later
+	result(t, w)
+	// The count ended at 0.5 s: the next is due when it turns 5 s old.
+	tm := waitTimers(ts)
+	if len(tm) != 1 || tm[0].d != CountsFresh-500*time.Millisecond {
+		t.Fatalf("scheduled %+v, want one count in %v", tm, CountsFresh-500*time.Millisecond)
+	}
+	clock.Set(CountsFresh)
+	tm[0].f()
+	answer(t, db, countReply{depths: depthsOf(2)})
+
+	// A reader 10 s after the first read gets the warm count at once.
+	tm = waitTimers(ts)
+	clock.Set(10 * time.Second)
+	if d, at, err := cc.get(ctx, db); err != nil || d[0].Completed != 2 || !at.Equal(clock.t.Add(-CountsFresh)) {
+		t.Fatalf("get after 10 s = %v, %v, %v; want the background count from 5 s", d, at, err)
+	}
+	// That read (at age 5 s) started a count; the timer scheduled by the
+	// last count finds it running and leaves the scheduling to it.
+	tm[0].f()
+	answer(t, db, countReply{depths: depthsOf(3)})
+	tm = waitTimers(ts)
+	if n := db.n.Load(); n != 3 || len(tm) != 1 {
+		t.Fatalf("%d counts, %d timers; want 3 counts and the next scheduled", n, len(tm))
+	}
+
+	// No reader for CountsKeepWarm: the scheduled count does not run, and
+	// nothing more is scheduled.
+	clock.Set(10*time.Second + CountsKeepWarm)
+	tm[0].f()
+	select {
+	case <-db.calls:
+		t.Fatal("a count ran with nobody reading")
+	case <-time.After(20 * time.Millisecond):
+	}
+	if more := ts.take(); len(more) != 0 || db.n.Load() != 3 {
+		t.Fatalf("after the readers left: %d timers, %d counts", len(more), db.n.Load())
 	}
 }
