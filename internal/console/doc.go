@@ -14,8 +14,8 @@
 // (Config.DatabaseTimeout): a database that is down or slow makes the
 // answer partial, naming it and its error, and never delays the others
 // past that timeout. The queue counts (overview, queues API) come from a
-// per-database cache at most CountsMaxAge old (counts.go), so a page at a
-// million jobs does not count them per request.
+// per-database cache at most CountsMaxAge old, kept warm while it is read
+// (counts.go), so a page at a million jobs does not count them per request.
 //
 // Concurrency: a Console is safe for concurrent use; every request works
 // on its own values, and the count cache and the bulk actions guard their
