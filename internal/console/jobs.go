@@ -206,6 +206,8 @@ type DatabaseQueues struct {
 	DatabaseStatus
 	// Queues are its queues by name; empty when it did not answer.
 	Queues []pgjobs.QueueDepth `json:"queues"`
+	// Pausable: its jobs backend can pause queues (jobs.QueuePauser).
+	Pausable bool `json:"pausable"`
 }
 
 // QueuesReport is the queues of every database.
@@ -216,7 +218,10 @@ type QueuesReport struct {
 	Partial bool `json:"partial"`
 }
 
+// queues counts every database's queues and marks the paused ones; a
+// queue paused in a database but without jobs there is listed too.
 func (c *Console) queues(ctx context.Context) QueuesReport {
+	paused := c.pausedAll(ctx)
 	parts := fanOut(ctx, c.cfg.Databases, c.cfg.DatabaseTimeout, func(ctx context.Context, db Database) ([]pgjobs.QueueDepth, error) {
 		return db.Depths(ctx)
 	})
@@ -228,5 +233,6 @@ func (c *Console) queues(ctx context.Context) QueuesReport {
 			rep.Databases[i].Queues = []pgjobs.QueueDepth{}
 		}
 	}
+	c.markPaused(&rep, <-paused)
 	return rep
 }
