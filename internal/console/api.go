@@ -34,6 +34,7 @@ func (c *Console) registerAPI(e *echo.Echo) {
 	e.GET(APIPrefix+"queues", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.queues(ec.Request().Context()))
 	}))
+	e.POST(APIPrefix+"queues/:queue/:action", c.api(RoleOperator, c.apiQueueAct))
 	e.GET(APIPrefix+"tenants", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.tenants(ec.Request().Context()))
 	}))

@@ -4,7 +4,8 @@
 // admission report, the slot map and the job lanes.
 //
 // Two tokens guard it: the admin token (server.admin_token_env) reads, the
-// operator token (server.operator_token_env) also acts on jobs. Scripts
+// operator token (server.operator_token_env) also acts on jobs and pauses
+// and resumes queues (where the backend can: jobs.QueuePauser). Scripts
 // send "Authorization: Bearer <token>"; a browser trades the token for a
 // signed session cookie at /admin/login, and every form that acts carries
 // a CSRF token derived from that cookie. Each action writes one audit log

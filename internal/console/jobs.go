@@ -210,6 +210,8 @@ type DatabaseQueues struct {
 	// CountedAt is when the count they come from started: the counts are
 	// cached, up to CountsMaxAge (zero when the database did not answer).
 	CountedAt time.Time `json:"counted_at,omitzero"`
+	// Pausable: its jobs backend can pause queues (jobs.QueuePauser).
+	Pausable bool `json:"pausable"`
 }
 
 // QueuesReport is the queues of every database.
@@ -223,10 +225,13 @@ type QueuesReport struct {
 	CountAge time.Duration `json:"count_age_ns"`
 }
 
-// queues reads every database's queue counts from the count cache. A
-// queue's oldest ready age is advanced from the count's time to now, as
-// if that job still waited.
+// queues reads every database's queue counts from the count cache and
+// marks the paused queues (read fresh, never cached); a queue paused in a
+// database but without jobs there is listed too. A queue's oldest ready
+// age is advanced from the count's time to now, as if that job still
+// waited.
 func (c *Console) queues(ctx context.Context) QueuesReport {
+	paused := c.pausedAll(ctx)
 	type counted struct {
 		depths []pgjobs.QueueDepth
 		at     time.Time
@@ -253,5 +258,6 @@ func (c *Console) queues(ctx context.Context) QueuesReport {
 		}
 		rep.Databases[i] = dq
 	}
+	c.markPaused(&rep, <-paused)
 	return rep
 }

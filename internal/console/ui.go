@@ -52,6 +52,10 @@ func parseTemplates() error {
 				return d.Round(time.Second).String()
 			},
 			"pct": func(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) },
+			// pathEscape makes a value one path segment: html/template
+			// leaves percent escapes in a URL as they are, so a queue
+			// named "a/b" or "50%" reaches the handler as itself.
+			"pathEscape": url.PathEscape,
 			"json": func(v any) string {
 				var raw []byte
 				if m, ok := v.(json.RawMessage); ok {
@@ -113,6 +117,7 @@ func (c *Console) registerUI(e *echo.Echo) {
 	e.GET(Prefix+"jobs", c.page(RoleReader, c.jobsPage))
 	e.GET(Prefix+"jobs/:db/:id", c.page(RoleReader, c.jobPage))
 	e.POST(Prefix+"jobs/:db/:id/:action", c.page(RoleOperator, c.actPage))
+	e.POST(Prefix+"queues/:queue/:action", c.page(RoleOperator, c.queueActPage))
 	e.POST(Prefix+"bulk", c.page(RoleOperator, func(ec echo.Context, w who) error {
 		act, f, err := bulkFrom(ec)
 		var st BulkStatus
@@ -210,6 +215,14 @@ func (c *Console) overviewPage(ec echo.Context, w who) error {
 	q := c.queues(ec.Request().Context())
 	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q), "CountAge": q.CountAge.Round(100 * time.Millisecond).String()})
 	v.Refresh = 10
+	for _, act := range []string{actPause, actResume} {
+		if q := ec.QueryParam(act + "d"); q != "" {
+			v.Flash = fmt.Sprintf("queue %q %sd", q, act)
+			if db := ec.QueryParam("database"); db != "" {
+				v.Flash += " on " + db
+			}
+		}
+	}
 	return c.render(ec, v)
 }
 

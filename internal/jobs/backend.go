@@ -168,3 +168,21 @@ func (SystemClock) Now() time.Time { return time.Now() }
 
 // AfterFunc wraps time.AfterFunc.
 func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// QueuePauser is the optional Backend behaviour behind pausing a queue (the
+// operator console's pause and resume). A paused queue's waiting jobs are
+// not claimed until it is resumed; its running jobs finish. The pause is
+// stored by the backend, so it holds for every process sharing the store
+// and across restarts. The PostgreSQL backend (pgjobs, one pause per jobs
+// database) implements it; the local backend, whose jobs live in one
+// process's memory, does not.
+type QueuePauser interface {
+	// PauseQueue pauses queue; it reports whether the queue was running
+	// before (pausing a paused queue changes nothing).
+	PauseQueue(ctx context.Context, queue string) (bool, error)
+	// ResumeQueue resumes queue and wakes idle workers; it reports whether
+	// the queue was paused.
+	ResumeQueue(ctx context.Context, queue string) (bool, error)
+	// PausedQueues lists the paused queues by name.
+	PausedQueues(ctx context.Context) ([]string, error)
+}

@@ -169,8 +169,54 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("in shard-1 the job is %+v, %v; want available", j, err)
 	}
 
+	// Pause the billing queue of shard-1 from the overview: the row shows
+	// it paused and offers resume; shard-1's backend lists it paused.
+	billing := `form.queue-act[data-database="shard-1"][data-queue="billing"] button`
+	var label string
+	run(t, op, "overview for the pause", chromedp.Navigate(env.URL+"/admin/"), chromedp.WaitVisible(billing, chromedp.ByQuery),
+		chromedp.Text(billing, &label, chromedp.ByQuery))
+	if label != "pause" {
+		t.Fatalf("billing's button says %q, want pause", label)
+	}
+	follow(t, op, "pause billing on shard-1", billing,
+		chromedp.WaitVisible(`.flash`, chromedp.ByQuery),
+		chromedp.WaitVisible(`[data-paused="billing"]`, chromedp.ByQuery),
+		chromedp.Text(billing, &label, chromedp.ByQuery),
+	)
+	if label != "resume" {
+		t.Errorf("after the pause billing's button says %q, want resume", label)
+	}
+	if q, err := env.Databases[2].PausedQueues(context.Background()); err != nil || len(q) != 1 || q[0] != "billing" {
+		t.Errorf("shard-1's paused queues = %v, %v; want [billing]", q, err)
+	}
+	shot(t, op, dir, "queue-paused.png")
+
 	ro := newBrowser(t)
 	login(t, ro, env.URL, consoletest.AdminToken)
+	// The read-only user sees the queue paused and no pause or resume
+	// button.
+	var queueButtons, pausedBadges int
+	run(t, ro, "overview read-only",
+		chromedp.Evaluate(`document.querySelectorAll('form.queue-act, button.pause, button.resume').length`, &queueButtons),
+		chromedp.Evaluate(`document.querySelectorAll('[data-paused="billing"]').length`, &pausedBadges),
+	)
+	if queueButtons != 0 || pausedBadges != 1 {
+		t.Errorf("read-only overview: %d pause/resume controls (want 0), %d paused badges for billing (want 1)", queueButtons, pausedBadges)
+	}
+
+	// Resume it.
+	follow(t, op, "resume billing on shard-1", billing,
+		chromedp.WaitVisible(`.flash`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll('[data-paused]').length`, &pausedBadges),
+		chromedp.Text(billing, &label, chromedp.ByQuery),
+	)
+	if pausedBadges != 0 || label != "pause" {
+		t.Errorf("after the resume: %d paused badges, button %q; want none and pause", pausedBadges, label)
+	}
+	if q, err := env.Databases[2].PausedQueues(context.Background()); err != nil || len(q) != 0 {
+		t.Errorf("shard-1's paused queues after the resume = %v, %v; want none", q, err)
+	}
+
 	var buttons int
 	var role string
 	run(t, ro, "open the job read-only",

@@ -55,13 +55,16 @@ func (h Harness) withDefaults() Harness {
 // RunConformance runs the backend conformance suite: enqueue, work, retry
 // (backoff, panics, permanent errors, timeouts), uniqueness, bulk enqueue, per-kind
 // concurrency and shutdown for every backend; tenant fairness, slots and
-// lanes for backends whose Capabilities report TenantIsolation.
+// lanes for backends whose Capabilities report TenantIsolation; pausing and
+// resuming a queue for backends that implement jobs.QueuePauser.
 func RunConformance(t *testing.T, h Harness) {
 	if h.NewBackend == nil {
 		t.Fatal("jobstest: Harness.NewBackend is nil")
 	}
 	h = h.withDefaults()
-	caps := h.NewBackend(t).Capabilities()
+	probe := h.NewBackend(t)
+	caps := probe.Capabilities()
+	_, pauses := probe.(jobs.QueuePauser)
 
 	tests := []struct {
 		name string
@@ -87,6 +90,14 @@ func RunConformance(t *testing.T, h Harness) {
 		}...)
 	} else {
 		t.Log("jobstest: backend reports no TenantIsolation; fairness, slots and lanes are not part of its contract")
+	}
+	if pauses {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"QueuePause", testQueuePause})
+	} else {
+		t.Log("jobstest: backend is no jobs.QueuePauser; pausing queues is not part of its contract")
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

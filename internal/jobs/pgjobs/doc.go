@@ -21,6 +21,9 @@
 //     a place (vtime) each ready job gets when it is enqueued, so a fair
 //     claim reads one index in order, as a FIFO claim does. Idle, it waits
 //     for a NOTIFY, a local insert, a scheduled time or the poll interval.
+//   - Pause: PauseQueue stores a paused queue in cellgate_jobs_paused
+//     (jobs.QueuePauser; pause.go); every claim reads that table once and
+//     skips the queue's jobs until ResumeQueue, which NOTIFYs.
 //   - Complete is buffered and written in batches (piggybacked on the next
 //     claim, or after CompleteFlush): at-least-once, a completion lost in a
 //     crash means the job runs again after it is rescued.

@@ -169,6 +169,11 @@ type QueueDepth struct {
 	// OldestReadyAge is how long the oldest ready job has been due (0
 	// without one).
 	OldestReadyAge time.Duration `json:"oldest_ready_age_ns"`
+	// Paused is whether the queue is paused (PauseQueue). Depths counts
+	// jobs only and leaves it false; a reader that wants it (the console)
+	// sets it from PausedQueues, which is cheap to read fresh while the
+	// counts may come from a cache.
+	Paused bool `json:"paused"`
 }
 
 // Depths counts the jobs of every queue by state. It reads the whole
@@ -229,6 +234,11 @@ type TenantBacklog struct {
 	Completed int64 `json:"completed"`
 	// OldestReadyAge is how long its oldest ready job has been due.
 	OldestReadyAge time.Duration `json:"oldest_ready_age_ns"`
+	// Paused is whether the queue is paused (PauseQueue). Depths counts
+	// jobs only and leaves it false; a reader that wants it (the console)
+	// sets it from PausedQueues, which is cheap to read fresh while the
+	// counts may come from a cache.
+	Paused bool `json:"paused"`
 }
 
 // JobTotals are a database's totals the tenants' shares are measured
