@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
 
@@ -188,10 +189,7 @@ func (c *Console) render(ec echo.Context, v view) error {
 	if v.status == 0 {
 		v.status = http.StatusOK
 	}
-	h := ec.Response().Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
+	consoleauth.SetPageHeaders(ec.Response().Header())
 	return ec.HTMLBlob(v.status, buf.Bytes())
 }
 
