@@ -69,6 +69,7 @@ base := {
 		"body_timeout": "30s",
 		"min_body_bytes_per_second": 1024,
 		"body_rate_grace": "5s",
+		"admin_token_env": "CELLGATE_ROUTER_ADMIN_TOKEN",
 	},
 	"jobs": {
 		"backend": "postgres",

@@ -7,7 +7,10 @@
 // defaults + the optional JSON file from -config or $CELLGATE_CONFIG + the
 // environment for tenancy keys), so it extracts tenants exactly as they
 // do. Without -slotmap it routes with the spec's cells and never reloads.
-// Run as many copies as you like behind a load balancer.
+// Run as many copies as you like behind a load balancer. With a token in
+// the variable router.admin_token_env names (default
+// CELLGATE_ROUTER_ADMIN_TOKEN), the router serves its own console at
+// /admin/ (internal/routerconsole); without one, /admin/ goes to the cells.
 package main
 
 import (
@@ -15,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -24,6 +28,7 @@ import (
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/cells/proxy"
 	"github.com/cellgate/cellgate/internal/configload"
+	"github.com/cellgate/cellgate/internal/routerconsole"
 )
 
 // routerGCPercent is the router's GC target when $GOGC is unset. A router
@@ -78,6 +83,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		ReloadInterval: *reload,
 		Logger:         log,
 		NetHTTPOnly:    *netHTTPOnly,
+		Console:        consoleHook(cfg.Router.AdminTokenEnv, *slotMap, log),
 		Proxy: proxy.ProxyConfig{
 			HealthInterval:        *hInterval,
 			HealthTimeout:         *hTimeout,
@@ -88,6 +94,27 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			ResponseHeaderTimeout: *headerTimeout,
 		},
 	})
+}
+
+// consoleHook returns the hook that builds the router's console when the
+// variable router.admin_token_env names holds a token, else nil: then the
+// router has no console and forwards /admin/ to the cells as before.
+func consoleHook(tokenEnv, slotMapFile string, log *slog.Logger) func(*proxy.Proxy) (http.Handler, func(context.Context), error) {
+	token := ""
+	if tokenEnv != "" {
+		token = os.Getenv(tokenEnv)
+	}
+	if token == "" {
+		return nil
+	}
+	return func(p *proxy.Proxy) (http.Handler, func(context.Context), error) {
+		c, err := routerconsole.New(routerconsole.Config{AdminToken: token, Source: p, SlotMapFile: slotMapFile, Logger: log})
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Info("router console on", "path", routerconsole.Prefix, "token_env", tokenEnv)
+		return c, c.Run, nil
+	}
 }
 
 func envOr(name, def string) string {

@@ -172,6 +172,10 @@ type Router struct {
 	// BodyRateGrace is how long a body may take before the minimum rate
 	// applies.
 	BodyRateGrace Duration `json:"body_rate_grace"`
+	// AdminTokenEnv names the env var holding the token of the router's
+	// console at /admin/; without a value there, the router forwards
+	// /admin/ to the cells.
+	AdminTokenEnv string `json:"admin_token_env"`
 }
 
 // Jobs configures the job runtime.

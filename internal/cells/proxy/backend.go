@@ -51,10 +51,14 @@ type backend struct {
 	clientFaults                         atomic.Uint64 // client errors on forwarded requests: never the cell's
 	ejectActive, ejectPassive            atomic.Uint64
 
-	mu          sync.Mutex // guards activeFails and the up/down transition
+	mu          sync.Mutex // guards activeFails, the up/down transition and the fields below
 	activeFails int
-	cancel      context.CancelFunc
-	done        chan struct{}
+	// What the console shows (Proxy.Cells); written on the error and
+	// health paths only, never by a request that succeeds.
+	downSince, lastErrAt time.Time
+	lastErr              string
+	cancel               context.CancelFunc
+	done                 chan struct{}
 }
 
 func newBackend(p *Proxy, c cells.CellSpec, target *url.URL) *backend {
@@ -283,6 +287,9 @@ func (b *backend) failedRequest(err error) {
 	if n := b.passiveFails.Add(1); int(n) >= b.p.cfg.FailAfter {
 		b.eject(false, err)
 	} else {
+		b.mu.Lock()
+		b.lastErr, b.lastErrAt = err.Error(), b.p.cfg.Now()
+		b.mu.Unlock()
 		b.log.Warn("request to cell failed", "error", err.Error())
 	}
 }
@@ -325,6 +332,10 @@ func (b *backend) eject(active bool, err error) {
 	}
 	b.up.Store(false)
 	b.passiveFails.Store(0)
+	b.downSince = b.p.cfg.Now()
+	if err != nil {
+		b.lastErr, b.lastErrAt = err.Error(), b.downSince
+	}
 	// Pooled connections to a dead cell are dead too; dropping them now
 	// keeps the first requests after its return from failing on them.
 	b.direct.closeIdle(0)
@@ -355,12 +366,14 @@ func (b *backend) check(ctx context.Context) {
 		if !b.up.Load() {
 			b.passiveFails.Store(0)
 			b.up.Store(true)
+			b.downSince = time.Time{}
 			b.log.Info("cell up")
 		}
 		b.mu.Unlock()
 		return
 	}
 	b.activeFails++
+	b.lastErr, b.lastErrAt = err.Error(), b.p.cfg.Now()
 	var op *net.OpError
 	down := b.activeFails >= b.p.cfg.FailAfter || (errors.As(err, &op) && op.Op == "dial")
 	b.mu.Unlock()

@@ -58,6 +58,7 @@ type frontServer struct {
 	readHeaderTimeout time.Duration // 0: none
 	idleTimeout       time.Duration // 0: none
 	log               *slog.Logger
+	admin             bool // the router's console is on: /admin goes to net/http
 	closing           atomic.Bool
 	ln                atomic.Pointer[net.Listener] // set by Serve, closed by Shutdown
 	served, handed    atomic.Uint64                // requests served here, connections handed over (tests)
@@ -547,6 +548,9 @@ func (s *frontServer) lean(r *http.Request, plain bool) bool {
 	}
 	if probe.Is(r.URL.Path) {
 		return false
+	}
+	if s.admin && isAdmin(r.URL.Path) {
+		return false // the router's console: net/http serves it (run.go)
 	}
 	if !plainHost(r.Host) { // the parsers moved the one Host header there
 		return false

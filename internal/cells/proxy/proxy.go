@@ -104,6 +104,10 @@ type ProxyConfig struct {
 	// Logger receives state changes (a cell going down or up) and upstream
 	// errors. Default: slog.Default().
 	Logger *slog.Logger
+	// Now stamps what Cells and SlotMapStatus report (a cell down since, a
+	// last error, a reload); never read by a request that succeeds.
+	// Default: time.Now.
+	Now func() time.Time
 }
 
 // DefaultProxyConfig holds every default of ProxyConfig.
@@ -150,6 +154,9 @@ func (c ProxyConfig) withDefaults() ProxyConfig {
 	c.TenantHeader = cmp.Or(c.TenantHeader, d.TenantHeader)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -211,6 +218,9 @@ type Proxy struct {
 
 	table atomic.Pointer[table]
 
+	reloadMu sync.Mutex // guards reloads; never taken per request
+	reloads  reloadRing
+
 	mu      sync.Mutex // guards the fields below; never taken per request
 	ctx     context.Context
 	started bool
@@ -222,6 +232,13 @@ type table struct {
 	r        *cells.CellRouter
 	backends []*backend // index = cell index in r
 	rr       atomic.Uint32
+	// gen counts the maps this Proxy has used (1 = the first); digest is
+	// the SHA-256 of the map's canonical form, so equal maps have equal
+	// digests however their files were written; since is when it was
+	// swapped in.
+	gen    uint64
+	digest string
+	since  time.Time
 }
 
 // NewProxy builds a Proxy for router's cells. x extracts tenants exactly
@@ -308,7 +325,10 @@ func (p *Proxy) SetRouter(r *cells.CellRouter) error {
 			keep[b.key()] = b
 		}
 	}
-	t := &table{r: r, backends: make([]*backend, r.Len())}
+	t := &table{r: r, backends: make([]*backend, r.Len()), gen: 1, digest: mapDigest(r), since: p.cfg.Now()}
+	if old != nil {
+		t.gen = old.gen + 1
+	}
 	for i, c := range r.Cells() {
 		k := c.Name + "\x00" + c.URL
 		if b, ok := keep[k]; ok {

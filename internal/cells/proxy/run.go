@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,25 @@ type RouterOptions struct {
 	// way back should the lean path misbehave. It overrides
 	// Proxy.NetHTTPOnly.
 	NetHTTPOnly bool
+	// Console, when set, builds the router's own console once the proxy
+	// exists (cmd/router sets it when router.admin_token_env names a set
+	// variable). Its handler then answers /admin and every path below it
+	// instead of the cells: without a tenant, /admin/ would go to any cell
+	// that is up, so an operator could never tell which cell's console
+	// answered; the router's console links to each cell's own. run, when
+	// not nil, runs in the router's wait group until the router stops.
+	// Without a Console, /admin/ is forwarded like any other path and the
+	// request path pays one boolean test for it (the own loop's).
+	Console func(p *Proxy) (handler http.Handler, run func(context.Context), err error)
+}
+
+// AdminPath is the path the router's console answers (and every path
+// below it) when RouterOptions.Console is set.
+const AdminPath = "/admin"
+
+// isAdmin reports whether path is AdminPath or below it.
+func isAdmin(path string) bool {
+	return strings.HasPrefix(path, AdminPath) && (len(path) == len(AdminPath) || path[len(AdminPath)] == '/')
 }
 
 // RunRouter runs the cell router until ctx ends, then drains within
@@ -120,6 +140,13 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		return err
 	}
 	defer p.Close()
+	var admin http.Handler
+	var adminRun func(context.Context)
+	if opts.Console != nil {
+		if admin, adminRun, err = opts.Console(p); err != nil {
+			return err
+		}
+	}
 
 	ln := opts.Listener
 	if ln == nil {
@@ -136,6 +163,9 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 	if watch != nil {
 		wg.Go(func() { watch.run(runCtx, p, opts.ReloadInterval, log) })
 	}
+	if adminRun != nil {
+		wg.Go(func() { adminRun(runCtx) })
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+probe.Health, func(w http.ResponseWriter, _ *http.Request) {
@@ -145,7 +175,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 	mux.HandleFunc("GET "+probe.Ready, p.ServeReady)
 	mux.Handle("GET "+probe.Metrics, promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
 	srv := &http.Server{
-		Handler:           probes(mux, p),
+		Handler:           probes(mux, p, admin),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
 		ConnContext:       withScanConn,
@@ -155,6 +185,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 	serve, shutdown, closeAll := srv.Serve, srv.Shutdown, srv.Close
 	if !opts.NetHTTPOnly {
 		front = newFrontServer(p, srv, ln.Addr(), log)
+		front.admin = admin != nil
 		serve, shutdown, closeAll = front.Serve, front.Shutdown, front.Close // front.Close closes srv too
 	}
 	errc := make(chan error, 1)
@@ -236,15 +267,28 @@ func fromSpec(pc ProxyConfig, cfg config.Config) ProxyConfig {
 	return pc
 }
 
-// probes sends the router's own probe paths to mux and everything else to
-// the proxy, with one comparison per request.
-func probes(mux *http.ServeMux, p *Proxy) http.Handler {
+// probes sends the router's own probe paths to mux, /admin to admin when
+// the console is on, and everything else to the proxy. Without a console
+// the handler is the one of before: nothing added per request.
+func probes(mux *http.ServeMux, p *Proxy, admin http.Handler) http.Handler {
+	if admin == nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if probe.Is(r.URL.Path) {
+				mux.ServeHTTP(w, r)
+				return
+			}
+			p.ServeHTTP(w, r)
+		})
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if probe.Is(r.URL.Path) {
+		switch {
+		case probe.Is(r.URL.Path):
 			mux.ServeHTTP(w, r)
-			return
+		case isAdmin(r.URL.Path):
+			admin.ServeHTTP(w, r)
+		default:
+			p.ServeHTTP(w, r)
 		}
-		p.ServeHTTP(w, r)
 	})
 }
 
@@ -314,6 +358,10 @@ func (f *fileWatch) poll(p *Proxy, log *slog.Logger) {
 	if err != nil {
 		p.m.reloadFailed.Add(1)
 		p.m.slotMapCurrent.Store(false)
+		// Forget the content: the file that comes back must be loaded
+		// even with the same bytes, or the map would stay "not current".
+		f.last = nil
+		p.noteReload("unreadable", err)
 		log.Error("slot map file unreadable; keeping the last good map", "file", f.path, "error", err.Error())
 		return
 	}
@@ -341,9 +389,11 @@ func (p *Proxy) ReloadSlotMap(raw []byte) error {
 	if err != nil {
 		p.m.reloadInvalid.Add(1)
 		p.m.slotMapCurrent.Store(false)
+		p.noteReload("invalid", err)
 		return err
 	}
 	p.m.reloadOK.Add(1)
 	p.m.slotMapCurrent.Store(true)
+	p.noteReload("ok", nil)
 	return nil
 }

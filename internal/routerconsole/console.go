@@ -1,0 +1,280 @@
+package routerconsole
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
+	"github.com/cellgate/cellgate/internal/console/consolechart"
+)
+
+// Source is what the console reads: a *proxy.Proxy.
+type Source interface {
+	Cells() []proxy.CellStatus
+	SlotMapStatus() proxy.SlotMapStatus
+}
+
+// Config is what a Console shows and how it guards it.
+type Config struct {
+	// AdminToken reads (required: without it there is no console).
+	AdminToken string
+	// Source is the running proxy.
+	Source Source
+	// SlotMapFile is the slot map file the router reloads ("" when it
+	// routes with the spec's cells): shown on the slot map page.
+	SlotMapFile string
+	// SampleEvery is the traffic sampler's period. 0 means DefaultSampleEvery.
+	SampleEvery time.Duration
+	// Samples is how many samples each cell's rings keep. 0 means
+	// DefaultSamples.
+	Samples int
+	// SessionTTL is how long a login lasts. 0 means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// SessionKey signs session cookies and CSRF tokens; nil means 32 random
+	// bytes, so sessions end when the router restarts.
+	SessionKey []byte
+	// Logger receives the audit lines; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// The defaults of Config: 120 samples 5 s apart are the last ten minutes.
+const (
+	DefaultSampleEvery = 5 * time.Second
+	DefaultSamples     = 120
+	DefaultSessionTTL  = 8 * time.Hour
+)
+
+// SessionCookie is the router console's session cookie. It differs from
+// the cells' (cellgate_console): a browser keeps cookies per host, not per
+// port, so a router and a cell on one host would overwrite each other's.
+const SessionCookie = "cellgate_router_console"
+
+// Prefix is where the pages live; APIPrefix the JSON.
+const (
+	Prefix    = proxy.AdminPath + "/"
+	APIPrefix = Prefix + "api/"
+)
+
+// Console is the router's console: an http.Handler for /admin and below,
+// and Run, its traffic sampler.
+type Console struct {
+	cfg  Config
+	log  *slog.Logger
+	auth consoleauth.Authenticator
+	mux  *http.ServeMux
+
+	mu      sync.Mutex // guards traffic
+	traffic map[string]*cellSeries
+}
+
+// cellSeries is one cell's traffic rings and the counters of its last
+// sample (to take the difference).
+type cellSeries struct {
+	url                string // a cell renamed to another URL is a new backend: counters restart
+	requests, refusals *consolechart.Ring
+	lastReq, lastRef   uint64
+	lastAt             time.Time
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+var (
+	pagesOnce sync.Once
+	pages     map[string]*template.Template
+	pagesErr  error
+)
+
+// New checks cfg and builds a Console.
+func New(cfg Config) (*Console, error) {
+	if cfg.AdminToken == "" {
+		return nil, errors.New("routerconsole: the admin token (router.admin_token_env) is empty")
+	}
+	if cfg.Source == nil {
+		return nil, errors.New("routerconsole: Config.Source is nil")
+	}
+	if cfg.SampleEvery < 0 || cfg.Samples < 0 || cfg.SessionTTL < 0 {
+		return nil, fmt.Errorf("routerconsole: negative SampleEvery (%s), Samples (%d) or SessionTTL (%s)", cfg.SampleEvery, cfg.Samples, cfg.SessionTTL)
+	}
+	if cfg.SampleEvery == 0 {
+		cfg.SampleEvery = DefaultSampleEvery
+	}
+	if cfg.Samples == 0 {
+		cfg.Samples = DefaultSamples
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SessionKey == nil {
+		k, err := consoleauth.RandomKey()
+		if err != nil {
+			return nil, err
+		}
+		cfg.SessionKey = k
+	}
+	if err := parseTemplates(); err != nil {
+		return nil, err
+	}
+	c := &Console{
+		cfg: cfg,
+		log: cfg.Logger,
+		auth: consoleauth.New(consoleauth.Config{
+			AdminToken: cfg.AdminToken, Key: cfg.SessionKey, TTL: cfg.SessionTTL, Now: cfg.Now,
+			Cookie: SessionCookie, Path: proxy.AdminPath,
+		}),
+		traffic: map[string]*cellSeries{},
+	}
+	c.mux = c.routes()
+	return c, nil
+}
+
+// ServeHTTP serves /admin and everything below it.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// Run samples the traffic every SampleEvery until ctx ends: the router
+// runs it in its own wait group (proxy.RouterOptions.Console), so it stops
+// with the router.
+func (c *Console) Run(ctx context.Context) {
+	c.Sample()
+	t := time.NewTicker(c.cfg.SampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.Sample()
+		}
+	}
+}
+
+// Sample takes one traffic sample now: per cell of the map in use, the
+// requests and refusals per second since the last sample. A cell's first
+// sample only sets its baseline; a cell that left the map loses its rings.
+func (c *Console) Sample() {
+	cells := c.cfg.Source.Cells()
+	now := c.cfg.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := make(map[string]bool, len(cells))
+	for _, s := range cells {
+		seen[s.Name] = true
+		cs := c.traffic[s.Name]
+		if cs == nil || cs.url != s.URL {
+			cs = &cellSeries{url: s.URL, requests: consolechart.NewRing(c.cfg.Samples), refusals: consolechart.NewRing(c.cfg.Samples)}
+			c.traffic[s.Name] = cs
+			cs.lastReq, cs.lastRef, cs.lastAt = s.Requests, s.Refusals.Total(), now
+			continue
+		}
+		req, ref := s.Requests, s.Refusals.Total()
+		secs := now.Sub(cs.lastAt).Seconds()
+		if secs <= 0 || req < cs.lastReq || ref < cs.lastRef {
+			// A clock step or counters that restarted: no rate to tell.
+			cs.requests.Gap(now)
+			cs.refusals.Gap(now)
+		} else {
+			cs.requests.Add(now, float64(req-cs.lastReq)/secs)
+			cs.refusals.Add(now, float64(ref-cs.lastRef)/secs)
+		}
+		cs.lastReq, cs.lastRef, cs.lastAt = req, ref, now
+	}
+	for name := range c.traffic {
+		if !seen[name] {
+			delete(c.traffic, name)
+		}
+	}
+}
+
+// Traffic is the sampled traffic of every cell (the JSON of
+// /admin/api/traffic).
+type Traffic struct {
+	// Interval is the sampling period; Samples the points kept per series.
+	Interval string        `json:"interval"`
+	Samples  int           `json:"samples"`
+	Cells    []CellTraffic `json:"cells"`
+}
+
+// CellTraffic is one cell's series, oldest sample first.
+type CellTraffic struct {
+	Name               string  `json:"name"`
+	RequestsPerSecond  []Point `json:"requests_per_second"`
+	RefusalsPerSecond  []Point `json:"refusals_per_second"`
+	requests, refusals []consolechart.Point
+}
+
+// Point is one sample; V is null where nothing could be measured.
+type Point struct {
+	T time.Time `json:"t"`
+	V *float64  `json:"v"`
+}
+
+// traffic copies the rings out under the lock, in the map's cell order.
+func (c *Console) trafficNow(order []proxy.CellStatus) Traffic {
+	out := Traffic{Interval: c.cfg.SampleEvery.String(), Samples: c.cfg.Samples, Cells: []CellTraffic{}}
+	c.mu.Lock()
+	for _, s := range order {
+		cs := c.traffic[s.Name]
+		ct := CellTraffic{Name: s.Name}
+		if cs != nil {
+			ct.requests = cs.requests.Points(nil)
+			ct.refusals = cs.refusals.Points(nil)
+		}
+		out.Cells = append(out.Cells, ct)
+	}
+	c.mu.Unlock()
+	for i := range out.Cells {
+		out.Cells[i].RequestsPerSecond = jsonPoints(out.Cells[i].requests)
+		out.Cells[i].RefusalsPerSecond = jsonPoints(out.Cells[i].refusals)
+	}
+	return out
+}
+
+func jsonPoints(ps []consolechart.Point) []Point {
+	out := make([]Point, len(ps))
+	for i, p := range ps {
+		out[i].T = p.T.UTC()
+		if p.V == p.V { // not NaN
+			v := p.V
+			out[i].V = &v
+		}
+	}
+	return out
+}
+
+// charts draws the traffic and refusal charts over the sampled window.
+func (c *Console) charts(t Traffic) (traffic, refusals template.HTML) {
+	req := make([]consolechart.Series, len(t.Cells))
+	ref := make([]consolechart.Series, len(t.Cells))
+	for i, ct := range t.Cells {
+		req[i] = consolechart.Series{Label: ct.Name, Points: ct.requests}
+		ref[i] = consolechart.Series{Label: ct.Name, Points: ct.refusals}
+	}
+	traffic = consolechart.Time(consolechart.TimeOptions{ID: "traffic-chart", Title: "Requests per second by cell", Unit: "req/s"}, req...)
+	refusals = consolechart.Time(consolechart.TimeOptions{ID: "refusals-chart", Title: "Router refusals per second by cell", Unit: "/s", Height: 160}, ref...)
+	return traffic, refusals
+}
+
+func staticFiles() http.Handler {
+	sub, _ := fs.Sub(staticFS, "static")
+	return http.StripPrefix(Prefix+"static/", http.FileServer(http.FS(sub)))
+}
