@@ -141,7 +141,8 @@ func (t *directTransport) get(ctx context.Context) (*directConn, error) {
 	pc := &directConn{t: t, conn: c, headLeft: noHeadLimit}
 	pc.abortFn = pc.abort // once: a method value passed per request would allocate
 	pc.br = bufio.NewReaderSize(pc, 4<<10)
-	pc.bw = bufio.NewWriterSize(c, 4<<10)
+	pc.send.init(c)
+	pc.bw = bufio.NewWriterSize(sendWaiter{pc}, 4<<10)
 	return pc, nil
 }
 
@@ -211,6 +212,7 @@ type directConn struct {
 	headLeft    int  // bytes the head may still take; noHeadLimit for the body
 	aborted     atomic.Bool
 	rp          responseParser // plain answer heads (leanhead.go)
+	send        rawSender      // the head goes out with the wait for the answer (sendread.go)
 }
 
 // maxHeadBytes bounds what is read for an answer's head, 1xx answers
@@ -288,14 +290,18 @@ func (pc *directConn) exchange(req *http.Request, write headWriter, info infoHan
 	if err := write(pc.bw, req); err != nil {
 		return nil, err
 	}
-	if err := pc.bw.Flush(); err != nil {
-		return nil, err
-	}
 	// Each deadline change re-checks aborted: abort sets the flag before
 	// its own deadline, so whichever runs last, an aborted request keeps a
-	// deadline in the past.
+	// deadline in the past. The header timeout is set before the flush:
+	// the flush also waits for the answer (sendread.go).
 	if d := pc.t.headerTimeout; d > 0 {
 		pc.setReadDeadline(time.Now().Add(d))
+	}
+	pc.send.wait = true
+	err := pc.bw.Flush()
+	pc.send.wait = false
+	if err != nil {
+		return nil, err
 	}
 	pc.headLeft = pc.t.maxHead
 	resp, err := pc.readHead(req, info, headerFirst)

@@ -291,3 +291,25 @@ func TestDirectClientGoneMidStream(t *testing.T) {
 	be := f.p.table.Load().backends[1]
 	waitFor(t, 2*time.Second, func() bool { return be.inflight.Load() == 0 })
 }
+
+// TestDirectSendsHeadsLargerThanItsBuffer: a request head larger than a
+// cell connection's write buffer leaves in several writes, and only the
+// last one waits for the answer (sendread.go); a wait after the first part
+// would hold the request until the response header timeout (504).
+func TestDirectSendsHeadsLargerThanItsBuffer(t *testing.T) {
+	f := newFixture(t, ProxyConfig{ResponseHeaderTimeout: 2 * time.Second})
+	f.cells[1].extra = func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strings.Repeat("a", len(r.Header.Get("X-Big"))/1000))
+	}
+	big := strings.Repeat("b", 10_000) // the write buffer is 4 KiB
+	for range 2 {                      // a new connection, then a pooled one
+		start := time.Now()
+		resp, body := f.get(t, "/x/big", tenant2, "X-Big", big)
+		if resp.StatusCode != 200 || string(body) != "aaaaaaaaaa" {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("answered after %s", d)
+		}
+	}
+}

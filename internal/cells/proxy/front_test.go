@@ -463,3 +463,54 @@ func TestOwnLoopPipelined(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteHeaderMatchesWriteSubset: the own loop's header writer writes
+// what http.Header.WriteSubset writes for the same header and exclusions:
+// sorted keys, invalid names dropped, CR and LF in values made spaces,
+// values trimmed, trailer keys and the named keys left out.
+func TestWriteHeaderMatchesWriteSubset(t *testing.T) {
+	h := http.Header{
+		"Content-Type":      {"text/plain"},
+		"X-B":               {"  padded\t", "two"},
+		"X-A":               {"split\r\nvalue", "\nedge\r"},
+		"Bad Name":          {"dropped"},
+		"":                  {"empty name"},
+		"Content-Length":    {"3"},
+		"Transfer-Encoding": {"chunked"},
+		"Connection":        {"keep-alive"},
+		"Trailer:X-T":       {"late"},
+		"X-Empty":           {""},
+	}
+	cases := []struct {
+		skip    headerSkip
+		exclude []string
+	}{
+		{0, nil},
+		{skipTrailerKeys | skipTransferEncoding, []string{"Trailer:X-T", "Transfer-Encoding"}},
+		{skipTrailerKeys | skipConnection | skipContentLength | skipTransferEncoding | skipContentType,
+			[]string{"Trailer:X-T", "Connection", "Content-Length", "Transfer-Encoding", "Content-Type"}},
+		{skipContentLength | skipTransferEncoding, []string{"Content-Length", "Transfer-Encoding"}},
+	}
+	for _, c := range cases {
+		var want, got bytes.Buffer
+		exclude := map[string]bool{}
+		for _, k := range c.exclude {
+			exclude[k] = true
+		}
+		if err := h.WriteSubset(&want, exclude); err != nil {
+			t.Fatal(err)
+		}
+		bw := bufio.NewWriter(&got)
+		keys := make([]string, 0, len(h))
+		for k := range h {
+			keys = append(keys, k)
+		}
+		writeHeader(bw, h, keys, c.skip)
+		if err := bw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Errorf("skip %b:\n got %q\nwant %q", c.skip, got.String(), want.String())
+		}
+	}
+}

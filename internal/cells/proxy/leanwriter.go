@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -36,6 +37,7 @@ type leanWriter struct {
 	closeAfter    bool     // the connection cannot carry another request
 	trailers      []string // declared in the Trailer header, canonical
 	pending       []byte   // body bytes held before the head is committed
+	keys          []string // the header's keys while a head is written
 	scratch       [32]byte
 }
 
@@ -47,7 +49,7 @@ const holdBytes = 2048
 func (w *leanWriter) reset(isHEAD bool) {
 	clear(w.header)
 	*w = leanWriter{bw: w.bw, header: w.header, closing: w.closing, isHEAD: isHEAD, contentLength: -1,
-		trailers: w.trailers[:0], pending: w.pending[:0]}
+		trailers: w.trailers[:0], pending: w.pending[:0], keys: w.keys[:0]}
 }
 
 // Header implements http.ResponseWriter.
@@ -63,7 +65,11 @@ func (w *leanWriter) WriteHeader(code int) {
 	}
 	if code < 200 && code != http.StatusSwitchingProtocols {
 		w.writeStatusLine(code)
-		_ = w.header.WriteSubset(w.bw, noBodyHeaders)
+		w.keys = w.keys[:0]
+		for k := range w.header {
+			w.keys = append(w.keys, k)
+		}
+		writeHeader(w.bw, w.header, w.keys, skipContentLength|skipTransferEncoding)
 		_, _ = w.bw.WriteString("\r\n")
 		_ = w.bw.Flush()
 		return
@@ -77,8 +83,6 @@ func (w *leanWriter) WriteHeader(code int) {
 		}
 	}
 }
-
-var noBodyHeaders = map[string]bool{"Content-Length": true, "Transfer-Encoding": true}
 
 // Write implements http.ResponseWriter.
 func (w *leanWriter) Write(p []byte) (int, error) {
@@ -172,17 +176,17 @@ func (w *leanWriter) finish() (keep bool, err error) {
 func (w *leanWriter) commit(p []byte) {
 	w.committed = true
 	h := w.header
-	var exclude map[string]bool
+	// The handler's keys, collected once: sorted and written below.
+	keys := w.keys[:0]
 	hasTrailers := false
 	for k := range h {
+		keys = append(keys, k)
 		if strings.HasPrefix(k, http.TrailerPrefix) {
-			if exclude == nil {
-				exclude = map[string]bool{}
-			}
-			exclude[k] = true
 			hasTrailers = true
 		}
 	}
+	w.keys = keys
+	skip := skipTrailerKeys | skipTransferEncoding // Proxy never sets Transfer-Encoding; framing is decided here
 	for _, v := range h["Trailer"] {
 		hasTrailers = true
 		for tok := range strings.SplitSeq(v, ",") {
@@ -207,7 +211,7 @@ func (w *leanWriter) commit(p []byte) {
 		// connection's last answer, and it says so in place of any
 		// Connection the handler set.
 		w.closeAfter = true
-		exclude = excludeAlso(exclude, "Connection")
+		skip |= skipConnection
 		conn = "close"
 	}
 	if bodyAllowed(w.status) {
@@ -215,21 +219,20 @@ func (w *leanWriter) commit(p []byte) {
 			ctype = http.DetectContentType(p)
 		}
 	} else {
-		exclude = excludeAlso(exclude, "Content-Length", "Transfer-Encoding")
+		skip |= skipContentLength
 		if w.status == http.StatusNotModified {
-			exclude = excludeAlso(exclude, "Content-Type")
+			skip |= skipContentType
 		}
 	}
 	if _, ok := h["Date"]; !ok {
 		date = httpDate()
 	}
-	exclude = excludeAlso(exclude, "Transfer-Encoding") // Proxy never sets it; framing is decided here
 	if !w.isHEAD && bodyAllowed(w.status) && w.contentLength == -1 {
 		w.chunked = true
-		exclude = excludeAlso(exclude, "Content-Length")
+		skip |= skipContentLength
 	}
 	w.writeStatusLine(w.status)
-	_ = h.WriteSubset(w.bw, exclude)
+	writeHeader(w.bw, h, keys, skip)
 	writeExtra(w.bw, "Date", date)
 	writeExtra(w.bw, "Content-Length", clen)
 	writeExtra(w.bw, "Content-Type", ctype)
@@ -240,17 +243,91 @@ func (w *leanWriter) commit(p []byte) {
 	_, _ = w.bw.WriteString("\r\n")
 }
 
-// excludeAlso adds keys present in a header to an exclusion set (nil
-// until needed: WriteSubset takes nil for none).
-func excludeAlso(m map[string]bool, keys ...string) map[string]bool {
-	if m == nil {
-		m = make(map[string]bool, 4)
+// headerSkip is the set of a header's keys writeHeader leaves out.
+type headerSkip uint8
+
+const (
+	skipTrailerKeys headerSkip = 1 << iota // keys with http.TrailerPrefix
+	skipConnection
+	skipContentLength
+	skipTransferEncoding
+	skipContentType
+)
+
+func (s headerSkip) skips(k string) bool {
+	switch k {
+	case "Connection":
+		return s&skipConnection != 0
+	case "Content-Length":
+		return s&skipContentLength != 0
+	case "Transfer-Encoding":
+		return s&skipTransferEncoding != 0
+	case "Content-Type":
+		return s&skipContentType != 0
 	}
-	for _, k := range keys {
-		m[k] = true
-	}
-	return m
+	return s&skipTrailerKeys != 0 && strings.HasPrefix(k, http.TrailerPrefix)
 }
+
+// writeHeader writes h's fields as http.Header.WriteSubset does with the
+// keys skip names excluded: keys sorted, invalid names dropped, CR and LF
+// in values turned into spaces and the values trimmed. keys holds h's
+// keys (sorted here, in place). It allocates nothing, where WriteSubset
+// wants an exclusion map per call and sorts through a pooled sorter.
+func writeHeader(bw *bufio.Writer, h http.Header, keys []string, skip headerSkip) {
+	slices.Sort(keys)
+	for _, k := range keys {
+		if skip.skips(k) || !validFieldName(k) {
+			continue
+		}
+		for _, v := range h[k] {
+			_, _ = bw.WriteString(k)
+			_, _ = bw.WriteString(": ")
+			writeTrimmedValue(bw, v)
+			_, _ = bw.WriteString("\r\n")
+		}
+	}
+}
+
+// validFieldName reports whether k is a token, as httpguts'
+// ValidHeaderFieldName.
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if !tokenByte(k[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// writeTrimmedValue writes v as WriteSubset does: CR and LF turned into
+// spaces, then leading and trailing spaces, tabs, CRs and LFs trimmed
+// (textproto.TrimString).
+func writeTrimmedValue(bw *bufio.Writer, v string) {
+	i, j := 0, len(v)
+	for i < j && asciiSpace(v[i]) {
+		i++
+	}
+	for j > i && asciiSpace(v[j-1]) {
+		j--
+	}
+	v = v[i:j]
+	if !strings.ContainsAny(v, "\r\n") {
+		_, _ = bw.WriteString(v)
+		return
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c == '\r' || c == '\n' {
+			c = ' '
+		}
+		_ = bw.WriteByte(c)
+	}
+}
+
+func asciiSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 func writeExtra(bw *bufio.Writer, k, v string) {
 	if v != "" {
