@@ -9,12 +9,12 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/console/consolechart"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
 
@@ -287,52 +287,28 @@ func (c *Console) actPage(ec echo.Context, w who) error {
 }
 
 // chartStates are the chart's states, in bar order, with their colors.
-var chartStates = [4]struct{ state, color string }{
-	{"available", "#b54708"}, {"running", "#175cd3"}, {"completed", "#2e8540"}, {"failed", "#b42318"},
+var chartStates = []consolechart.Key{
+	{Name: "available", Color: "#b54708"}, {Name: "running", Color: "#175cd3"}, {Name: "completed", Color: "#2e8540"}, {Name: "failed", Color: "#b42318"},
 }
 
 // stateChart draws the jobs of every database by state as horizontal
 // stacked bars, on the server: the page needs no script to show it.
 func stateChart(q QueuesReport) template.HTML {
-	const rowH, labelW, barW = 28, 110, 560
-	counts := make([][4]int64, len(q.Databases))
-	var maxTotal int64 = 1
+	rows := make([]consolechart.Bar, len(q.Databases))
 	for i, db := range q.Databases {
-		for _, d := range db.Queues {
-			counts[i][0] += d.Available
-			counts[i][1] += d.Running
-			counts[i][2] += d.Completed
-			counts[i][3] += d.Failed
-		}
-		maxTotal = max(maxTotal, counts[i][0]+counts[i][1]+counts[i][2]+counts[i][3])
-	}
-	h := rowH*len(counts) + 30
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg id="chart" xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" aria-label="jobs by state per database">`, labelW+barW+120, h)
-	for i, db := range q.Databases {
-		y := i * rowH
-		fmt.Fprintf(&b, `<text x="0" y="%d">%s</text>`, y+18, template.HTMLEscapeString(db.Database))
+		rows[i].Label = db.Database
 		if db.Error != "" {
-			fmt.Fprintf(&b, `<text x="%d" y="%d" fill="#b42318">no answer</text>`, labelW, y+18)
+			rows[i].Missing = "no answer"
 			continue
 		}
-		x := float64(labelW)
-		var total int64
-		for k, n := range counts[i] {
-			w := float64(barW) * float64(n) / float64(maxTotal)
-			if w > 0 {
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="20" fill="%s"><title>%s: %d</title></rect>`, x, y+4, w, chartStates[k].color, chartStates[k].state, n)
-			}
-			x += w
-			total += n
+		v := make([]int64, 4)
+		for _, d := range db.Queues {
+			v[0] += d.Available
+			v[1] += d.Running
+			v[2] += d.Completed
+			v[3] += d.Failed
 		}
-		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%d</text>`, x+6, y+18, total)
+		rows[i].Values = v
 	}
-	for k, s := range chartStates {
-		lx := labelW + 100*k
-		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="%s"/><text x="%d" y="%d">%s</text>`, lx, h-16, s.color, lx+14, h-7, s.state)
-	}
-	b.WriteString(`</svg>`)
-	// Safe: built from escaped database names, numbers and constants.
-	return template.HTML(b.String())
+	return consolechart.Bars("chart", "jobs by state per database", chartStates, rows)
 }
