@@ -193,9 +193,11 @@ func bulkFrom(ec echo.Context) (pgjobs.Act, BulkFilter, error) {
 		Database: ec.FormValue("database"), State: pgjobs.State(ec.FormValue("state")),
 		Kind: ec.FormValue("kind"), Queue: ec.FormValue("queue"), Tenant: ec.FormValue("tenant"),
 	}
-	if _, err := queryFrom(url.Values{"state": {string(f.State)}}); err != nil {
+	q, err := queryFrom(url.Values{"state": {string(f.State)}, "from": {ec.FormValue("from")}, "to": {ec.FormValue("to")}})
+	if err != nil {
 		return "", f, err
 	}
+	f.From, f.To = q.From, q.To
 	return pgjobs.Act(ec.FormValue("action")), f, nil
 }
 

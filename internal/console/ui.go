@@ -235,8 +235,9 @@ func (c *Console) jobsPage(ec echo.Context, w who) error {
 	}
 	v.Data = map[string]any{
 		"Query": q, "Page": page, "Names": names, "Next": next,
-		"Filtered": q.Database != "" || q.State != "" || q.Kind != "" || q.Queue != "" || q.Tenant != "",
-		"States":   []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
+		"Filtered": q.Database != "" || q.State != "" || q.Kind != "" || q.Queue != "" || q.Tenant != "" || !q.From.IsZero() || !q.To.IsZero(),
+		"From":     rangeValue(q.From), "To": rangeValue(q.To),
+		"States": []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
 	}
 	return c.render(ec, v)
 }
