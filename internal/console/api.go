@@ -46,6 +46,9 @@ func (c *Console) registerAPI(e *echo.Echo) {
 	e.GET(APIPrefix+"lanes", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.lanes())
 	}))
+	e.GET(APIPrefix+"series", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.series())
+	}))
 }
 
 func (c *Console) admission() any {

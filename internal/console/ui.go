@@ -137,7 +137,7 @@ func (c *Console) registerUI(e *echo.Echo) {
 		return c.render(ec, v)
 	}))
 	e.GET(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
-		return c.render(ec, c.view(w, "tenants", "Tenants", c.tenants(ec.Request().Context())))
+		return c.render(ec, c.view(w, "tenants", "Tenants", map[string]any{"Report": c.tenants(ec.Request().Context()), "Charts": c.tenantCharts()}))
 	}))
 	e.GET(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))
@@ -208,7 +208,7 @@ func (c *Console) login(ec echo.Context) error {
 
 func (c *Console) overviewPage(ec echo.Context, w who) error {
 	q := c.queues(ec.Request().Context())
-	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q)})
+	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q), "Series": c.cellCharts()})
 	v.Refresh = 10
 	return c.render(ec, v)
 }
