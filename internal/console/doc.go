@@ -15,7 +15,13 @@
 // answer partial, naming it and its error, and never delays the others
 // past that timeout.
 //
-// Concurrency: a Console is immutable after New and safe for concurrent
-// use; every request works on its own values. The databases' methods must
+// Its charts over time come from a sampler its owner runs
+// (Console.RunSampler, stopped by cancelling its context): every
+// Config.SampleEvery it fills fixed rings for the cell and the most refused
+// tenants, so its memory does not grow with time or tenants.
+//
+// Concurrency: a Console is safe for concurrent use; its configuration is
+// fixed after New, and the series the sampler writes are under a lock the
+// pages take to copy them. The databases' methods must
 // be safe for concurrent use (a *pgjobs.Backend is).
 package console
