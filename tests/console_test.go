@@ -71,4 +71,26 @@ func TestCellConsole(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The cell hands the console its workers and runs its sampler: the
+	// lanes see every worker, the series have the sample taken at start.
+	code, _, body := get("/admin/api/lanes", admin)
+	var lanes struct {
+		Observed bool `json:"observed"`
+		Workers  int  `json:"workers"`
+		PerDB    []struct {
+			Database string `json:"database"`
+		} `json:"per_database"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &lanes) != nil || !lanes.Observed || lanes.Workers == 0 || len(lanes.PerDB) != 3 {
+		t.Errorf("/admin/api/lanes = %d %s, want the workers observed over 3 databases", code, body)
+	}
+	code, _, body = get("/admin/api/series", admin)
+	var ser struct {
+		Cell struct {
+			Backlog []json.RawMessage `json:"backlog"`
+		} `json:"cell"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &ser) != nil || len(ser.Cell.Backlog) == 0 {
+		t.Errorf("/admin/api/series = %d %s, want the start-up sample", code, body)
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
+	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 )
@@ -14,20 +15,40 @@ import (
 // admin token is set; without it those paths answer 404. The console sees
 // the PostgreSQL runtime's databases through console.Database, so the
 // runtime package never links the job backend.
-func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, rejections *console.TopK, log *slog.Logger) error {
+//
+// It returns the console (nil when off): the caller owns its sampler
+// (Console.RunSampler) and stops it.
+func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, rejections *console.TopK, log *slog.Logger) (*console.Console, error) {
 	admin := os.Getenv(cfg.Server.AdminTokenEnv)
 	if cfg.Server.AdminTokenEnv == "" || admin == "" {
-		return nil
+		return nil, nil
 	}
 	operator := ""
 	if cfg.Server.OperatorTokenEnv != "" {
 		operator = os.Getenv(cfg.Server.OperatorTokenEnv)
 	}
 	var dbs []console.Database
-	if rt, ok := jobsRT.(*pgjobs.Runtime); ok {
+	var client *jobs.Client
+	switch rt := jobsRT.(type) {
+	case *pgjobs.Runtime:
 		for _, b := range rt.Databases() {
 			dbs = append(dbs, b)
 		}
+		client = rt.Client()
+	case *jobs.Client:
+		client = rt
+	}
+	var workers func([]jobs.JobID) []jobs.JobID
+	var completed func() uint64
+	if client != nil {
+		workers, completed = client.WorkerJobs, client.Completed
+	}
+	// In flight per tenant: a lock-free read of the request engine's
+	// account (admission.Engine.InFlightOf), nothing on the admit path.
+	var inFlight func(string) (int64, int64)
+	if eng := srv.Bulkheads().Requests; eng != nil {
+		limit := eng.Config().MaxConcurrent
+		inFlight = func(tenant string) (int64, int64) { return eng.InFlightOf(tenant), limit }
 	}
 	c, err := console.New(console.Config{
 		AdminToken:    admin,
@@ -36,11 +57,14 @@ func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, rej
 		Spec:          cfg,
 		Admission:     func() any { return srv.Bulkheads().Report() },
 		Rejections:    rejections,
+		InFlight:      inFlight,
+		Workers:       workers,
+		Completed:     completed,
 		Logger:        log,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.Register(srv.Echo())
-	return nil
+	return c, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
@@ -46,8 +47,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
-	if err := mountConsole(cfg, srv, jobsRT, rejections, log); err != nil {
+	cons, err := mountConsole(cfg, srv, jobsRT, rejections, log)
+	if err != nil {
 		return err
+	}
+	if cons != nil {
+		// The console's sampler is ours: it stops, and is waited for,
+		// before serve returns.
+		sctx, stopSampler := context.WithCancel(ctx)
+		var sampling sync.WaitGroup
+		sampling.Go(func() { cons.RunSampler(sctx) })
+		defer sampling.Wait()
+		defer stopSampler()
 	}
 	srv.AddReadiness("migrations", progress.check)
 	bm, err := newBootMetrics(srv.Registry())

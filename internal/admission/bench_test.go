@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
@@ -252,4 +253,57 @@ func heapAfterGC() uint64 {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// BenchmarkAdmitWhileConsoleReads is the hot-account admit with and without
+// an operator console reading the account's in-flight count (InFlightOf, a
+// lock-free load per shard) every millisecond, far more often than a page
+// view does: the read adds nothing to the admit path, and the two variants
+// should match within noise.
+func BenchmarkAdmitWhileConsoleReads(b *testing.B) {
+	const hot = "tenant-hot"
+	perP := ShardsFor(runtime.GOMAXPROCS(0))
+	for _, reading := range []bool{false, true} {
+		name := "alone"
+		if reading {
+			name = "console_reading"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := benchEngine(b, perP, true)
+			admitRelease(b, e, hot)
+			stop, done := make(chan struct{}), make(chan struct{})
+			var reads int64
+			go func() {
+				defer close(done)
+				if !reading {
+					return
+				}
+				t := time.NewTicker(time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-t.C:
+						if e.InFlightOf(hot) >= 0 {
+							reads++
+						}
+					}
+				}
+			}()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if !admitRelease(b, e, hot) {
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			close(stop)
+			<-done
+			b.ReportMetric(float64(reads), "reads")
+		})
+	}
 }

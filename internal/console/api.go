@@ -47,6 +47,9 @@ func (c *Console) registerAPI(e *echo.Echo) {
 	e.GET(APIPrefix+"lanes", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.lanes())
 	}))
+	e.GET(APIPrefix+"series", c.api(RoleReader, func(ec echo.Context, _ who) error {
+		return ec.JSON(http.StatusOK, c.series())
+	}))
 }
 
 func (c *Console) admission() any {
@@ -194,9 +197,11 @@ func bulkFrom(ec echo.Context) (pgjobs.Act, BulkFilter, error) {
 		Database: ec.FormValue("database"), State: pgjobs.State(ec.FormValue("state")),
 		Kind: ec.FormValue("kind"), Queue: ec.FormValue("queue"), Tenant: ec.FormValue("tenant"),
 	}
-	if _, err := queryFrom(url.Values{"state": {string(f.State)}}); err != nil {
+	q, err := queryFrom(url.Values{"state": {string(f.State)}, "from": {ec.FormValue("from")}, "to": {ec.FormValue("to")}})
+	if err != nil {
 		return "", f, err
 	}
+	f.From, f.To = q.From, q.To
 	return pgjobs.Act(ec.FormValue("action")), f, nil
 }
 

@@ -49,10 +49,13 @@ type BulkFilter struct {
 	Kind     string       `json:"kind,omitempty"`
 	Queue    string       `json:"queue,omitempty"`
 	Tenant   string       `json:"tenant,omitempty"`
+	// From and To bound created_at as in JobQuery.
+	From time.Time `json:"from,omitzero"`
+	To   time.Time `json:"to,omitzero"`
 }
 
 func (f BulkFilter) String() string {
-	return fmt.Sprintf("database=%q state=%q kind=%q queue=%q tenant=%q", f.Database, f.State, f.Kind, f.Queue, f.Tenant)
+	return fmt.Sprintf("database=%q state=%q kind=%q queue=%q tenant=%q from=%q to=%q", f.Database, f.State, f.Kind, f.Queue, f.Tenant, rangeValue(f.From), rangeValue(f.To))
 }
 
 // bulkOps holds the recent bulk actions; its mutex guards every
@@ -106,8 +109,8 @@ func (c *Console) startBulk(w who, act pgjobs.Act, f BulkFilter) (BulkStatus, er
 	if _, ok := map[pgjobs.Act]bool{pgjobs.ActRetry: true, pgjobs.ActCancel: true, pgjobs.ActDelete: true}[act]; !ok {
 		return BulkStatus{}, errUnknownAction
 	}
-	if f == (BulkFilter{}) {
-		return BulkStatus{}, errors.New("filter: name at least one of database, state, kind, queue, tenant")
+	if f.Database == "" && f.State == "" && f.Kind == "" && f.Queue == "" && f.Tenant == "" && f.From.IsZero() && f.To.IsZero() {
+		return BulkStatus{}, errors.New("filter: name at least one of database, state, kind, queue, tenant, from, to")
 	}
 	if f.Database != "" && c.dbs[f.Database] == nil {
 		return BulkStatus{}, fmt.Errorf("database: no database %q", f.Database)
@@ -169,7 +172,8 @@ func (c *Console) bulkOne(ctx context.Context, st *BulkStatus, db Database) erro
 	var before jobs.JobID
 	for {
 		pctx, cancel := context.WithTimeout(ctx, c.cfg.DatabaseTimeout)
-		page, err := db.List(pctx, pgjobs.ListFilter{State: st.Filter.State, Kind: st.Filter.Kind, Queue: st.Filter.Queue, Tenant: st.Filter.Tenant, Before: before, Limit: bulkBatch})
+		page, err := db.List(pctx, pgjobs.ListFilter{State: st.Filter.State, Kind: st.Filter.Kind, Queue: st.Filter.Queue, Tenant: st.Filter.Tenant,
+			CreatedFrom: st.Filter.From, CreatedTo: st.Filter.To, Before: before, Limit: bulkBatch})
 		var n int
 		if err == nil && len(page) > 0 {
 			ids := make([]jobs.JobID, len(page))

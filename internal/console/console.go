@@ -40,6 +40,12 @@ type Database interface {
 	Depths(ctx context.Context) ([]pgjobs.QueueDepth, error)
 	// Backlogs counts the given tenants' jobs by state, with the totals.
 	Backlogs(ctx context.Context, tenants []string) ([]pgjobs.TenantBacklog, pgjobs.JobTotals, error)
+	// TenantBacklogs counts the given tenants' jobs by state, reading only
+	// their rows (the sampler's query: no totals).
+	TenantBacklogs(ctx context.Context, tenants []string) ([]pgjobs.TenantBacklog, error)
+	// Stats counts the waiting and running jobs per queue from the claim
+	// indexes (the queue-depth metric's count, not a table scan).
+	Stats(ctx context.Context) ([]jobs.QueueStats, error)
 }
 
 // Config is what a Console serves and how it guards it.
@@ -65,6 +71,21 @@ type Config struct {
 	// runtime.Options.OnTenantRejection); nil leaves the tenants view
 	// without rejections.
 	Rejections *TopK
+	// InFlight returns a tenant's requests in flight and its cap (0 = no
+	// cap), read without a lock from the tenant request engine
+	// (admission.Engine.InFlightOf); nil leaves them out of the tenants view.
+	InFlight func(tenant string) (inFlight, limit int64)
+	// Workers appends to dst the job each worker runs now (0 = idle), in
+	// worker order (jobs.Client.WorkerJobs); nil leaves the lanes without
+	// busy counts.
+	Workers func(dst []jobs.JobID) []jobs.JobID
+	// Completed returns the job attempts this process's workers completed
+	// since start (jobs.Client.Completed): the cell's throughput series.
+	// nil leaves that series empty.
+	Completed func() uint64
+	// SampleEvery is the sampler's period (RunSampler); 0 means
+	// DefaultSampleEvery. The series keep SeriesPoints samples.
+	SampleEvery time.Duration
 	// Logger receives the audit lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (sessions, ages, the queue counts' cache); nil means
@@ -79,6 +100,7 @@ type Config struct {
 const (
 	DefaultDatabaseTimeout = 2 * time.Second
 	DefaultSessionTTL      = 8 * time.Hour
+	DefaultSampleEvery     = 10 * time.Second
 )
 
 // Console serves the operator console of one cell.
@@ -92,6 +114,8 @@ type Console struct {
 	bulk  bulkOps
 	// counts caches each database's queue counts (counts.go).
 	counts *countCache
+	// ser holds the sampled series the charts draw (RunSampler fills it).
+	ser *sampler
 }
 
 // New checks cfg and builds a Console.
@@ -114,6 +138,9 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = DefaultSampleEvery
+	}
 	if cfg.SessionKey == nil {
 		cfg.SessionKey = make([]byte, 32)
 		if _, err := rand.Read(cfg.SessionKey); err != nil {
@@ -132,6 +159,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c.slots, c.place = rep, place
+	c.ser = newSampler(len(cfg.Databases))
 	c.auth = newAuthenticator(cfg.AdminToken, cfg.OperatorToken, cfg.SessionKey, cfg.SessionTTL, cfg.Now)
 	if err := parseTemplates(); err != nil {
 		return nil, err

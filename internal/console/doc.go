@@ -18,8 +18,14 @@
 // per-database cache at most CountsMaxAge old, kept warm while it is read
 // (counts.go), so a page at a million jobs does not count them per request.
 //
-// Concurrency: a Console is safe for concurrent use; every request works
-// on its own values, and the count cache and the bulk actions guard their
-// own state. The databases' methods must
+// Its charts over time come from a sampler its owner runs
+// (Console.RunSampler, stopped by cancelling its context): every
+// Config.SampleEvery it fills fixed rings for the cell and the most refused
+// tenants, so its memory does not grow with time or tenants.
+//
+// Concurrency: a Console is safe for concurrent use; its configuration is
+// fixed after New, every request works on its own values, the count cache
+// and the bulk actions guard their own state, and the series the sampler
+// writes are under a lock the pages take to copy them. The databases' methods must
 // be safe for concurrent use (a *pgjobs.Backend is).
 package console

@@ -21,6 +21,8 @@ type JobQuery struct {
 	Kind   string
 	Queue  string
 	Tenant string
+	// From and To keep jobs created in [From, To); zero is no bound.
+	From, To time.Time
 	// Limit is the page size (0 = pgjobs.DefaultListLimit).
 	Limit int
 	// Cursor is the previous page's NextCursor ("" = the first page).
@@ -41,8 +43,63 @@ type JobPage struct {
 	NextCursor string `json:"next_cursor"`
 }
 
+// timeForms is what the from and to parameters accept, for the errors.
+const timeForms = `RFC 3339 ("2026-12-05T13:00:00Z"), a UTC date and time ("2026-12-05T13:00") or a UTC date ("2026-12-05")`
+
+// parseRange reads the from and to parameters: created_at ≥ from and
+// < to. A date alone as to means the end of that day, so from=to=a day
+// lists that day. Errors name the parameter and the accepted forms.
+func parseRange(fromS, toS string) (from, to time.Time, err error) {
+	parse := func(name, s string, end bool) (time.Time, error) {
+		if s == "" {
+			return time.Time{}, nil
+		}
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return t, nil
+		}
+		for _, layout := range []string{"2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04:05", "2006-01-02 15:04"} {
+			if t, err := time.Parse(layout, s); err == nil {
+				return t, nil
+			}
+		}
+		if t, err := time.Parse(time.DateOnly, s); err == nil {
+			if end {
+				t = t.AddDate(0, 0, 1)
+			}
+			return t, nil
+		}
+		return time.Time{}, fmt.Errorf("%s: %q is not a time; write %s", name, s, timeForms)
+	}
+	if from, err = parse("from", fromS, false); err != nil {
+		return
+	}
+	if to, err = parse("to", toS, true); err != nil {
+		return
+	}
+	if !from.IsZero() && !to.IsZero() && !to.After(from) {
+		return from, to, fmt.Errorf("to: %q is not after from %q", toS, fromS)
+	}
+	return from, to, nil
+}
+
+// rangeValue formats a bound for a URL and the page's datetime-local input
+// (UTC, seconds only when it has some).
+func rangeValue(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	t = t.UTC()
+	if t.Nanosecond() != 0 {
+		return t.Format(time.RFC3339Nano)
+	}
+	if t.Second() != 0 {
+		return t.Format("2006-01-02T15:04:05")
+	}
+	return t.Format("2006-01-02T15:04")
+}
+
 // queryFrom reads a JobQuery from URL values (state, kind, queue, tenant,
-// database, limit, cursor).
+// from, to, database, limit, cursor).
 func queryFrom(v url.Values) (JobQuery, error) {
 	q := JobQuery{
 		Database: v.Get("database"),
@@ -51,6 +108,10 @@ func queryFrom(v url.Values) (JobQuery, error) {
 		Queue:    v.Get("queue"),
 		Tenant:   v.Get("tenant"),
 		Cursor:   v.Get("cursor"),
+	}
+	var err error
+	if q.From, q.To, err = parseRange(v.Get("from"), v.Get("to")); err != nil {
+		return q, err
 	}
 	switch q.State {
 	case "", pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed:
@@ -70,7 +131,8 @@ func queryFrom(v url.Values) (JobQuery, error) {
 // values is q as URL values, without the cursor.
 func (q JobQuery) values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"database": q.Database, "state": string(q.State), "kind": q.Kind, "queue": q.Queue, "tenant": q.Tenant} {
+	for k, s := range map[string]string{"database": q.Database, "state": string(q.State), "kind": q.Kind, "queue": q.Queue, "tenant": q.Tenant,
+		"from": rangeValue(q.From), "to": rangeValue(q.To)} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -135,6 +197,7 @@ func (c *Console) jobs(ctx context.Context, q JobQuery) (JobPage, error) {
 		}
 		return db.List(ctx, pgjobs.ListFilter{
 			State: q.State, Kind: q.Kind, Queue: q.Queue, Tenant: q.Tenant,
+			CreatedFrom: q.From, CreatedTo: q.To,
 			Before: jobs.JobID(before), Limit: limit,
 		})
 	})

@@ -102,36 +102,3 @@ func slotReport(cfg config.Config) (SlotReport, placement, error) {
 	}
 	return rep, place, nil
 }
-
-// LanesReport is the job runtime's lane layout, from the spec.
-type LanesReport struct {
-	// Backend is jobs.backend ("postgres" or "local").
-	Backend string `json:"backend"`
-	// WorkersPerDatabase is jobs.workers.
-	WorkersPerDatabase int `json:"workers_per_database"`
-	// Databases is the number of jobs databases; Workers the total.
-	Databases int `json:"databases"`
-	Workers   int `json:"workers"`
-	// Lanes is jobs.tenants.lanes (0 = none: one shared order);
-	// LanesPerTenant how many lanes one tenant may use;
-	// MaxConcurrentPerTenant its cap of running jobs (0 = none).
-	Lanes                  int `json:"lanes"`
-	LanesPerTenant         int `json:"lanes_per_tenant"`
-	MaxConcurrentPerTenant int `json:"max_concurrent_per_tenant"`
-	// Claim is jobs.postgres.claim ("fair" or "fifo").
-	Claim string `json:"claim"`
-}
-
-func (c *Console) lanes() LanesReport {
-	j := c.cfg.Spec.Jobs
-	return LanesReport{
-		Backend:                j.Backend,
-		WorkersPerDatabase:     j.Workers,
-		Databases:              len(c.cfg.Databases),
-		Workers:                j.Workers * len(c.cfg.Databases),
-		Lanes:                  j.Tenants.Lanes,
-		LanesPerTenant:         j.Tenants.LanesPerTenant,
-		MaxConcurrentPerTenant: j.Tenants.MaxConcurrent,
-		Claim:                  j.Postgres.Claim,
-	}
-}

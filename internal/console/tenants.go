@@ -31,6 +31,14 @@ type TenantRow struct {
 	OldestReadyAge time.Duration `json:"oldest_ready_age_ns"`
 	// CompletedShare is its share of all completed jobs (0..1).
 	CompletedShare float64 `json:"completed_share"`
+	// InFlight is its requests admitted and not yet done, against Cap
+	// (tenancy.max_concurrent_requests, 0 = none); both 0 when the
+	// console cannot see the request engine (TenantsReport.InFlightKnown).
+	InFlight int64 `json:"in_flight"`
+	Cap      int64 `json:"cap"`
+	// Lanes are the job lanes that serve it (shuffle sharding); empty when
+	// the backend has no lanes.
+	Lanes []int `json:"lanes"`
 }
 
 // TenantsReport is the tenants view: the tenants refused most, with their
@@ -43,6 +51,8 @@ type TenantsReport struct {
 	// FairShare is 1 / the tenants with jobs (counted per database): the
 	// share of completed jobs each would get if all were served alike.
 	FairShare float64 `json:"fair_share"`
+	// InFlightKnown is true when the rows' InFlight and Cap were read.
+	InFlightKnown bool `json:"in_flight_known"`
 	// Databases and Partial are as in JobPage.
 	Databases []DatabaseStatus `json:"databases"`
 	Partial   bool             `json:"partial"`
@@ -59,6 +69,7 @@ func (c *Console) tenants(ctx context.Context) TenantsReport {
 	if c.cfg.Rejections != nil {
 		top, rep.Rejections = c.cfg.Rejections.Top(topTenants)
 	}
+	rep.InFlightKnown = c.cfg.InFlight != nil
 	names := make([]string, len(top))
 	byName := make(map[string]*TenantRow, len(top))
 	rep.Tenants = make([]TenantRow, len(top))
@@ -67,6 +78,13 @@ func (c *Console) tenants(ctx context.Context) TenantsReport {
 		r := &rep.Tenants[i]
 		r.Tenant, r.Rejections, r.RejectionsError = t.Tenant, t.Count, t.Error
 		r.Slot, r.Shard, r.Cell = c.place.of(t.Tenant)
+		r.Lanes = c.tenantLanes(t.Tenant)
+		if r.Lanes == nil {
+			r.Lanes = []int{}
+		}
+		if c.cfg.InFlight != nil {
+			r.InFlight, r.Cap = c.cfg.InFlight(t.Tenant)
+		}
 		byName[t.Tenant] = r
 	}
 	parts := fanOut(ctx, c.cfg.Databases, c.cfg.DatabaseTimeout, func(ctx context.Context, db Database) (backlogs, error) {

@@ -143,7 +143,7 @@ func (c *Console) registerUI(e *echo.Echo) {
 		return c.render(ec, v)
 	}))
 	e.GET(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
-		return c.render(ec, c.view(w, "tenants", "Tenants", c.tenants(ec.Request().Context())))
+		return c.render(ec, c.view(w, "tenants", "Tenants", map[string]any{"Report": c.tenants(ec.Request().Context()), "Charts": c.tenantCharts()}))
 	}))
 	e.GET(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))
@@ -211,7 +211,7 @@ func (c *Console) login(ec echo.Context) error {
 
 func (c *Console) overviewPage(ec echo.Context, w who) error {
 	q := c.queues(ec.Request().Context())
-	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q), "CountAge": q.CountAge.Round(100 * time.Millisecond).String()})
+	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q), "Series": c.cellCharts(), "CountAge": q.CountAge.Round(100 * time.Millisecond).String()})
 	v.Refresh = 10
 	for _, act := range []string{actPause, actResume} {
 		if q := ec.QueryParam(act + "d"); q != "" {
@@ -246,8 +246,9 @@ func (c *Console) jobsPage(ec echo.Context, w who) error {
 	}
 	v.Data = map[string]any{
 		"Query": q, "Page": page, "Names": names, "Next": next,
-		"Filtered": q.Database != "" || q.State != "" || q.Kind != "" || q.Queue != "" || q.Tenant != "",
-		"States":   []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
+		"Filtered": q.Database != "" || q.State != "" || q.Kind != "" || q.Queue != "" || q.Tenant != "" || !q.From.IsZero() || !q.To.IsZero(),
+		"From":     rangeValue(q.From), "To": rangeValue(q.To),
+		"States": []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
 	}
 	return c.render(ec, v)
 }

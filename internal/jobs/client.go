@@ -215,6 +215,30 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 // Config returns the effective configuration (defaults applied, lanes clamped).
 func (c *Client) Config() Config { return c.cfg }
 
+// WorkerJobs appends to dst the job each worker runs now, in worker order
+// (0 for an idle worker), and returns it. It reads the state each worker
+// already keeps in its own padded slot for Stop and the metrics: an operator
+// view costs the workers nothing.
+func (c *Client) WorkerJobs(dst []JobID) []JobID {
+	for i := range c.ws {
+		dst = append(dst, JobID(c.ws[i].current.Load()))
+	}
+	return dst
+}
+
+// Completed returns how many job attempts this Client's workers completed
+// since it was made: the sum the completed-jobs counter folds, read from
+// each worker's own counts.
+func (c *Client) Completed() uint64 {
+	var n uint64
+	for i := range c.ws {
+		for k := range c.ws[i].counts {
+			n += c.ws[i].counts[k].n[outcomeCompleted].Load()
+		}
+	}
+	return n
+}
+
 // Enqueuer is how application code adds jobs: on their own (committed at
 // once) or inside a transaction of one of the cell's databases, so the job
 // exists if and only if that transaction commits. *Client implements it, and

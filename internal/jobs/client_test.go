@@ -336,3 +336,50 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// TestWorkerJobsAndCompleted: the operator view of the workers shows the
+// job a worker runs while it runs, and counts completed attempts.
+func TestWorkerJobsAndCompleted(t *testing.T) {
+	w := jobs.NewWorkers()
+	running, release := make(chan struct{}), make(chan struct{})
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[pingArgs]) error {
+		running <- struct{}{}
+		<-release
+		return nil
+	})
+	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: 3}, local.New(), w, jobs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, c)
+	if got := c.WorkerJobs(nil); len(got) != 3 || got[0]+got[1]+got[2] != 0 || c.Completed() != 0 {
+		t.Fatalf("idle workers = %v, completed %d; want 3 idle, 0", got, c.Completed())
+	}
+	res, err := c.Enqueue(context.Background(), pingArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	busy := 0
+	for _, id := range c.WorkerJobs(make([]jobs.JobID, 0, 3)) {
+		if id == res.ID {
+			busy++
+		} else if id != 0 {
+			t.Fatalf("a worker runs job %d, want only %d", id, res.ID)
+		}
+	}
+	if busy != 1 {
+		t.Fatalf("%d workers run job %d, want 1", busy, res.ID)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Completed() != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if c.Completed() != 1 {
+		t.Fatalf("completed = %d, want 1", c.Completed())
+	}
+}

@@ -9,11 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/console/consoletest"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
@@ -107,7 +110,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	env := consoletest.New(t, consoletest.Options{})
+	// The charts draw what the sampler took: a test clock and the counts
+	// cmd/server would hand over, sampled below as every 10 s.
+	var (
+		mu        sync.Mutex
+		now       = time.Now().Add(-6 * time.Minute)
+		completed atomic.Uint64
+	)
+	env := consoletest.New(t, consoletest.Options{Configure: func(c *console.Config) {
+		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		c.Completed = completed.Load
+		c.InFlight = func(tenant string) (int64, int64) { return int64(len(tenant) % 4), 8 }
+		c.Workers = func(dst []jobs.JobID) []jobs.JobID { return append(dst, 11, 0, 12, 0, 0, 13, 0, 0, 0, 0, 0, 14) }
+	}})
 	shard0 := []consoletest.Job{
 		{Kind: "send_welcome", Tenant: "acme", Age: 9 * time.Minute},
 		{Kind: "send_welcome", Tenant: "acme", State: pgjobs.StateCompleted, Attempt: 1, Age: 8 * time.Minute},
@@ -122,8 +137,31 @@ func TestConsoleInBrowser(t *testing.T) {
 	)[0]
 	env.Seed("control", consoletest.Job{Kind: "nightly_report", Queue: "maintenance", State: pgjobs.StateCompleted, Attempt: 1, Age: 10 * time.Minute})
 
+	for i := range 36 {
+		for k := range 1 + i%7 {
+			env.Rejections.Add([]string{"initech", "initech", "acme", "umbrella", "initech"}[(i+k)%5])
+		}
+		if i%4 == 0 {
+			env.Seed("shard-1", consoletest.Job{Kind: "send_welcome", Tenant: "umbrella", State: pgjobs.StateCompleted, Attempt: 1})
+		}
+		if i%6 == 1 {
+			env.Seed("shard-0", consoletest.Job{Kind: "send_welcome", Tenant: "acme", State: pgjobs.StateCompleted, Attempt: 1})
+		}
+		completed.Add(uint64(20 + (i*7)%30))
+		env.Console.Sample(context.Background())
+		mu.Lock()
+		now = now.Add(10 * time.Second)
+		mu.Unlock()
+	}
+
 	op := newBrowser(t)
 	login(t, op, env.URL, consoletest.OperatorToken)
+	var lines int
+	run(t, op, "overview charts", chromedp.WaitVisible(`#chart-throughput`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll('#chart-throughput polyline').length`, &lines))
+	if lines != 2 {
+		t.Errorf("throughput chart has %d lines, want 2 (completed, refused)", lines)
+	}
 	shot(t, op, dir, "overview.png")
 
 	var table string
@@ -229,15 +267,26 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("read-only user sees %d action buttons (role %q)", buttons, role)
 	}
 	shot(t, ro, dir, "job-read-only.png")
-	for i := range 40 {
-		env.Rejections.Add([]string{"initech", "initech", "acme", "umbrella", "initech"}[i%5])
-	}
+	var tenantLines int
 	run(t, ro, "tenants page", chromedp.Navigate(env.URL+"/admin/tenants"), chromedp.WaitVisible(`#tenants`, chromedp.ByQuery),
-		chromedp.Text(`#tenants tbody`, &table, chromedp.ByQuery))
+		chromedp.Text(`#tenants tbody`, &table, chromedp.ByQuery),
+		chromedp.WaitVisible(`#chart-tenant-refusals`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll('#chart-tenant-refusals g.series').length`, &tenantLines))
 	if !strings.HasPrefix(strings.TrimSpace(table), "initech") {
 		t.Errorf("tenants table should start with initech, the most refused:\n%s", table)
 	}
+	if !strings.Contains(table, "/ 8") {
+		t.Errorf("tenants table lacks in flight against the cap of 8:\n%s", table)
+	}
+	if tenantLines != 3 {
+		t.Errorf("refusals chart has %d tenants, want initech, acme and umbrella", tenantLines)
+	}
 	shot(t, ro, dir, "tenants.png")
-	run(t, ro, "cells page", chromedp.Navigate(env.URL+"/admin/cells"), chromedp.WaitVisible(`#shards`, chromedp.ByQuery))
+	var busy string
+	run(t, ro, "cells page", chromedp.Navigate(env.URL+"/admin/cells"), chromedp.WaitVisible(`#shards`, chromedp.ByQuery),
+		chromedp.Text(`#lanes-busy`, &busy, chromedp.ByQuery))
+	if !strings.Contains(busy, "4 of 12") {
+		t.Errorf("cells page busy workers = %q, want 4 of 12", busy)
+	}
 	shot(t, ro, dir, "cells.png")
 }

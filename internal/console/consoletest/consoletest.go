@@ -81,6 +81,9 @@ type Options struct {
 	Slow bool
 	// DatabaseTimeout is the console's per-database timeout (0 = 1s).
 	DatabaseTimeout time.Duration
+	// Configure, when set, changes the console's Config last (a clock,
+	// the functions cmd/server hands over, the spec's jobs block).
+	Configure func(*console.Config)
 }
 
 // New builds and starts an Env; everything is closed and dropped in
@@ -113,7 +116,7 @@ func New(tb testing.TB, o Options) *Env {
 		Cells:    []config.Cell{{Name: "cell-1", URL: "http://127.0.0.1:8080"}},
 		Jobs:     config.Jobs{Backend: "postgres", Workers: 4, Postgres: config.JobsPostgres{Claim: "fair"}},
 	}
-	c, err := console.New(console.Config{
+	cfg := console.Config{
 		AdminToken:      AdminToken,
 		OperatorToken:   OperatorToken,
 		Databases:       dbs,
@@ -122,7 +125,11 @@ func New(tb testing.TB, o Options) *Env {
 		Rejections:      e.Rejections,
 		Admission:       func() any { return map[string]any{"server": map[string]int{"in_flight": 0}} },
 		Logger:          slog.New(slog.NewTextHandler(e.Audit, nil)),
-	})
+	}
+	if o.Configure != nil {
+		o.Configure(&cfg)
+	}
+	c, err := console.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -252,6 +259,22 @@ func (e *Env) MakeUnavailable(database string) {
 		}
 	}
 	e.pools[database].Reset()
+}
+
+// MakeAvailable undoes MakeUnavailable: the database takes connections
+// again.
+func (e *Env) MakeAvailable(database string) {
+	e.tb.Helper()
+	name := strings.TrimPrefix(mustURL(e.tb, e.dsns[database]).Path, "/")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testpg.Server())
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS true"); err != nil {
+		e.tb.Fatal(err)
+	}
 }
 
 func mustURL(tb testing.TB, s string) *url.URL {

@@ -40,6 +40,9 @@ type ListFilter struct {
 	Queue string
 	// Tenant keeps jobs of this tenant.
 	Tenant string
+	// CreatedFrom and CreatedTo keep jobs created at or after CreatedFrom
+	// and before CreatedTo; a zero time is no bound.
+	CreatedFrom, CreatedTo time.Time
 	// Before keeps jobs with ids below it (keyset pagination within one
 	// database: pass the last id of the previous page); 0 means no bound.
 	Before jobs.JobID
@@ -113,7 +116,8 @@ func (b *Backend) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
 	if f.Tenant != "" {
 		sql = sqlListTenant
 	}
-	rows, err := b.pool.Query(ctx, sql, pgx.QueryExecModeExec, string(f.State), f.Kind, f.Queue, f.Tenant, f.limit(), int64(f.Before))
+	rows, err := b.pool.Query(ctx, sql, pgx.QueryExecModeExec, string(f.State), f.Kind, f.Queue, f.Tenant, f.limit(), int64(f.Before),
+		timeBound(f.CreatedFrom), timeBound(f.CreatedTo))
 	if err != nil {
 		return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
 	}
@@ -130,6 +134,14 @@ func (b *Backend) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
 		return nil, fmt.Errorf("pgjobs: list jobs of %s: %w", b.name, err)
 	}
 	return out, nil
+}
+
+// timeBound is t as a query parameter: NULL (no bound) when zero.
+func timeBound(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // scanJob reads one row of jobColumns.
@@ -179,6 +191,8 @@ WHERE ($1 = '' OR state = $1)
   AND ($3 = '' OR queue = $3)
   AND ($4 = '' OR tenant = $4)
   AND ($6 = 0 OR id < $6)
+  AND ($7::timestamptz IS NULL OR created_at >= $7)
+  AND ($8::timestamptz IS NULL OR created_at < $8)
 ORDER BY id DESC
 LIMIT $5`
 
@@ -209,6 +223,8 @@ SELECT ` + jobColumns + ` FROM (
      AND ($2 = '' OR kind = $2)
      AND ($3 = '' OR queue = $3)
      AND ($6 = 0 OR id < $6)
+     AND ($7::timestamptz IS NULL OR created_at >= $7)
+     AND ($8::timestamptz IS NULL OR created_at < $8)
    ORDER BY id DESC
    LIMIT $5)
   UNION ALL
@@ -219,6 +235,8 @@ SELECT ` + jobColumns + ` FROM (
      AND ($2 = '' OR kind = $2)
      AND ($3 = '' OR queue = $3)
      AND ($6 = 0 OR id < $6)
+     AND ($7::timestamptz IS NULL OR created_at >= $7)
+     AND ($8::timestamptz IS NULL OR created_at < $8)
    ORDER BY id DESC
    LIMIT $5)
   UNION ALL
@@ -229,6 +247,8 @@ SELECT ` + jobColumns + ` FROM (
      AND ($2 = '' OR kind = $2)
      AND ($3 = '' OR queue = $3)
      AND ($6 = 0 OR id < $6)
+     AND ($7::timestamptz IS NULL OR created_at >= $7)
+     AND ($8::timestamptz IS NULL OR created_at < $8)
    ORDER BY id DESC
    LIMIT $5)
 ) j

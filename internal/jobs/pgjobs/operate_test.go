@@ -3,7 +3,9 @@ package pgjobs
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/tenant"
@@ -46,6 +48,31 @@ func TestOperatorCalls(t *testing.T) {
 	page2, err := b.List(ctx, ListFilter{Limit: 2, Before: page1[1].ID})
 	if err != nil || len(page2) != 1 || page2[0].ID != ids[0] {
 		t.Fatalf("second page = %+v, %v; want job %d", page2, err, ids[0])
+	}
+
+	// created_at range: from is inclusive, to exclusive, zero is no bound.
+	if _, err := b.pool.Exec(ctx, `UPDATE cellgate_jobs SET created_at = '2026-01-01T00:00:00Z'::timestamptz + (id - $1) * interval '1 hour' WHERE id = ANY($2)`,
+		int64(ids[0]), []int64{int64(ids[0]), int64(ids[1]), int64(ids[2])}); err != nil {
+		t.Fatal(err)
+	}
+	h := func(n int) time.Time { return time.Date(2026, 1, 1, n, 0, 0, 0, time.UTC) }
+	for _, tc := range []struct {
+		from, to time.Time
+		want     []jobs.JobID
+	}{
+		{h(1), time.Time{}, []jobs.JobID{ids[2], ids[1]}},
+		{time.Time{}, h(1), []jobs.JobID{ids[0]}},
+		{h(1), h(2), []jobs.JobID{ids[1]}},
+		{h(3), time.Time{}, nil},
+	} {
+		got, err := b.List(ctx, ListFilter{CreatedFrom: tc.from, CreatedTo: tc.to})
+		var gotIDs []jobs.JobID
+		for _, j := range got {
+			gotIDs = append(gotIDs, j.ID)
+		}
+		if err != nil || !slices.Equal(gotIDs, tc.want) {
+			t.Errorf("List(created %v..%v) = %v, %v; want %v", tc.from, tc.to, gotIDs, err, tc.want)
+		}
 	}
 
 	if err := b.CancelJob(ctx, ids[0]); err != nil {
