@@ -41,6 +41,11 @@ FROM generate_series(1, 60) g`); err != nil {
 	// More placed jobs after the finished ones, so every kind of job sits
 	// on both sides of a page boundary.
 	enqueueSQL(t, pool, 0, "a:8-10", "c:2-4")
+	// Distinct creation times in id order, so a time range cuts every
+	// tenant's jobs and every branch of the tenant query somewhere inside.
+	if _, err := pool.Exec(ctx, `UPDATE cellgate_jobs SET created_at = '2026-01-01T00:00:00Z'::timestamptz + id * interval '1 minute'`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := pool.Exec(ctx, `ANALYZE cellgate_jobs`); err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +69,8 @@ FROM generate_series(1, 60) g`); err != nil {
 	return all
 }
 
-// TestListMatchesFilters: every combination of tenant, state, kind and
-// queue filter, read in pages of 4 through the keyset cursor, gives
+// TestListMatchesFilters: every combination of tenant, state, kind, queue
+// and creation-time filter, read in pages of 4 through the keyset cursor, gives
 // exactly the matching jobs, newest first, each once: the tenant query's
 // three branches together hold all of a tenant's jobs, and the state
 // guards drop only branches that cannot match.
@@ -86,45 +91,51 @@ func TestListMatchesFilters(t *testing.T) {
 			t.Fatalf("seed has %d %s jobs, want several of each state: %v", states[s], s, states)
 		}
 	}
+	// all is newest first: lo and hi cut it at a quarter and three quarters.
+	lo, hi := all[len(all)*3/4].CreatedAt, all[len(all)/4].CreatedAt
+	ranges := []struct{ from, to time.Time }{{}, {from: lo}, {to: hi}, {from: lo, to: hi}}
 	cases := 0
 	for _, tenant := range []string{"", "a", "b", "c", "d", "nobody"} {
 		for _, state := range []State{"", StateAvailable, StateRunning, StateCompleted, StateFailed} {
 			for _, kind := range []string{"", "other"} {
 				for _, queue := range []string{"", "billing"} {
-					f := ListFilter{Tenant: tenant, State: state, Kind: kind, Queue: queue, Limit: 4}
-					var want []jobs.JobID
-					for _, j := range all {
-						if (tenant == "" || j.Tenant == tenant) && (state == "" || j.State == state) &&
-							(kind == "" || j.Kind == kind) && (queue == "" || j.Queue == queue) {
-							want = append(want, j.ID)
+					for _, r := range ranges {
+						f := ListFilter{Tenant: tenant, State: state, Kind: kind, Queue: queue, Limit: 4, CreatedFrom: r.from, CreatedTo: r.to}
+						var want []jobs.JobID
+						for _, j := range all {
+							if (tenant == "" || j.Tenant == tenant) && (state == "" || j.State == state) &&
+								(kind == "" || j.Kind == kind) && (queue == "" || j.Queue == queue) &&
+								(r.from.IsZero() || !j.CreatedAt.Before(r.from)) && (r.to.IsZero() || j.CreatedAt.Before(r.to)) {
+								want = append(want, j.ID)
+							}
 						}
+						var got []jobs.JobID
+						for page := 0; ; page++ {
+							jj, err := b.List(ctx, f)
+							if err != nil {
+								t.Fatalf("%+v: %v", f, err)
+							}
+							if len(jj) > 4 || page > len(all) {
+								t.Fatalf("%+v: page of %d jobs", f, len(jj))
+							}
+							for _, j := range jj {
+								got = append(got, j.ID)
+							}
+							if len(jj) < 4 {
+								break
+							}
+							f.Before = jj[len(jj)-1].ID
+						}
+						if !slices.Equal(got, want) {
+							t.Errorf("tenant=%q state=%q kind=%q queue=%q from=%v to=%v: got %v, want %v", tenant, state, kind, queue, r.from, r.to, got, want)
+						}
+						cases++
 					}
-					var got []jobs.JobID
-					for page := 0; ; page++ {
-						jj, err := b.List(ctx, f)
-						if err != nil {
-							t.Fatalf("%+v: %v", f, err)
-						}
-						if len(jj) > 4 || page > len(all) {
-							t.Fatalf("%+v: page of %d jobs", f, len(jj))
-						}
-						for _, j := range jj {
-							got = append(got, j.ID)
-						}
-						if len(jj) < 4 {
-							break
-						}
-						f.Before = jj[len(jj)-1].ID
-					}
-					if !slices.Equal(got, want) {
-						t.Errorf("tenant=%q state=%q kind=%q queue=%q: got %v, want %v", tenant, state, kind, queue, got, want)
-					}
-					cases++
 				}
 			}
 		}
 	}
-	if cases != 120 {
+	if cases != 480 {
 		t.Fatalf("ran %d cases", cases)
 	}
 }
@@ -152,7 +163,7 @@ func TestListTenantStateSkipsBranches(t *testing.T) {
 	for state, want := range map[State]int{"": 3, StateAvailable: 2, StateRunning: 1, StateCompleted: 1, StateFailed: 1} {
 		var raw []byte
 		if err := conn.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+sqlListTenant, pgx.QueryExecModeExec,
-			string(state), "", "", "a", 100, int64(0)).Scan(&raw); err != nil {
+			string(state), "", "", "a", 100, int64(0), (*time.Time)(nil), (*time.Time)(nil)).Scan(&raw); err != nil {
 			t.Fatalf("state %q: %v", state, err)
 		}
 		var plan []struct{ Plan planNode }
