@@ -330,17 +330,7 @@ func userPos(e cueerrors.Error) token.Position {
 			best = pp
 		}
 	}
-	if best.Filename != "" {
-		best.Filename = shortName(best.Filename)
-	}
 	return best
-}
-
-func shortName(f string) string {
-	if i := strings.LastIndexAny(f, `/\`); i >= 0 {
-		return f[i+1:]
-	}
-	return f
 }
 
 // DisplayPath joins CUE selectors in the spec's path style: list indices

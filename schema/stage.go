@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"cuelang.org/go/cue"
@@ -237,7 +239,7 @@ func LoadSpec(dir string) (*Spec, error) {
 	}
 	s := &Spec{}
 	if lit != nil {
-		s.Source = cueSource(file, lit)
+		s.Source = cueSource(displayFile(file), lit)
 	}
 	// Errors outside the config block are the spec's too; those inside it
 	// come from v itself.
@@ -254,6 +256,9 @@ func LoadSpec(dir string) (*Spec, error) {
 	s.Outcome = outcome(v, user, extra, SpecField)
 	for i := range s.Issues {
 		is := &s.Issues[i]
+		if is.File != "" {
+			is.File = displayFile(is.File)
+		}
 		if is.outside || s.Source == nil {
 			continue
 		}
@@ -264,6 +269,19 @@ func LoadSpec(dir string) (*Spec, error) {
 	s.Source.Place(s.Issues)
 	s.Issues = SortIssues(s.Issues)
 	return s, nil
+}
+
+// displayFile names a spec file as the user would: relative to the
+// working directory when it lies below it.
+func displayFile(name string) string {
+	wd, err := os.Getwd()
+	if err != nil || !filepath.IsAbs(name) {
+		return name
+	}
+	if rel, err := filepath.Rel(wd, name); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return name
 }
 
 // configLit finds the struct literal of `config: #Config & {...}` and the

@@ -3,51 +3,26 @@ package configload
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/schema"
 )
 
 // generateVerdict is what cmd/generate decides for a whole config written
-// as a CUE spec (config: #Config & <json>): CUE load with positions, then
-// Validate in mode Final, so a multi-cell config without server.cell is
+// as a CUE spec (config: #Config & <json>): ValidateSpec, the generator's
+// own call, in mode Final, so a multi-cell config without server.cell is
 // judged as the process would judge it.
 func generateVerdict(tb testing.TB, full []byte) ([]string, error) {
 	tb.Helper()
-	dir := tb.TempDir()
-	app := "package cellgate\n\nconfig: #Config & " + string(full) + "\n"
-	for name, src := range map[string]string{"cellgate.cue": schema.Definitions, "app.cue": app} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	raw, err := schema.Load(dir)
-	if err != nil {
-		var se *schema.Error
-		if !errors.As(err, &se) {
-			return nil, err
-		}
-		return paths(se.Issues), err
-	}
-	_, _, err = Validate(context.Background(), raw, "spec", Final)
+	dir := writeSpec(tb, "package cellgate\n\nconfig: #Config & "+string(full)+"\n")
+	_, _, _, err := ValidateSpec(context.Background(), dir, Final)
 	var ce *Error
 	if errors.As(err, &ce) {
 		return ce.Paths(), err
 	}
 	return nil, err
-}
-
-func paths(is []schema.Issue) []string {
-	out := make([]string, len(is))
-	for i, v := range is {
-		out[i] = v.Path
-	}
-	return out
 }
 
 // FuzzOverlayVerdict: an overlay never panics the loader, and when it

@@ -243,23 +243,51 @@ type verdict struct {
 
 func (v *verdict) any() bool { return len(v.issues) > 0 }
 
-// followOn reports whether path is at, inside or around a removed path:
-// its problem is one already reported (or the default standing in for it).
-func (v *verdict) followOn(path string) bool {
-	if path == "" {
+// followOn reports whether an issue is a follow-on of a removed path: its
+// path is at, inside or around it, or its message names it (a rule
+// relating two fields, judging the default that stands in for the one
+// refused). Its problem is one already reported.
+func (v *verdict) followOn(is schema.Issue) bool {
+	if is.Path == "" {
 		return false
 	}
 	for _, r := range v.removed {
-		if schema.Within(path, r) || schema.Within(r, path) {
+		if r == "" {
+			continue
+		}
+		if schema.Within(is.Path, r) || schema.Within(r, is.Path) || mentions(is.Msg, r) {
 			return true
 		}
 	}
 	return false
 }
 
+// mentions reports whether msg names path as a whole path (not a prefix
+// of a longer one).
+func mentions(msg, path string) bool {
+	for i := 0; ; {
+		j := strings.Index(msg[i:], path)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(path)
+		before := i+j == 0 || !pathByte(msg[i+j-1])
+		after := end == len(msg) || !pathByte(msg[end]) ||
+			msg[end] == '.' && (end+1 == len(msg) || !pathByte(msg[end+1])) // a full stop
+		if before && after {
+			return true
+		}
+		i = i + j + 1
+	}
+}
+
+func pathByte(c byte) bool {
+	return c == '.' || c == '_' || c == '[' || c == ']' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
 // add records is unless it is a follow-on, and reports whether it did.
 func (v *verdict) add(is schema.Issue) bool {
-	if v.followOn(is.Path) {
+	if v.followOn(is) {
 		return false
 	}
 	v.issues = append(v.issues, is)
@@ -271,7 +299,7 @@ func (v *verdict) add(is schema.Issue) bool {
 func (v *verdict) addAll(is []schema.Issue) {
 	var keep []schema.Issue
 	for _, x := range is {
-		if !v.followOn(x.Path) {
+		if !v.followOn(x) {
 			keep = append(keep, x)
 		}
 	}
