@@ -21,7 +21,8 @@ const corpusDir = "../../tests/testdata/corpus"
 
 // corpusCase is one corpus file and what it must give. Its .want file
 // holds the spec path the refusal must name, optionally "generate:
-// accepts", then one "errors:" line per issue of the refusal, in order:
+// accepts", "generate: not <path>" for an issue only a process reports
+// (a rule of mode Final), then one "errors:" line per issue of the refusal, in order:
 // "errors: <path> <line>" for a value the file writes at that line,
 // "errors: <path> default <line>" for a default placed at the nearest
 // written ancestor, "errors: <path> default" when none is written.
@@ -30,6 +31,7 @@ type corpusCase struct {
 	valid            bool
 	path             string   // the spec path the refusal must name
 	genAccepts       bool     // generate accepts (a rule only a process applies)
+	genNot           []string // "generate: not <path>": an issue only a process reports
 	errors           []string // every issue as "path where", in order
 }
 
@@ -55,6 +57,8 @@ func readCorpus(tb testing.TB) []corpusCase {
 					switch {
 					case l == "generate: accepts":
 						c.genAccepts = true
+					case strings.HasPrefix(l, "generate: not "):
+						c.genNot = append(c.genNot, l)
 					case strings.HasPrefix(l, "errors: "):
 						e := strings.TrimPrefix(l, "errors: ")
 						if !wellFormed(e) {
@@ -131,6 +135,7 @@ func TestCorpusInProcess(t *testing.T) {
 				if c.genAccepts {
 					lines = append(lines, "generate: accepts")
 				}
+				lines = append(lines, c.genNot...)
 				for _, g := range got {
 					lines = append(lines, "errors: "+g)
 				}
