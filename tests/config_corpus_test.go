@@ -164,7 +164,7 @@ type reportedIssue struct {
 }
 
 // issueLine matches the position at the end of an issue line.
-var issueLine = regexp.MustCompile(`^  (\S+?):? .*\((?:(default)(?:, in (\S+):(\d+)(?::\d+)?)?|(\S+):(\d+)(?::\d+)?)\)$`)
+var issueLine = regexp.MustCompile(`^  (\S+?):? .*\((?:(default)(?:, in (\S+?):(\d+)(?::\d+)?)?|(\S+?):(\d+)(?::\d+)?)\)$`)
 
 // reported reads the issue lines a refusal printed (the lines under "…
 // is invalid:" or "… is refused:") and the count of issues not printed.

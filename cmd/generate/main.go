@@ -30,6 +30,7 @@ import (
 	"github.com/cellgate/cellgate/internal/configload"
 	"github.com/cellgate/cellgate/internal/kube"
 	"github.com/cellgate/cellgate/internal/mixin"
+	"github.com/cellgate/cellgate/schema"
 )
 
 func main() {
@@ -80,7 +81,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 func generate(ctx context.Context, o options) (map[string][]byte, []string, error) {
 	cfg, raw, warns, err := configload.ValidateSpec(ctx, o.specDir, configload.Spec)
 	if err != nil {
-		return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(strings.TrimPrefix(err.Error(), "config is invalid:\n  ")))
+		var ce *configload.Error
+		if errors.As(err, &ce) {
+			return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(schema.FormatIssues(ce.Issues)))
+		}
+		return nil, warns, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
 	}
 	files, err := Render(Input{Config: cfg, JSON: string(raw)})
 	if err != nil {
