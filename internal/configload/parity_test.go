@@ -2,8 +2,10 @@ package configload
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cellgate/cellgate/gen/spec"
@@ -38,10 +40,20 @@ func FuzzOverlayVerdict(f *testing.F) {
 		`{"tenancy":{"enabled":true,"rate_per_second":5,"burst":0}}`,
 		`{"cells":[{"name":"a","url":"http://a:1","slots":["0-8191"]},{"name":"b","url":"http://b:1","slots":["8192-16383"]}]}`,
 	} {
-		f.Add([]byte(s))
+		f.Add([]byte(s), "", "")
+	}
+	// Overlays of one setting: random bytes are rarely a JSON object whose
+	// fields the config has, so the fuzzer also sets one value at a path.
+	for _, s := range [][2]string{
+		{"jobs.workers", "3"}, {"jobs.tenants.lanes", "9"}, {"server.address", `":0"`},
+		{"tenancy.source", `"jwt"`}, {"server.cell", `"cell-1"`}, {"jobs.shutdown_timeout", `"1h"`},
+		{"admission.shards", "2"}, {"tenancy.max_concurrent_requests", "4"},
+	} {
+		f.Add([]byte(`{}`), s[0], s[1])
 	}
 	defaults := spec.Config()
-	f.Fuzz(func(t *testing.T, raw []byte) {
+	f.Fuzz(func(t *testing.T, raw []byte, path, value string) {
+		raw = withValue(raw, path, value)
 		cfg, err := config.OverlayJSON(defaults, raw, "cell.json")
 		if err != nil {
 			return
@@ -60,4 +72,37 @@ func FuzzOverlayVerdict(f *testing.F) {
 			}
 		}
 	})
+}
+
+// withValue sets value (JSON, or else a string) at the dotted path in the
+// JSON object raw (an empty object when raw is not one); an empty path
+// leaves raw as it is.
+func withValue(raw []byte, path, value string) []byte {
+	if path == "" {
+		return raw
+	}
+	var doc map[string]any
+	if json.Unmarshal(raw, &doc) != nil || doc == nil {
+		doc = map[string]any{}
+	}
+	var v any
+	if json.Unmarshal([]byte(value), &v) != nil {
+		v = value
+	}
+	keys := strings.Split(path, ".")
+	cur := doc
+	for _, k := range keys[:len(keys)-1] {
+		next, ok := cur[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			cur[k] = next
+		}
+		cur = next
+	}
+	cur[keys[len(keys)-1]] = v
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return raw
+	}
+	return out
 }
