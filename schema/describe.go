@@ -235,12 +235,12 @@ func issues(err error, root string, user cue.Value) []Issue {
 		case strings.HasPrefix(format, "field not allowed"):
 			f.notAllowed = true
 		case strings.HasPrefix(format, "invalid value %v (out of bound %s)") && len(args) == 2:
-			f.got = fmt.Sprint(args[0])
+			f.got = oneLine(fmt.Sprint(args[0]))
 			f.bounds = append(f.bounds, fmt.Sprint(args[1]))
 		case strings.HasPrefix(format, "conflicting values %s and %s") && len(args) >= 2:
 			f.conflicts = true
 			if f.got == "" {
-				f.got = fmt.Sprint(args[1])
+				f.got = oneLine(fmt.Sprint(args[1]))
 			}
 		default:
 			f.other = append(f.other, fmt.Sprintf(format, args...))
@@ -256,7 +256,7 @@ func issues(err error, root string, user cue.Value) []Issue {
 		if user.Exists() && !f.outside {
 			if g := user.LookupPath(selectorPath(f.path)); g.Exists() && g.IsConcrete() {
 				got = g
-				f.got = fmt.Sprint(g)
+				f.got = gotText(g)
 			}
 		}
 		var alts []cue.Value
@@ -512,4 +512,25 @@ func kindName(k cue.Kind) string {
 		return "an object"
 	}
 	return k.String()
+}
+
+// gotText is the user's value as a message quotes it: scalars as written,
+// an object or a list by kind (CUE prints them over several lines, and an
+// issue is one line).
+func gotText(v cue.Value) string {
+	switch v.Kind() {
+	case cue.StructKind:
+		return "an object"
+	case cue.ListKind:
+		return "a list"
+	}
+	return oneLine(fmt.Sprint(v))
+}
+
+// oneLine folds a value CUE printed over several lines onto one.
+func oneLine(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	return strings.Join(strings.Fields(s), " ")
 }

@@ -98,3 +98,15 @@ func TestPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestIssueOneLine: a value CUE prints over several lines (an object where
+// a list belongs) is named in one line, so a report has one issue a line.
+func TestIssueOneLine(t *testing.T) {
+	out, err := Unify([]byte(`{"database": {"shards": {"name": "x"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Issues) != 1 || out.Issues[0].Path != "database.shards" || out.Issues[0].Msg != "must be a list; got an object" {
+		t.Fatalf("issues %+v", out.Issues)
+	}
+}
