@@ -73,6 +73,30 @@ func Merged(defaults config.Config, path string) (raw []byte, name string, err e
 	return config.Indent(merged), path, nil
 }
 
+// Export is the final config `server export` prints: Merged, completed by
+// the CUE definitions (no start-up rule or policy: conftest and opa judge
+// it). A CUE problem is placed in the file at path by spec path, never at a
+// line of the merged document.
+func Export(defaults config.Config, path string) ([]byte, error) {
+	raw, _, err := Merged(defaults, path)
+	if err != nil {
+		return nil, err
+	}
+	out, err := schema.Unify(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Issues) > 0 {
+		if path != "" {
+			if file, err := os.ReadFile(path); err == nil {
+				schema.JSONSource(path, file).Place(out.Issues)
+			}
+		}
+		return nil, &Error{Issues: schema.SortIssues(out.Issues)}
+	}
+	return config.Indent(out.Complete), nil
+}
+
 // Load returns the final config: defaults (the spec's, gen/spec), then the
 // per-cell JSON file at path (empty: none), validated with Validate (mode
 // Final), then the environment's CELLGATE_ADDRESS (getenv; nil reads

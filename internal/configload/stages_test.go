@@ -220,3 +220,19 @@ config: #Config & {
 		t.Fatalf("got %q, want %q\n%s", got, want, schema.FormatIssues(ce.Issues))
 	}
 }
+
+// TestExportPlacesInUserFile: `server export` completes the merged config;
+// a CUE problem is placed in the user's file, not at a line of the merged
+// document.
+func TestExportPlacesInUserFile(t *testing.T) {
+	path := writeFile(t, "{\n  \"jobs\": {\"workers\": 0}\n}\n")
+	_, err := Export(spec.Config(), path)
+	ce := refusal(t, err)
+	if got := schema.FormatIssues(ce.Issues); got != "jobs.workers: must be ≥ 1; got 0 ("+path+":2:23)" {
+		t.Fatalf("got %s", got)
+	}
+	full, err := Export(spec.Config(), writeFile(t, `{"jobs": {"workers": 3}}`))
+	if err != nil || !strings.Contains(string(full), `"workers": 3`) {
+		t.Fatalf("export of a valid file: %v\n%s", err, full)
+	}
+}
