@@ -110,3 +110,26 @@ func TestIssueOneLine(t *testing.T) {
 		t.Fatalf("issues %+v", out.Issues)
 	}
 }
+
+// TestLoadSpecOtherDeclaration: a field set by a declaration other than
+// the config block's literal keeps CUE's position (it is not a default).
+func TestLoadSpecOtherDeclaration(t *testing.T) {
+	dir := t.TempDir()
+	app := "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n}\n\nconfig: jobs: workers: 0\n"
+	for name, s := range map[string]string{"cellgate.cue": Definitions, "app.cue": app} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sp, err := LoadSpec(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sp.Issues) != 1 {
+		t.Fatalf("issues %+v", sp.Issues)
+	}
+	is := sp.Issues[0]
+	if is.Path != "jobs.workers" || is.Default || filepath.Base(is.File) != "app.cue" || is.Line != 7 {
+		t.Fatalf("issue %s, want jobs.workers at app.cue:7", is)
+	}
+}

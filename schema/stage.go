@@ -262,7 +262,10 @@ func LoadSpec(dir string) (*Spec, error) {
 		if is.outside || s.Source == nil {
 			continue
 		}
-		if _, _, _, ok := s.Source.Locate(is.Path); ok || is.File == "" {
+		// The block's literal places the issue when it writes the path (or,
+		// for a default, when CUE knows no better place): a field set by
+		// another declaration keeps CUE's position.
+		if _, _, exact, _ := s.Source.Locate(is.Path); exact || is.File == "" {
 			is.File, is.Line, is.Col = "", 0, 0
 		}
 	}
