@@ -236,3 +236,31 @@ func TestExportPlacesInUserFile(t *testing.T) {
 		t.Fatalf("export of a valid file: %v\n%s", err, full)
 	}
 }
+
+// TestValidateConcurrent: validations on many goroutines at once (the
+// server's checks, parallel tests, the fuzzer's workers) share the pooled
+// CUE contexts and the guarded definitions; under -race this fails when a
+// cue.Context is used by two goroutines.
+func TestValidateConcurrent(t *testing.T) {
+	cases := readCorpus(t)
+	done := make(chan error)
+	for g := range 8 {
+		go func() {
+			var err error
+			for i := g; i < len(cases); i += 8 {
+				c := cases[i]
+				_, lerr := Load(context.Background(), spec.Config(), c.file, nil, discard())
+				if (lerr == nil) != c.valid {
+					err = fmt.Errorf("%s: verdict %v", c.name, lerr)
+					break
+				}
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
