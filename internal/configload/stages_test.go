@@ -264,3 +264,15 @@ func TestValidateConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestSameStageNotFollowOn: two problems one stage finds in one list are
+// both reported; removing the list for the first does not make the second
+// a follow-on.
+func TestSameStageNotFollowOn(t *testing.T) {
+	path := writeFile(t, `{"tenancy": {"public_paths": [1, "/ok", 2]}}`)
+	_, err := Load(context.Background(), spec.Config(), path, nil, discard())
+	ce := refusal(t, err)
+	if got := strings.Join(ce.Paths(), " "); got != "tenancy.public_paths[0] tenancy.public_paths[2]" {
+		t.Fatalf("paths %q:\n%s", got, schema.FormatIssues(ce.Issues))
+	}
+}

@@ -135,11 +135,7 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 				return config.Config{}, nil, nil, v.fail(append(v.issues, is), in.src)
 			}
 		}
-		file := in.doc
-		for _, e := range es {
-			v.add(schema.Issue{Path: e.Path, Msg: e.Msg})
-			file = v.remove(file, e.Path)
-		}
+		file, _ := v.stage(shapeIssues(es), in.doc)
 		doc = file
 		if in.base != nil {
 			merged, err := config.Merge(in.base, file)
@@ -175,18 +171,13 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 		}
 		complete = out.Complete
 		if es := config.CheckShape(complete); len(es) > 0 {
-			changed := false
-			for _, e := range es {
-				v.add(schema.Issue{Path: e.Path, Msg: e.Msg})
-				next := v.remove(doc, e.Path)
-				changed = changed || !bytes.Equal(next, doc)
-				doc = next
-			}
-			if !changed && !v.any() {
-				return cfg, nil, nil, v.fail(shapeIssues(es), in.src)
-			}
+			next, changed := v.stage(shapeIssues(es), doc)
 			if changed {
+				doc = next
 				continue
+			}
+			if !v.any() {
+				v.issues = shapeIssues(es) // never accept what a stage refused
 			}
 			return cfg, nil, nil, v.fail(v.issues, in.src)
 		}
@@ -195,15 +186,9 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 			return cfg, nil, nil, v.fail(append(v.issues, schema.Issue{Msg: err.Error()}), in.src)
 		}
 		if rules := append(StartRules(cfg, in.mode), nameRules(cfg)...); len(rules) > 0 {
-			changed := false
-			for _, is := range rules {
-				if v.add(is) {
-					next := v.remove(doc, is.Path)
-					changed = changed || !bytes.Equal(next, doc)
-					doc = next
-				}
-			}
+			next, changed := v.stage(rules, doc)
 			if changed {
+				doc = next
 				continue
 			}
 			if !v.any() {
@@ -295,8 +280,8 @@ func (v *verdict) add(is schema.Issue) bool {
 }
 
 // addAll records the issues of one stage: a follow-on test against the
-// paths removed before it, not against its own.
-func (v *verdict) addAll(is []schema.Issue) {
+// paths removed before it, not against its own. It returns those kept.
+func (v *verdict) addAll(is []schema.Issue) []schema.Issue {
 	var keep []schema.Issue
 	for _, x := range is {
 		if !v.followOn(x) {
@@ -307,10 +292,22 @@ func (v *verdict) addAll(is []schema.Issue) {
 	for _, x := range keep {
 		v.removed = append(v.removed, x.Path)
 	}
+	return keep
+}
+
+// stage records the issues of one stage (addAll) and removes the path of
+// each from doc, so the later stages run on the rest; it reports whether
+// doc changed.
+func (v *verdict) stage(is []schema.Issue, doc []byte) ([]byte, bool) {
+	out := doc
+	for _, x := range v.addAll(is) {
+		out = v.remove(out, x.Path)
+	}
+	return out, !bytes.Equal(out, doc)
 }
 
 // remove takes path out of the JSON document doc (for a list element, the
-// list: the indices of the rest would shift) and records it as removed.
+// list: the indices of the rest would shift) and records what it removed.
 // A path the document does not hold leaves it as it is.
 func (v *verdict) remove(doc []byte, path string) []byte {
 	if path == "" {
@@ -323,10 +320,12 @@ func (v *verdict) remove(doc []byte, path string) []byte {
 			break
 		}
 		sel = sel[:len(sel)-1]
+		path = schema.ParentPath(path)
 	}
 	if len(sel) == 0 {
 		return doc
 	}
+	v.removed = append(v.removed, path) // the list the element was in
 	var root any
 	d := json.NewDecoder(bytes.NewReader(doc))
 	d.UseNumber()
