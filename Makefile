@@ -11,7 +11,7 @@ TOOL  := $(GO) tool -modfile=tools/go.mod
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan image podman clean
+.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
 
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
@@ -140,6 +140,17 @@ bench:
 ## bench-console: the operator console over a million jobs in two shards (docs/console.md, "Performance")
 bench-console:
 	$(GO) test -run '^$$' -bench 'ConsoleMillion' -benchtime 1x -benchmem -timeout 30m ./internal/console/
+
+## fuzz: FuzzOverlayVerdict for FUZZTIME (default 60s): a per-cell overlay
+## never panics the loader, and generate and `server check` agree on it.
+## The instrumented CUE/OPA build is compiled first (it takes minutes on a
+## busy machine, silently); minimizing a failure is capped at 10s.
+FUZZTIME ?= 60s
+fuzz:
+	@mkdir -p bin
+	$(GO) test -c -fuzz=. -o bin/configload.fuzz.test ./internal/configload
+	cd internal/configload && ../../bin/configload.fuzz.test -test.run '^$$' -test.fuzz '^FuzzOverlayVerdict$$' \
+	  -test.fuzztime $(FUZZTIME) -test.fuzzminimizetime 10s -test.fuzzcachedir ../../bin/fuzzcache
 
 ## bench-peers: our PostgreSQL job backend and River side by side (docs/benchmarks.md)
 bench-peers:

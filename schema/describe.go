@@ -25,14 +25,25 @@ type Issue struct {
 	// Msg says what is wrong and what is accepted.
 	Msg string
 	// File, Line and Col locate the user's value; File is empty when unknown.
+	// For a field the user did not write (Default) they locate its nearest
+	// written ancestor.
 	File      string
 	Line, Col int
+	// Default is true when the user did not write the field: the value at
+	// fault is a default (the schema's or, for a per-cell file, the spec's).
+	Default bool
+	// outside is true for a CUE error outside a spec's config block: it
+	// keeps CUE's position.
+	outside bool
 }
 
 // Pos is "file:line:col", or "" when the position is unknown.
 func (i Issue) Pos() string {
-	if i.File == "" {
+	switch {
+	case i.File == "":
 		return ""
+	case i.Col == 0:
+		return fmt.Sprintf("%s:%d", i.File, i.Line)
 	}
 	return fmt.Sprintf("%s:%d:%d", i.File, i.Line, i.Col)
 }
@@ -46,7 +57,12 @@ func (i Issue) String() string {
 	case strings.HasPrefix(i.Msg, "("): // a label of the entry: "(shard-1): …"
 		s = i.Path + " " + i.Msg
 	}
-	if p := i.Pos(); p != "" {
+	switch p := i.Pos(); {
+	case i.Default && p != "":
+		s += " (default, in " + p + ")"
+	case i.Default:
+		s += " (default)"
+	case p != "":
 		s += " (" + p + ")"
 	}
 	return s
@@ -58,6 +74,7 @@ func SortIssues(is []Issue) []Issue {
 	sort.SliceStable(is, func(a, b int) bool {
 		x, y := is[a], is[b]
 		if (x.File == "") != (y.File == "") {
+			// issues without a position come last
 			return x.File != ""
 		}
 		if x.File != y.File {
@@ -71,6 +88,9 @@ func SortIssues(is []Issue) []Issue {
 		}
 		if x.Path != y.Path {
 			return x.Path < y.Path
+		}
+		if x.Default != y.Default {
+			return !x.Default
 		}
 		return x.Msg < y.Msg
 	})
@@ -88,19 +108,30 @@ func SortIssues(is []Issue) []Issue {
 func FormatIssues(is []Issue) string {
 	var b strings.Builder
 	for i, v := range is {
-		if i == MaxIssues {
-			fmt.Fprintf(&b, "… and %d more", len(is)-MaxIssues)
-			break
-		}
 		if i > 0 {
 			b.WriteByte('\n')
+		}
+		if i == MaxIssues {
+			if n := len(is) - MaxIssues; n == 1 {
+				b.WriteString("… and 1 more error")
+			} else {
+				fmt.Fprintf(&b, "… and %d more errors", n)
+			}
+			break
 		}
 		b.WriteString(v.String())
 	}
 	return b.String()
 }
 
-// definitions is cellgate.cue compiled once, for describing constraints.
+// definitionsMu guards definitions: a cue.Context is not safe for
+// concurrent use, and Unify runs on many goroutines (the server's checks,
+// parallel tests, the fuzzer's workers). issues holds it while it reads
+// the definitions.
+var definitionsMu sync.Mutex
+
+// definitions is cellgate.cue compiled once, for describing constraints;
+// read it only under definitionsMu.
 var definitions = sync.OnceValues(func() (cue.Value, error) {
 	ctx := cuecontext.New()
 	v := ctx.CompileString(Definitions, cue.Filename("cellgate.cue"))
@@ -162,12 +193,15 @@ func constraintText(v cue.Value) string {
 // user is the config as the user wrote it (without #Config), used to read
 // the value at a failing path; a zero Value falls back to CUE's text.
 func issues(err error, root string, user cue.Value) []Issue {
+	definitionsMu.Lock()
+	defer definitionsMu.Unlock()
 	type field struct {
 		path       []string
 		bounds     []string
 		conflicts  bool
 		got        string
 		notAllowed bool
+		outside    bool
 		other      []string
 		pos        token.Position
 	}
@@ -175,13 +209,20 @@ func issues(err error, root string, user cue.Value) []Issue {
 	var order []string
 	for _, e := range cueerrors.Errors(err) {
 		sel := e.Path()
-		if len(sel) > 0 && (sel[0] == "#Config" || sel[0] == root) {
+		outside := false
+		switch {
+		case len(sel) > 0 && sel[0] == "#Config":
 			sel = sel[1:]
+		case root == "":
+		case len(sel) > 0 && sel[0] == root:
+			sel = sel[1:]
+		default:
+			outside = true
 		}
 		key := displayPath(sel)
 		f := byPath[key]
 		if f == nil {
-			f = &field{path: sel}
+			f = &field{path: sel, outside: outside}
 			byPath[key] = f
 			order = append(order, key)
 		}
@@ -194,12 +235,12 @@ func issues(err error, root string, user cue.Value) []Issue {
 		case strings.HasPrefix(format, "field not allowed"):
 			f.notAllowed = true
 		case strings.HasPrefix(format, "invalid value %v (out of bound %s)") && len(args) == 2:
-			f.got = fmt.Sprint(args[0])
+			f.got = oneLine(fmt.Sprint(args[0]))
 			f.bounds = append(f.bounds, fmt.Sprint(args[1]))
 		case strings.HasPrefix(format, "conflicting values %s and %s") && len(args) >= 2:
 			f.conflicts = true
 			if f.got == "" {
-				f.got = fmt.Sprint(args[1])
+				f.got = oneLine(fmt.Sprint(args[1]))
 			}
 		default:
 			f.other = append(f.other, fmt.Sprintf(format, args...))
@@ -212,13 +253,16 @@ func issues(err error, root string, user cue.Value) []Issue {
 			continue // only a disjunction summary: its alternatives speak for it
 		}
 		var got cue.Value
-		if user.Exists() {
+		if user.Exists() && !f.outside {
 			if g := user.LookupPath(selectorPath(f.path)); g.Exists() && g.IsConcrete() {
 				got = g
-				f.got = fmt.Sprint(g)
+				f.got = gotText(g)
 			}
 		}
-		alts := schemaAt(f.path)
+		var alts []cue.Value
+		if !f.outside {
+			alts = schemaAt(f.path)
+		}
 		known := len(alts) > 0
 		var msg string
 		switch {
@@ -238,7 +282,7 @@ func issues(err error, root string, user cue.Value) []Issue {
 		default:
 			msg = "invalid value " + f.got
 		}
-		is := Issue{Path: key, Msg: msg}
+		is := Issue{Path: key, Msg: msg, outside: f.outside}
 		if f.pos.IsValid() {
 			is.File, is.Line, is.Col = f.pos.Filename, f.pos.Line, f.pos.Column
 		}
@@ -286,17 +330,7 @@ func userPos(e cueerrors.Error) token.Position {
 			best = pp
 		}
 	}
-	if best.Filename != "" {
-		best.Filename = shortName(best.Filename)
-	}
 	return best
-}
-
-func shortName(f string) string {
-	if i := strings.LastIndexAny(f, `/\`); i >= 0 {
-		return f[i+1:]
-	}
-	return f
 }
 
 // DisplayPath joins CUE selectors in the spec's path style: list indices
@@ -478,4 +512,25 @@ func kindName(k cue.Kind) string {
 		return "an object"
 	}
 	return k.String()
+}
+
+// gotText is the user's value as a message quotes it: scalars as written,
+// an object or a list by kind (CUE prints them over several lines, and an
+// issue is one line).
+func gotText(v cue.Value) string {
+	switch v.Kind() {
+	case cue.StructKind:
+		return "an object"
+	case cue.ListKind:
+		return "a list"
+	}
+	return oneLine(fmt.Sprint(v))
+}
+
+// oneLine folds a value CUE printed over several lines onto one.
+func oneLine(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	return strings.Join(strings.Fields(s), " ")
 }

@@ -8,16 +8,9 @@ package schema
 
 import (
 	_ "embed"
-	"fmt"
-
-	"path/filepath"
-	"sort"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
-	"cuelang.org/go/cue/cuecontext"
-	"cuelang.org/go/cue/load"
-	"cuelang.org/go/cue/token"
 )
 
 // Definitions is the source of cellgate.cue, the shape every spec obeys.
@@ -30,71 +23,28 @@ const SpecField = "config"
 
 // Load reads every .cue file in dir (one package), unifies them, checks that
 // the `config` value is complete and valid, and returns it as JSON.
-// Errors carry file:line positions.
+// Errors carry file:line positions (LoadSpec has the details).
 func Load(dir string) ([]byte, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.cue"))
+	s, err := LoadSpec(dir)
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: no .cue files", dir)
+	if len(s.Issues) > 0 {
+		return nil, &Error{Issues: s.Issues}
 	}
-	sort.Strings(files)
-	args := make([]string, len(files))
-	for i, f := range files {
-		args[i] = "./" + filepath.Base(f)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	insts := load.Instances(args, &load.Config{Dir: abs})
-	if len(insts) != 1 {
-		return nil, fmt.Errorf("%s: expected one CUE package, found %d", dir, len(insts))
-	}
-	if err := insts[0].Err; err != nil {
-		return nil, describe(err, cue.Value{})
-	}
-	ctx := cuecontext.New()
-	root := ctx.BuildInstance(insts[0])
-	user := userPart(ctx, insts[0].Files)
-	if err := root.Err(); err != nil {
-		return nil, describe(err, user)
-	}
-	v := root.LookupPath(cue.ParsePath(SpecField))
-	if !v.Exists() {
-		return nil, fmt.Errorf("%s: no `%s` field: the spec must define `%s: #Config & {...}`", dir, SpecField, SpecField)
-	}
-	return export(v, user)
+	return s.Complete, nil
 }
 
 // userPart is the user's own struct of `config: #Config & {...}`, built
 // from the source alone (without #Config), so a failing path can be read
-// as the user wrote it. A zero Value when the spec has another shape.
-func userPart(ctx *cue.Context, files []*ast.File) cue.Value {
-	for _, f := range files {
-		for _, d := range f.Decls {
-			fd, ok := d.(*ast.Field)
-			if !ok {
-				continue
-			}
-			if name, _, _ := ast.LabelName(fd.Label); name != SpecField {
-				continue
-			}
-			expr := fd.Value
-			if be, ok := expr.(*ast.BinaryExpr); ok && be.Op == token.AND {
-				for _, x := range []ast.Expr{be.X, be.Y} {
-					if _, ok := x.(*ast.StructLit); ok {
-						expr = x
-					}
-				}
-			}
-			if sl, ok := expr.(*ast.StructLit); ok {
-				return ctx.BuildExpr(sl)
-			}
-		}
+// as the user wrote it, with the literal and its file name. A zero Value
+// when the spec has another shape.
+func userPart(ctx *cue.Context, files []*ast.File) (cue.Value, *ast.StructLit, string) {
+	sl, file := configLit(files)
+	if sl == nil {
+		return cue.Value{}, nil, ""
 	}
-	return cue.Value{}
+	return ctx.BuildExpr(sl), sl, file
 }
 
 // Check unifies a config given as JSON with #Config and reports what is
@@ -111,32 +61,19 @@ func CheckNamed(configJSON []byte, name string) error {
 
 // Complete unifies a config given as JSON with #Config, so every field the
 // JSON omits (also inside list entries) takes the schema's default, and
-// returns the complete config as JSON; errors are CheckNamed's. A per-cell
-// file's list entry that names only some fields gets the others from here.
+// returns the complete config as JSON; errors are an *Error placed in
+// configJSON, which name labels. A per-cell file's list entry that names
+// only some fields gets the others from here.
 func Complete(configJSON []byte, name string) ([]byte, error) {
-	ctx := cuecontext.New()
-	defs := ctx.CompileString(Definitions, cue.Filename("cellgate.cue"))
-	if err := defs.Err(); err != nil {
-		return nil, describe(err, cue.Value{})
-	}
-	cfg := ctx.CompileBytes(configJSON, cue.Filename(name))
-	if err := cfg.Err(); err != nil {
-		return nil, describe(err, cue.Value{})
-	}
-	v := defs.LookupPath(cue.ParsePath("#Config")).Unify(cfg)
-	return export(v, cfg)
-}
-
-// export validates v as concrete data and marshals it.
-func export(v, user cue.Value) ([]byte, error) {
-	if err := v.Validate(cue.Concrete(true), cue.Final(), cue.All()); err != nil {
-		return nil, describe(err, user)
-	}
-	b, err := v.MarshalJSON()
+	out, err := Unify(configJSON)
 	if err != nil {
-		return nil, describe(err, user)
+		return nil, err
 	}
-	return b, nil
+	if len(out.Issues) > 0 {
+		JSONSource(name, configJSON).Place(out.Issues)
+		return nil, &Error{Issues: SortIssues(out.Issues)}
+	}
+	return out.Complete, nil
 }
 
 // describe turns a CUE error into an *Error of Issues; root is the

@@ -1,7 +1,9 @@
 // Command generate turns the CUE spec into the generated service in gen/.
 //
-// Pipeline: load and validate schema/*.cue with CUE → evaluate policy/*.rego
-// over the exported config (deny stops, warn is printed) → render tmpl/ →
+// Pipeline: load schema/*.cue and validate its config through the one
+// validation path (configload.ValidateSpec: CUE, Go shape, start-up rules,
+// names, policy/*.rego; every problem at once with its line in the spec;
+// warn is printed) → render tmpl/ →
 // compile sql/queries with sqlc → per-cell deploy files and the router's
 // slot map (gen/deploy). With -check it changes nothing and exits 1
 // when gen/ differs from what it would write (the CI drift check).
@@ -77,13 +79,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // generate runs the pipeline up to (not including) writing files.
 func generate(ctx context.Context, o options) (map[string][]byte, []string, error) {
-	raw, err := schema.Load(o.specDir)
+	cfg, raw, warns, err := configload.ValidateSpec(ctx, o.specDir, configload.Spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
-	}
-	cfg, warns, err := configload.Validate(ctx, raw, "spec", configload.Spec)
-	if err != nil {
-		return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(strings.TrimPrefix(err.Error(), "config is invalid:\n  ")))
+		var ce *configload.Error
+		if errors.As(err, &ce) {
+			return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(schema.FormatIssues(ce.Issues)))
+		}
+		return nil, warns, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
 	}
 	files, err := Render(Input{Config: cfg, JSON: string(raw)})
 	if err != nil {

@@ -24,7 +24,6 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/configload"
-	"github.com/cellgate/cellgate/schema"
 )
 
 func main() {
@@ -106,10 +105,6 @@ func specAt(rev, dir string) (config.Config, error) {
 
 // load reads a spec through the generator's validation path.
 func load(dir string) (config.Config, error) {
-	raw, err := schema.Load(dir)
-	if err != nil {
-		return config.Config{}, err
-	}
-	cfg, _, err := configload.Validate(context.Background(), raw, "spec", configload.Spec)
+	cfg, _, _, err := configload.ValidateSpec(context.Background(), dir, configload.Spec)
 	return cfg, err
 }

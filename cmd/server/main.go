@@ -32,7 +32,6 @@ import (
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/configload"
-	"github.com/cellgate/cellgate/schema"
 )
 
 func main() {
@@ -130,15 +129,11 @@ var commands = []command{
 		summary: "print the final config (spec defaults, -config file, the schema's defaults) as JSON for conftest and opa, then exit",
 		setup: func(*flag.FlagSet) func(context.Context, invocation) error {
 			return func(_ context.Context, inv invocation) error {
-				raw, name, err := configload.Merged(spec.Config(), inv.path)
+				full, err := configload.Export(spec.Config(), inv.path)
 				if err != nil {
 					return err
 				}
-				full, err := schema.Complete(raw, name)
-				if err != nil {
-					return err
-				}
-				_, err = inv.stdout.Write(append(config.Indent(full), '\n'))
+				_, err = inv.stdout.Write(append(full, '\n'))
 				return err
 			}
 		},

@@ -17,11 +17,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/policy"
+	"github.com/cellgate/cellgate/schema"
 )
 
 var shared struct {
@@ -40,9 +40,10 @@ func evaluator(ctx context.Context) (*policy.Evaluator, error) {
 }
 
 // Check validates a final config (Validate in mode Final) and returns the
-// policy's warnings.
+// policy's warnings. The config was built in memory: issues carry no file
+// position.
 func Check(ctx context.Context, cfg config.Config) ([]string, error) {
-	_, warns, err := Validate(ctx, config.Indent(cfg.JSON()), "config.json", Final)
+	_, warns, err := Validate(ctx, config.Indent(cfg.JSON()), "", Final)
 	return warns, err
 }
 
@@ -55,9 +56,8 @@ func Check(ctx context.Context, cfg config.Config) ([]string, error) {
 // prints it for conftest and opa.
 func Merged(defaults config.Config, path string) (raw []byte, name string, err error) {
 	base := defaults.JSON()
-	name = "config.json"
 	if path == "" {
-		return config.Indent(base), name, nil
+		return config.Indent(base), "", nil
 	}
 	file, err := os.ReadFile(path)
 	if err != nil {
@@ -70,7 +70,31 @@ func Merged(defaults config.Config, path string) (raw []byte, name string, err e
 	if err != nil {
 		return nil, path, fmt.Errorf("config file %s: %w", path, err)
 	}
-	return config.Indent(merged), filepath.Base(path), nil
+	return config.Indent(merged), path, nil
+}
+
+// Export is the final config `server export` prints: Merged, completed by
+// the CUE definitions (no start-up rule or policy: conftest and opa judge
+// it). A CUE problem is placed in the file at path by spec path, never at a
+// line of the merged document.
+func Export(defaults config.Config, path string) ([]byte, error) {
+	raw, _, err := Merged(defaults, path)
+	if err != nil {
+		return nil, err
+	}
+	out, err := schema.Unify(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Issues) > 0 {
+		if path != "" {
+			if file, err := os.ReadFile(path); err == nil {
+				schema.JSONSource(path, file).Place(out.Issues)
+			}
+		}
+		return nil, &Error{Issues: schema.SortIssues(out.Issues)}
+	}
+	return config.Indent(out.Complete), nil
 }
 
 // Load returns the final config: defaults (the spec's, gen/spec), then the
@@ -79,7 +103,8 @@ func Merged(defaults config.Config, path string) (raw []byte, name string, err e
 // nothing), which tests and `make cells` use to pick a port; its form is
 // checked like server.address. DSNs and secrets stay in the environment:
 // the config names their variables and the shards and tenancy read them.
-// Policy warnings are logged; every problem is returned at once.
+// Policy warnings are logged; every problem is returned at once, placed in
+// the file at path (a field it does not set is marked as a default).
 func Load(ctx context.Context, defaults config.Config, path string, getenv func(string) string, log *slog.Logger) (config.Config, error) {
 	return LoadMode(ctx, Final, defaults, path, getenv, log)
 }
@@ -87,11 +112,15 @@ func Load(ctx context.Context, defaults config.Config, path string, getenv func(
 // LoadMode is Load with the mode given: the cell router, which serves
 // every cell, loads in mode Spec (no server.cell needed).
 func LoadMode(ctx context.Context, mode Mode, defaults config.Config, path string, getenv func(string) string, log *slog.Logger) (config.Config, error) {
-	raw, name, err := Merged(defaults, path)
-	if err != nil {
-		return defaults, err
+	in := input{doc: defaults.JSON(), mode: mode}
+	if path != "" {
+		file, err := os.ReadFile(path)
+		if err != nil {
+			return defaults, fmt.Errorf("config file: %w", err)
+		}
+		in.base, in.doc, in.src = in.doc, file, schema.JSONSource(path, file)
 	}
-	cfg, warns, err := Validate(ctx, raw, name, mode)
+	cfg, warns, err := validate(ctx, in)
 	for _, w := range warns {
 		log.Warn("config", "policy", w)
 	}

@@ -34,21 +34,25 @@ func nameRules(cfg config.Config) []schema.Issue {
 	// Package-level identifiers of gen/jobkinds: one var per kind (GoName),
 	// one type per kind (GoName+"Args"), Kinds, Workers and RegisterWorkers.
 	owner := map[string]string{}
-	claim := func(ident, path string) {
+	claim := func(ident, path string) bool {
 		if why, ok := reservedJobNames[ident]; ok {
 			fail("%s: maps to the Go name %s, which is %s in gen/jobkinds; rename the kind", path, ident, why)
-			return
+			return false
 		}
 		if prev, ok := owner[ident]; ok {
 			fail("%s: maps to the Go name %s, as %s does; rename one of them", path, ident, prev)
-			return
+			return false
 		}
 		owner[ident] = path
+		return true
 	}
 	for i, k := range cfg.Jobs.Kinds {
 		path := fmt.Sprintf("jobs.kinds[%d].name", i)
-		claim(config.GoName(k.Name), path)
-		claim(config.GoName(k.Name)+"Args", path+" (its args type)")
+		// A kind whose name collides has an args type that collides too:
+		// one message says it.
+		if claim(config.GoName(k.Name), path) {
+			claim(config.GoName(k.Name)+"Args", path+" (its args type)")
+		}
 		fields := map[string]string{}
 		for j, a := range k.Args {
 			apath := fmt.Sprintf("jobs.kinds[%d].args[%d].name", i, j)

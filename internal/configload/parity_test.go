@@ -2,52 +2,29 @@ package configload
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/schema"
 )
 
 // generateVerdict is what cmd/generate decides for a whole config written
-// as a CUE spec (config: #Config & <json>): CUE load with positions, then
-// Validate in mode Final, so a multi-cell config without server.cell is
+// as a CUE spec (config: #Config & <json>): ValidateSpec, the generator's
+// own call, in mode Final, so a multi-cell config without server.cell is
 // judged as the process would judge it.
 func generateVerdict(tb testing.TB, full []byte) ([]string, error) {
 	tb.Helper()
-	dir := tb.TempDir()
-	app := "package cellgate\n\nconfig: #Config & " + string(full) + "\n"
-	for name, src := range map[string]string{"cellgate.cue": schema.Definitions, "app.cue": app} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	raw, err := schema.Load(dir)
-	if err != nil {
-		var se *schema.Error
-		if !errors.As(err, &se) {
-			return nil, err
-		}
-		return paths(se.Issues), err
-	}
-	_, _, err = Validate(context.Background(), raw, "spec", Final)
+	dir := writeSpec(tb, "package cellgate\n\nconfig: #Config & "+string(full)+"\n")
+	_, _, _, err := ValidateSpec(context.Background(), dir, Final)
 	var ce *Error
 	if errors.As(err, &ce) {
 		return ce.Paths(), err
 	}
 	return nil, err
-}
-
-func paths(is []schema.Issue) []string {
-	out := make([]string, len(is))
-	for i, v := range is {
-		out[i] = v.Path
-	}
-	return out
 }
 
 // FuzzOverlayVerdict: an overlay never panics the loader, and when it
@@ -63,10 +40,20 @@ func FuzzOverlayVerdict(f *testing.F) {
 		`{"tenancy":{"enabled":true,"rate_per_second":5,"burst":0}}`,
 		`{"cells":[{"name":"a","url":"http://a:1","slots":["0-8191"]},{"name":"b","url":"http://b:1","slots":["8192-16383"]}]}`,
 	} {
-		f.Add([]byte(s))
+		f.Add([]byte(s), "", "")
+	}
+	// Overlays of one setting: random bytes are rarely a JSON object whose
+	// fields the config has, so the fuzzer also sets one value at a path.
+	for _, s := range [][2]string{
+		{"jobs.workers", "3"}, {"jobs.tenants.lanes", "9"}, {"server.address", `":0"`},
+		{"tenancy.source", `"jwt"`}, {"server.cell", `"cell-1"`}, {"jobs.shutdown_timeout", `"1h"`},
+		{"admission.shards", "2"}, {"tenancy.max_concurrent_requests", "4"},
+	} {
+		f.Add([]byte(`{}`), s[0], s[1])
 	}
 	defaults := spec.Config()
-	f.Fuzz(func(t *testing.T, raw []byte) {
+	f.Fuzz(func(t *testing.T, raw []byte, path, value string) {
+		raw = withValue(raw, path, value)
 		cfg, err := config.OverlayJSON(defaults, raw, "cell.json")
 		if err != nil {
 			return
@@ -85,4 +72,37 @@ func FuzzOverlayVerdict(f *testing.F) {
 			}
 		}
 	})
+}
+
+// withValue sets value (JSON, or else a string) at the dotted path in the
+// JSON object raw (an empty object when raw is not one); an empty path
+// leaves raw as it is.
+func withValue(raw []byte, path, value string) []byte {
+	if path == "" {
+		return raw
+	}
+	var doc map[string]any
+	if json.Unmarshal(raw, &doc) != nil || doc == nil {
+		doc = map[string]any{}
+	}
+	var v any
+	if json.Unmarshal([]byte(value), &v) != nil {
+		v = value
+	}
+	keys := strings.Split(path, ".")
+	cur := doc
+	for _, k := range keys[:len(keys)-1] {
+		next, ok := cur[k].(map[string]any)
+		if !ok {
+			next = map[string]any{}
+			cur[k] = next
+		}
+		cur = next
+	}
+	cur[keys[len(keys)-1]] = v
+	out, err := json.Marshal(doc)
+	if err != nil {
+		return raw
+	}
+	return out
 }
