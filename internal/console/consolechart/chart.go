@@ -47,7 +47,9 @@ func Time(o TimeOptions, series ...Series) template.HTML {
 	if o.Height <= 0 {
 		o.Height = 200
 	}
-	const left, right, top, bottom, legendRow = 56, 12, 10, 22, 18
+	// left holds the widest y label the charts draw ("400 req/s", "3.75 /s")
+	// right-aligned against the plot.
+	const left, right, top, bottom, legendRow = 72, 12, 10, 22, 18
 	legendRows := (len(series) + 3) / 4
 	plotW := float64(o.Width - left - right)
 	plotH := float64(o.Height - top - bottom - legendRows*legendRow)
