@@ -234,11 +234,6 @@ type TenantBacklog struct {
 	Completed int64 `json:"completed"`
 	// OldestReadyAge is how long its oldest ready job has been due.
 	OldestReadyAge time.Duration `json:"oldest_ready_age_ns"`
-	// Paused is whether the queue is paused (PauseQueue). Depths counts
-	// jobs only and leaves it false; a reader that wants it (the console)
-	// sets it from PausedQueues, which is cheap to read fresh while the
-	// counts may come from a cache.
-	Paused bool `json:"paused"`
 }
 
 // JobTotals are a database's totals the tenants' shares are measured
