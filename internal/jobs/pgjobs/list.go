@@ -187,9 +187,14 @@ SELECT ` + jobColumns + `
 FROM cellgate_jobs
 WHERE ($1 = '' OR state = $1)
   AND ($1 <> 'running' OR attempt > 0)
+  AND ($4 = '' OR tenant = $4)` + listPage
+
+// listPage ends every list statement and each branch of sqlListTenant:
+// the filters on kind, queue and creation time, the keyset cursor ($6),
+// newest first, one page ($5).
+const listPage = `
   AND ($2 = '' OR kind = $2)
   AND ($3 = '' OR queue = $3)
-  AND ($4 = '' OR tenant = $4)
   AND ($6 = 0 OR id < $6)
   AND ($7::timestamptz IS NULL OR created_at >= $7)
   AND ($8::timestamptz IS NULL OR created_at < $8)
@@ -219,38 +224,17 @@ SELECT ` + jobColumns + ` FROM (
    WHERE $1 IN ('', 'completed', 'failed', 'available')
      AND tenant = $4
      AND (state IN ('completed', 'failed') OR (state = 'available' AND vtime IS NULL))
-     AND ($1 = '' OR state = $1)
-     AND ($2 = '' OR kind = $2)
-     AND ($3 = '' OR queue = $3)
-     AND ($6 = 0 OR id < $6)
-     AND ($7::timestamptz IS NULL OR created_at >= $7)
-     AND ($8::timestamptz IS NULL OR created_at < $8)
-   ORDER BY id DESC
-   LIMIT $5)
+     AND ($1 = '' OR state = $1)` + listPage + `)
   UNION ALL
   (SELECT ` + jobColumns + ` FROM cellgate_jobs
    WHERE $1 IN ('', 'available')
      AND tenant = $4
-     AND state = 'available' AND vtime IS NOT NULL
-     AND ($2 = '' OR kind = $2)
-     AND ($3 = '' OR queue = $3)
-     AND ($6 = 0 OR id < $6)
-     AND ($7::timestamptz IS NULL OR created_at >= $7)
-     AND ($8::timestamptz IS NULL OR created_at < $8)
-   ORDER BY id DESC
-   LIMIT $5)
+     AND state = 'available' AND vtime IS NOT NULL` + listPage + `)
   UNION ALL
   (SELECT ` + jobColumns + ` FROM cellgate_jobs
    WHERE $1 IN ('', 'running')
      AND state = 'running' AND attempt > 0
-     AND tenant = $4
-     AND ($2 = '' OR kind = $2)
-     AND ($3 = '' OR queue = $3)
-     AND ($6 = 0 OR id < $6)
-     AND ($7::timestamptz IS NULL OR created_at >= $7)
-     AND ($8::timestamptz IS NULL OR created_at < $8)
-   ORDER BY id DESC
-   LIMIT $5)
+     AND tenant = $4` + listPage + `)
 ) j
 ORDER BY id DESC
 LIMIT $5`
