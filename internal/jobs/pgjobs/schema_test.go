@@ -25,7 +25,8 @@ const goldenFile = "testdata/schema.golden"
 // 000003_jobs_claim_quantum and 000004_jobs_fair_vtime, applied in order),
 // so it pinned that 000001_jobs, their squash, has the same end state; it
 // was then rewritten for 000002_queue_pause (a table and the claim
-// function's paused-queue filters, nothing else).
+// function's paused-queue filters, nothing else) and 000003_console_indexes
+// (two indexes).
 func TestSchemaGolden(t *testing.T) {
 	dsn := newMigratedDB(t)
 	got := catalog(t, dsn)
