@@ -93,36 +93,46 @@ ORDER BY 1`, MigrationsTable)
 	}
 }
 
-// TestMigrationDownOneStep: undoing 000002_queue_pause leaves exactly the
-// catalog of a database migrated to 000001 only (the claim function's body
-// included), and redoing it gives the newest catalog again.
+// TestMigrationDownOneStep: undoing each migration leaves exactly the
+// catalog the database had before it (for 000002_queue_pause, the claim
+// function's body as 000001 made it), and redoing it gives the same
+// catalog as the first time. Each file is checked on its own, so a down
+// file that leaves something behind is found even when a later one hides
+// it from TestMigrationDownUp.
 func TestMigrationDownOneStep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	v1 := newDB(t)
-	if err := Files.Steps(ctx, v1, 1); err != nil {
+	files, err := Files.List()
+	if err != nil {
 		t.Fatal(err)
 	}
-	want := catalog(t, v1)
 	dsn := newDB(t)
-	if err := Files.Steps(ctx, dsn, 2); err != nil {
-		t.Fatal(err)
+	// at[v] is the catalog at version files[v].Version.
+	at := make([]string, len(files))
+	for v := range files {
+		if err := Files.Steps(ctx, dsn, 1); err != nil {
+			t.Fatal(err)
+		}
+		at[v] = catalog(t, dsn)
+		if v > 0 && at[v] == at[v-1] {
+			t.Fatalf("%06d changed nothing in the catalog", files[v].Version)
+		}
 	}
-	v2 := catalog(t, dsn)
-	if v2 == want {
-		t.Fatal("000002 changed nothing in the catalog")
+	for v := len(files) - 1; v > 0; v-- {
+		if err := Files.Steps(ctx, dsn, -1); err != nil {
+			t.Fatal(err)
+		}
+		if got := catalog(t, dsn); got != at[v-1] {
+			t.Fatalf("down from %06d left another catalog than %06d's:\n%s", files[v].Version, files[v-1].Version, lineDiff(at[v-1], got))
+		}
 	}
-	if err := Files.Steps(ctx, dsn, -1); err != nil {
-		t.Fatal(err)
-	}
-	if got := catalog(t, dsn); got != want {
-		t.Fatalf("down from 000002 left another catalog than 000001's:\n%s", lineDiff(want, got))
-	}
-	if err := Files.Steps(ctx, dsn, 1); err != nil {
-		t.Fatal(err)
-	}
-	if got := catalog(t, dsn); got != v2 {
-		t.Fatalf("000002 again built another catalog:\n%s", lineDiff(v2, got))
+	for v := 1; v < len(files); v++ {
+		if err := Files.Steps(ctx, dsn, 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := catalog(t, dsn); got != at[v] {
+			t.Fatalf("%06d again built another catalog:\n%s", files[v].Version, lineDiff(at[v], got))
+		}
 	}
 }
 
