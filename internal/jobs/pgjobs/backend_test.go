@@ -25,6 +25,20 @@ type cappedArgs struct {
 
 func (cappedArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "capped", Concurrency: 2} }
 
+// registerHeldCapped registers a cappedArgs handler that counts its starts
+// in started and holds every job until hold is closed (or the job's
+// context ends): the kind stays at its cap while the test runs.
+func registerHeldCapped(w *jobs.Workers, hold <-chan struct{}, started *atomic.Int32) {
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[cappedArgs]) error {
+		started.Add(1)
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+}
+
 type onceArgs struct {
 	Key string `json:"key"`
 	N   int    `json:"n"`
@@ -208,14 +222,7 @@ func TestFairSkipsTenantsHeldByCaps(t *testing.T) {
 	var cappedStarted atomic.Int32
 	plainRan := make(chan string, 1)
 	w := jobs.NewWorkers()
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[cappedArgs]) error {
-		cappedStarted.Add(1)
-		select {
-		case <-hold:
-		case <-ctx.Done():
-		}
-		return nil
-	})
+	registerHeldCapped(w, hold, &cappedStarted)
 	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
 		plainRan <- j.Tenant
 		return nil

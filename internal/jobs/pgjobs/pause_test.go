@@ -70,14 +70,7 @@ func TestPauseSkipsQueue(t *testing.T) {
 				hold := make(chan struct{})
 				var cappedStarted atomic.Int32
 				if capped {
-					jobs.Register(w, func(ctx context.Context, j *jobs.Job[cappedArgs]) error {
-						cappedStarted.Add(1)
-						select {
-						case <-hold:
-						case <-ctx.Done():
-						}
-						return nil
-					})
+					registerHeldCapped(w, hold, &cappedStarted)
 				}
 				cfg := Config{Claim: mode, PollInterval: 20 * time.Millisecond, ClaimBatch: 4, CapLookahead: 8}
 				c, b := newClient(t, pool, cfg, 4, w)
