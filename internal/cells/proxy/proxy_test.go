@@ -626,12 +626,8 @@ func TestProxyFrozenSlots(t *testing.T) {
 // last good map (counting and flagging it) when the file goes bad.
 func TestSlotMapReload(t *testing.T) {
 	f := newFixture(t, ProxyConfig{})
-	path := filepath.Join(t.TempDir(), "slotmap.json")
-	orig := f.p.Router().SlotMap()
-	if err := cells.WriteSlotMap(path, orig); err != nil {
-		t.Fatal(err)
-	}
-	w := &fileWatch{path: path, last: orig.Marshal()}
+	w, orig := watchedFile(t, f)
+	path := w.path
 	log := DefaultProxyConfig.withDefaults().Logger
 
 	// acme moves to cell-1.
@@ -671,6 +667,18 @@ func TestSlotMapReload(t *testing.T) {
 	if v := testutil.ToFloat64(gaugeOf(t, f.reg, "cellgate_router_slotmap_current", "")); v != 1 {
 		t.Errorf("slotmap_current = %v", v)
 	}
+}
+
+// watchedFile writes f's map to a slot map file and returns a watcher
+// that has seen it, and the map.
+func watchedFile(tb testing.TB, f *fixture) (*fileWatch, cells.SlotMap) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "slotmap.json")
+	orig := f.p.Router().SlotMap()
+	if err := cells.WriteSlotMap(path, orig); err != nil {
+		tb.Fatal(err)
+	}
+	return &fileWatch{path: path, last: orig.Marshal()}, orig
 }
 
 func TestProxyMetricsLint(t *testing.T) {

@@ -2,12 +2,11 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -191,12 +190,8 @@ func TestSlotMapStatus(t *testing.T) {
 // before the failure, skip the file, and leave slotmap_current at 0).
 func TestSlotMapReloadAfterUnreadable(t *testing.T) {
 	f := newFixture(t, ProxyConfig{})
-	path := filepath.Join(t.TempDir(), "slotmap.json")
-	orig := f.p.Router().SlotMap()
-	if err := cells.WriteSlotMap(path, orig); err != nil {
-		t.Fatal(err)
-	}
-	w := &fileWatch{path: path, last: orig.Marshal()}
+	w, _ := watchedFile(t, f)
+	path := w.path
 	log := DefaultProxyConfig.withDefaults().Logger
 	if err := os.Rename(path, path+".away"); err != nil {
 		t.Fatal(err)
@@ -246,7 +241,8 @@ func TestRunRouterConsole(t *testing.T) {
 					stopped.Store(true)
 				}, nil
 			}
-			base, stop := runRouter(t, c1, netHTTP, hook)
+			f, stop := runRouter(t, c1, netHTTP, hook)
+			base := f.router.URL
 			for _, path := range []string{"/admin", "/admin/", "/admin/api/cells", "/admin/login?x=1"} {
 				resp, err := http.Get(base + path)
 				if err != nil {
@@ -258,7 +254,7 @@ func TestRunRouterConsole(t *testing.T) {
 					t.Errorf("%s: %d %q (cell %q)", path, resp.StatusCode, body, resp.Header.Get("X-Cellgate-Cell"))
 				}
 			}
-			if s := getSeen(t, base+"/administrator"); s.Cell != "cell-1" {
+			if s := f.seen(t, "/administrator", ""); s.Cell != "cell-1" {
 				t.Errorf("/administrator went to %q", s.Cell)
 			}
 			if seenProxy == nil || !running.Load() {
@@ -272,9 +268,9 @@ func TestRunRouterConsole(t *testing.T) {
 	}
 	t.Run("off", func(t *testing.T) {
 		c1 := newTestCell(t, "cell-1")
-		base, stop := runRouter(t, c1, false, nil)
+		f, stop := runRouter(t, c1, false, nil)
 		defer stop()
-		if s := getSeen(t, base+"/admin/"); s.Cell != "cell-1" || s.URI != "/admin/" {
+		if s := f.seen(t, "/admin/", ""); s.Cell != "cell-1" || s.URI != "/admin/" {
 			t.Errorf("/admin/ without a console: %+v", s)
 		}
 	})
@@ -288,8 +284,9 @@ func TestRunRouterConsole(t *testing.T) {
 	})
 }
 
-// runRouter runs RunRouter over one cell; stop cancels it and waits.
-func runRouter(t *testing.T, c *testCell, netHTTP bool, hook func(*Proxy) (http.Handler, func(context.Context), error)) (string, func()) {
+// runRouter runs RunRouter over one cell; the fixture sends requests
+// through it (only its router is set); stop cancels it and waits.
+func runRouter(t *testing.T, c *testCell, netHTTP bool, hook func(*Proxy) (http.Handler, func(context.Context), error)) (*fixture, func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -326,20 +323,5 @@ func runRouter(t *testing.T, c *testCell, netHTTP bool, hook func(*Proxy) (http.
 		}
 	}
 	t.Cleanup(stop)
-	return "http://" + ln.Addr().String(), stop
-}
-
-func getSeen(t *testing.T, url string) seen {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var s seen
-	if err := json.Unmarshal(body, &s); err != nil {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
-	}
-	return s
+	return &fixture{router: &httptest.Server{URL: "http://" + ln.Addr().String()}}, stop
 }
