@@ -186,7 +186,10 @@ func (w *leanWriter) commit(p []byte) {
 		}
 	}
 	w.keys = keys
-	skip := skipTrailerKeys | skipTransferEncoding // Proxy never sets Transfer-Encoding; framing is decided here
+	// Proxy never sets Transfer-Encoding; framing is decided here. The
+	// handler's http.TrailerPrefix keys need no skipping: the ':' in them
+	// makes them invalid names, which writeHeader drops.
+	skip := skipTransferEncoding
 	for _, v := range h["Trailer"] {
 		hasTrailers = true
 		for tok := range strings.SplitSeq(v, ",") {
@@ -247,8 +250,7 @@ func (w *leanWriter) commit(p []byte) {
 type headerSkip uint8
 
 const (
-	skipTrailerKeys headerSkip = 1 << iota // keys with http.TrailerPrefix
-	skipConnection
+	skipConnection headerSkip = 1 << iota
 	skipContentLength
 	skipTransferEncoding
 	skipContentType
@@ -265,11 +267,12 @@ func (s headerSkip) skips(k string) bool {
 	case "Content-Type":
 		return s&skipContentType != 0
 	}
-	return s&skipTrailerKeys != 0 && strings.HasPrefix(k, http.TrailerPrefix)
+	return false
 }
 
 // writeHeader writes h's fields as http.Header.WriteSubset does with the
-// keys skip names excluded: keys sorted, invalid names dropped, CR and LF
+// keys skip names excluded: keys sorted, invalid names dropped (keys with
+// http.TrailerPrefix among them), CR and LF
 // in values turned into spaces and the values trimmed. keys holds h's
 // keys (sorted here, in place). It allocates nothing, where WriteSubset
 // wants an exclusion map per call and sorts through a pooled sorter.
