@@ -18,16 +18,19 @@ import (
 // writes the head with one write(2) and returns false, which parks the
 // goroutine in the poller without the useless read; when the connection
 // becomes readable, br's next read takes the answer. Three system calls
-// per exchange instead of four (BenchmarkRouterOverhead: router reads per
-// request 4 to 3).
+// per exchange instead of four (strace of BenchmarkFrontLoopback, 20,000
+// requests: 7.98 to 7.03 reads per request).
 //
 // It is safe for a cell connection because nothing may arrive on it
 // before the request: a pooled connection the cell has closed meanwhile
 // (its FIN re-armed away with the poller) answers the written head with a
 // reset, which is a new readiness event and wakes the wait, so the
-// request fails as before and is retried on another connection. A
-// deadline (the response header timeout, or abort's deadline in the
-// past) ends the wait with the same timeout error a read would return.
+// request fails as before and is retried on another connection. A cell
+// that only half-closed (FIN, and no reset for our write) gives no new
+// event: that request waits for the response header timeout (a known
+// limit, see docs/cells.md). A deadline (the response header timeout, or
+// abort's deadline in the past) ends the wait with the same timeout error
+// a read would return.
 // It is not used towards clients: a pipelining client's next request may
 // already be waiting unread, and re-arming would lose its readiness.
 
