@@ -174,6 +174,7 @@ func (c *Console) Run(ctx context.Context) {
 func (c *Console) Sample() {
 	cells := c.cfg.Source.Cells()
 	now := c.cfg.Now()
+	at := now.UTC() // what the JSON shows; now keeps its monotonic reading for the rates
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen := make(map[string]bool, len(cells))
@@ -188,14 +189,8 @@ func (c *Console) Sample() {
 		}
 		req, ref := s.Requests, s.Refusals.Total()
 		secs := now.Sub(cs.lastAt).Seconds()
-		if secs <= 0 || req < cs.lastReq || ref < cs.lastRef {
-			// A clock step or counters that restarted: no rate to tell.
-			cs.requests.Gap(now)
-			cs.refusals.Gap(now)
-		} else {
-			cs.requests.Add(now, float64(req-cs.lastReq)/secs)
-			cs.refusals.Add(now, float64(ref-cs.lastRef)/secs)
-		}
+		cs.requests.Add(at, consolechart.Rate(req, cs.lastReq, secs))
+		cs.refusals.Add(at, consolechart.Rate(ref, cs.lastRef, secs))
 		cs.lastReq, cs.lastRef, cs.lastAt = req, ref, now
 	}
 	for name := range c.traffic {
@@ -222,11 +217,8 @@ type CellTraffic struct {
 	requests, refusals []consolechart.Point
 }
 
-// Point is one sample; V is null where nothing could be measured.
-type Point struct {
-	T time.Time `json:"t"`
-	V *float64  `json:"v"`
-}
+// Point is one sample (in UTC); V is null where nothing could be measured.
+type Point = consolechart.JSONPoint
 
 // traffic copies the rings out under the lock, in the map's cell order.
 func (c *Console) trafficNow(order []proxy.CellStatus) Traffic {
@@ -243,20 +235,8 @@ func (c *Console) trafficNow(order []proxy.CellStatus) Traffic {
 	}
 	c.mu.Unlock()
 	for i := range out.Cells {
-		out.Cells[i].RequestsPerSecond = jsonPoints(out.Cells[i].requests)
-		out.Cells[i].RefusalsPerSecond = jsonPoints(out.Cells[i].refusals)
-	}
-	return out
-}
-
-func jsonPoints(ps []consolechart.Point) []Point {
-	out := make([]Point, len(ps))
-	for i, p := range ps {
-		out[i].T = p.T.UTC()
-		if p.V == p.V { // not NaN
-			v := p.V
-			out[i].V = &v
-		}
+		out.Cells[i].RequestsPerSecond = consolechart.JSONPoints(out.Cells[i].requests)
+		out.Cells[i].RefusalsPerSecond = consolechart.JSONPoints(out.Cells[i].refusals)
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package consolechart
 
 import (
+	"encoding/json"
 	"encoding/xml"
 	"math"
 	"strings"
@@ -44,6 +45,27 @@ func TestRingKeepsTheNewestInOrder(t *testing.T) {
 		}
 	}()
 	r.At(0)
+}
+
+// TestRateAndJSONPoints: a rate over a counter's step, gaps where none can
+// be told, and gaps written as null.
+func TestRateAndJSONPoints(t *testing.T) {
+	if v := Rate(30, 10, 4); v != 5 {
+		t.Errorf("Rate(30, 10, 4) = %v", v)
+	}
+	for _, c := range [][3]float64{{10, 30, 4}, {30, 10, 0}, {30, 10, -1}} {
+		if v := Rate(uint64(c[0]), uint64(c[1]), c[2]); !math.IsNaN(v) {
+			t.Errorf("Rate%v = %v; want a gap", c, v)
+		}
+	}
+	ps := JSONPoints([]Point{{t0, 1.5}, {t0.Add(time.Second), math.NaN()}})
+	raw, err := json.Marshal(ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `[{"t":"2026-12-05T13:00:00Z","v":1.5},{"t":"2026-12-05T13:00:01Z","v":null}]`; string(raw) != want {
+		t.Errorf("got %s\nwant %s", raw, want)
+	}
 }
 
 func TestRingAddDoesNotAllocate(t *testing.T) {

@@ -94,3 +94,33 @@ func (r *Ring) Points(dst []Point) []Point {
 
 // Reset forgets every sample (the memory stays).
 func (r *Ring) Reset() { r.next, r.n = 0, 0 }
+
+// Rate is the per-second rate of a counter that went from last to cur in
+// secs seconds: NaN (a gap) when no time passed (or the clock stepped
+// back) or the counter went back (it restarted), where no rate can be told.
+func Rate(cur, last uint64, secs float64) float64 {
+	if secs <= 0 || cur < last {
+		return math.NaN()
+	}
+	return float64(cur-last) / secs
+}
+
+// JSONPoint is a Point as the consoles' JSON APIs write it: a gap is a
+// null value (JSON has no NaN).
+type JSONPoint struct {
+	T time.Time `json:"t"`
+	V *float64  `json:"v"`
+}
+
+// JSONPoints converts ps for JSON, in their order.
+func JSONPoints(ps []Point) []JSONPoint {
+	out := make([]JSONPoint, len(ps))
+	for i, p := range ps {
+		out[i].T = p.T
+		if !math.IsNaN(p.V) {
+			v := p.V
+			out[i].V = &v
+		}
+	}
+	return out
+}
