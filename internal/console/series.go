@@ -148,10 +148,10 @@ func (c *Console) Sample(ctx context.Context) {
 		secs = now.Sub(s.lastT).Seconds()
 	}
 	rate := func(cur, last uint64, known bool) float64 {
-		if !known || secs <= 0 || cur < last {
+		if !known {
 			return math.NaN()
 		}
-		return float64(cur-last) / secs
+		return consolechart.Rate(cur, last, secs)
 	}
 
 	// The cell.
@@ -294,10 +294,7 @@ func (s *sampler) snapshot() seriesSnap {
 
 // SeriesPoint is one sample in the series API; a null V is a gap (nothing
 // could be measured then).
-type SeriesPoint struct {
-	T time.Time `json:"t"`
-	V *float64  `json:"v"`
-}
+type SeriesPoint = consolechart.JSONPoint
 
 // SeriesSet is one subject's series, oldest sample first.
 type SeriesSet struct {
@@ -332,20 +329,8 @@ type SeriesReport struct {
 	Tenants []TenantSeries `json:"tenants"`
 }
 
-func jsonPoints(ps []consolechart.Point) []SeriesPoint {
-	out := make([]SeriesPoint, len(ps))
-	for i, p := range ps {
-		out[i].T = p.T
-		if !math.IsNaN(p.V) {
-			v := p.V
-			out[i].V = &v
-		}
-	}
-	return out
-}
-
 func jsonSet(s [3][]consolechart.Point) SeriesSet {
-	return SeriesSet{jsonPoints(s[0]), jsonPoints(s[1]), jsonPoints(s[2])}
+	return SeriesSet{consolechart.JSONPoints(s[0]), consolechart.JSONPoints(s[1]), consolechart.JSONPoints(s[2])}
 }
 
 func (c *Console) series() SeriesReport {
