@@ -335,7 +335,7 @@ func (p *Proxy) ServeReady(w http.ResponseWriter, _ *http.Request) {
 // maps, and a map file is small enough to read whole every interval.
 type fileWatch struct {
 	path string
-	last []byte // the content last seen, good or bad
+	last []byte // the content last seen, good or bad; nil after a failed read
 }
 
 func (f *fileWatch) run(ctx context.Context, p *Proxy, every time.Duration, log *slog.Logger) {
@@ -358,10 +358,14 @@ func (f *fileWatch) poll(p *Proxy, log *slog.Logger) {
 	if err != nil {
 		p.m.reloadFailed.Add(1)
 		p.m.slotMapCurrent.Store(false)
+		if f.last != nil {
+			// The first failure in a row: one entry in the history, where
+			// one per poll would push every real reload out of it.
+			p.noteReload("unreadable", err)
+		}
 		// Forget the content: the file that comes back must be loaded
 		// even with the same bytes, or the map would stay "not current".
 		f.last = nil
-		p.noteReload("unreadable", err)
 		log.Error("slot map file unreadable; keeping the last good map", "file", f.path, "error", err.Error())
 		return
 	}

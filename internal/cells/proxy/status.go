@@ -140,7 +140,8 @@ type SlotMapStatus struct {
 type Reload struct {
 	At time.Time `json:"at"`
 	// Result is "ok" (the new map is in use), "invalid" (rejected, the last
-	// good map kept) or "unreadable" (the file could not be read).
+	// good map kept) or "unreadable" (the file could not be read: one
+	// entry for a run of failed polls, the counter counts each).
 	Result string `json:"result"`
 	// Generation and Digest are the map in use after the attempt.
 	Generation uint64 `json:"generation"`

@@ -187,7 +187,10 @@ func TestSlotMapStatus(t *testing.T) {
 // TestSlotMapReloadAfterUnreadable: a file that could not be read once and
 // comes back with the very bytes last loaded is loaded again, so the map
 // is current again (the watcher used to compare with the bytes it saw
-// before the failure, skip the file, and leave slotmap_current at 0).
+// before the failure, skip the file, and leave slotmap_current at 0). A
+// file that stays unreadable is one entry in the reload history, not one
+// per poll (every second by default, which would push the last 16 real
+// reloads out within 16 s).
 func TestSlotMapReloadAfterUnreadable(t *testing.T) {
 	f := newFixture(t, ProxyConfig{})
 	w, _ := watchedFile(t, f)
@@ -197,8 +200,12 @@ func TestSlotMapReloadAfterUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.poll(f.p, log)
+	w.poll(f.p, log) // still gone: counted, but one entry in the history, not one per poll
 	if v := testutil.ToFloat64(gaugeOf(t, f.reg, "cellgate_router_slotmap_current", "")); v != 0 {
 		t.Fatalf("slotmap_current = %v with the file gone", v)
+	}
+	if st := f.p.SlotMapStatus(); st.ReloadsUnreadable != 2 {
+		t.Errorf("%d unreadable reloads counted; want 2", st.ReloadsUnreadable)
 	}
 	if r := f.p.SlotMapStatus().Reloads; len(r) != 1 || r[0].Result != "unreadable" || !strings.Contains(r[0].Error, "no such file") {
 		t.Fatalf("reloads %+v", r)
