@@ -1,5 +1,6 @@
 // Package consolechart draws the consoles' charts on the server, as SVG, and
-// keeps the samples they draw in fixed rings.
+// keeps the samples they draw in fixed rings; Rate and JSONPoints are the
+// samplers' and JSON APIs' shared steps (a counter's rate, a gap as null).
 //
 // A page that shows a chart needs no script and no asset beyond the page
 // itself: the chart is an <svg> element written into the HTML. Every label
