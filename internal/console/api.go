@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
@@ -64,15 +65,15 @@ func (c *Console) admission() any {
 // CSRF token. Refusals carry no data.
 func (c *Console) api(need Role, h func(echo.Context, who) error) echo.HandlerFunc {
 	return func(ec echo.Context) error {
-		w := c.auth.identify(ec)
-		if w.role == RoleNone {
+		w := c.auth.Identify(ec.Request())
+		if w.Role == RoleNone {
 			ec.Response().Header().Set("WWW-Authenticate", `Bearer realm="cellgate-console"`)
 			return ec.JSON(http.StatusUnauthorized, apiError{"console token required", "console_unauthorized"})
 		}
-		if need == RoleOperator && !w.role.CanAct() {
+		if need == RoleOperator && !w.Role.CanAct() {
 			return ec.JSON(http.StatusForbidden, apiError{"the read-only token cannot act; use the operator token", "console_forbidden"})
 		}
-		if ec.Request().Method == http.MethodPost && !c.auth.csrfOK(ec, w) {
+		if ec.Request().Method == http.MethodPost && !c.auth.CSRFOK(ec.Request(), w) {
 			return ec.JSON(http.StatusForbidden, apiError{"missing or wrong CSRF token", "console_csrf"})
 		}
 		return h(ec, w)
@@ -171,7 +172,7 @@ func (c *Console) act(ctx context.Context, w who, db Database, id jobs.JobID, ac
 	if err != nil {
 		count, outcome = 0, err.Error()
 	}
-	c.log.Info("console audit", "role", w.role.String(), "action", string(act), "database", db.Name(),
+	c.log.Info(consoleauth.AuditMessage, "role", w.Role.String(), "action", string(act), "database", db.Name(),
 		"filter", "id="+strconv.FormatInt(int64(id), 10), "count", count, "outcome", outcome)
 	return err
 }

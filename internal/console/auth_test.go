@@ -7,48 +7,45 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/labstack/echo/v4"
 )
 
 func TestSessions(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
 	a := newAuthenticator("admin", "op", []byte("key-1"), time.Hour, clock)
-	if a.token("admin") != RoleReader || a.token("op") != RoleOperator || a.token("") != RoleNone || a.token("adm") != RoleNone {
+	if a.Token("admin") != RoleReader || a.Token("op") != RoleOperator || a.Token("") != RoleNone || a.Token("adm") != RoleNone {
 		t.Fatal("token roles wrong")
 	}
-	s := a.session(RoleOperator)
-	if a.cookie(s) != RoleOperator {
+	s := a.Session(RoleOperator)
+	if a.Cookie(s) != RoleOperator {
 		t.Fatal("fresh operator session not accepted")
 	}
 	// Tampering with the role byte breaks the MAC.
 	raw := []byte(s)
 	raw[1] ^= 1
-	if a.cookie(string(raw)) != RoleNone {
+	if a.Cookie(string(raw)) != RoleNone {
 		t.Error("tampered session accepted")
 	}
-	if newAuthenticator("admin", "op", []byte("key-2"), time.Hour, clock).cookie(s) != RoleNone {
+	if newAuthenticator("admin", "op", []byte("key-2"), time.Hour, clock).Cookie(s) != RoleNone {
 		t.Error("session accepted under another key (a restarted process)")
 	}
-	if newAuthenticator("admin", "op2", []byte("key-1"), time.Hour, clock).cookie(s) != RoleNone {
+	if newAuthenticator("admin", "op2", []byte("key-1"), time.Hour, clock).Cookie(s) != RoleNone {
 		t.Error("operator session survived a change of the operator token")
 	}
-	if newAuthenticator("admin", "", []byte("key-1"), time.Hour, clock).cookie(s) != RoleNone {
+	if newAuthenticator("admin", "", []byte("key-1"), time.Hour, clock).Cookie(s) != RoleNone {
 		t.Error("operator session accepted with no operator token configured")
 	}
 	now = now.Add(time.Hour)
-	if a.cookie(s) != RoleNone {
+	if a.Cookie(s) != RoleNone {
 		t.Error("expired session accepted")
 	}
-	first, again := a.csrf(s), a.csrf(s)
-	if first == a.csrf(a.session(RoleReader)) || first != again {
+	first, again := a.CSRF(s), a.CSRF(s)
+	if first == a.CSRF(a.Session(RoleReader)) || first != again {
 		t.Error("CSRF tokens must be per session and stable")
 	}
 }
 
 func TestCookieFlags(t *testing.T) {
-	e := echo.New()
 	for _, tls := range []bool{false, true} {
 		req := httptest.NewRequest(http.MethodPost, "/admin/login", nil)
 		// A forwarded-proto header from an untrusted peer changes nothing.
@@ -56,7 +53,7 @@ func TestCookieFlags(t *testing.T) {
 		if tls {
 			req.TLS = &cryptotls.ConnectionState{}
 		}
-		ck := sessionCookie(e.NewContext(req, httptest.NewRecorder()), "v", time.Hour)
+		ck := newAuthenticator("admin", "", nil, time.Hour, nil).SessionCookie(req, "v", time.Hour)
 		if !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode || ck.Secure != tls || ck.Path != "/admin" || ck.MaxAge != 3600 {
 			t.Errorf("cookie (tls %v) = %+v", tls, ck)
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
@@ -121,14 +122,14 @@ func (c *Console) startBulk(w who, act pgjobs.Act, f BulkFilter) (BulkStatus, er
 			dbs = append(dbs, db)
 		}
 	}
-	st := &BulkStatus{Action: act, Filter: f, Role: w.role.String(), Started: c.cfg.Now(), Databases: make([]DatabaseStatus, len(dbs))}
+	st := &BulkStatus{Action: act, Filter: f, Role: w.Role.String(), Started: c.cfg.Now(), Databases: make([]DatabaseStatus, len(dbs))}
 	for i, db := range dbs {
 		st.Databases[i].Database = db.Name()
 	}
 	if err := c.bulk.start(st); err != nil {
 		return BulkStatus{}, err
 	}
-	c.log.Info("console audit", "role", st.Role, "action", "bulk "+string(act), "bulk", st.ID, "filter", f.String(), "count", 0, "outcome", "started")
+	c.log.Info(consoleauth.AuditMessage, "role", st.Role, "action", "bulk "+string(act), "bulk", st.ID, "filter", f.String(), "count", 0, "outcome", "started")
 	go c.runBulk(st, dbs)
 	s, _ := c.bulk.get(st.ID)
 	return s, nil
@@ -155,7 +156,7 @@ func (c *Console) runBulk(st *BulkStatus, dbs []Database) {
 	c.bulk.mu.Unlock()
 	// Logged before it shows as finished: whoever sees it finished finds
 	// its audit line written.
-	c.log.Info("console audit", "role", st.Role, "action", "bulk "+string(st.Action), "bulk", st.ID, "filter", st.Filter.String(), "count", changed, "outcome", "finished")
+	c.log.Info(consoleauth.AuditMessage, "role", st.Role, "action", "bulk "+string(st.Action), "bulk", st.ID, "filter", st.Filter.String(), "count", changed, "outcome", "finished")
 	c.bulk.mu.Lock()
 	now := c.cfg.Now()
 	st.Finished = &now

@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
@@ -110,7 +110,7 @@ type Console struct {
 	dbs   map[string]Database
 	slots SlotReport
 	place placement
-	auth  authenticator
+	auth  consoleauth.Authenticator
 	bulk  bulkOps
 	// counts caches each database's queue counts (counts.go).
 	counts *countCache
@@ -142,10 +142,11 @@ func New(cfg Config) (*Console, error) {
 		cfg.SampleEvery = DefaultSampleEvery
 	}
 	if cfg.SessionKey == nil {
-		cfg.SessionKey = make([]byte, 32)
-		if _, err := rand.Read(cfg.SessionKey); err != nil {
-			return nil, fmt.Errorf("console: session key: %w", err)
+		key, err := consoleauth.RandomKey()
+		if err != nil {
+			return nil, err
 		}
+		cfg.SessionKey = key
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, dbs: make(map[string]Database, len(cfg.Databases)), counts: newCountCache(cfg.Now)}
 	for _, db := range cfg.Databases {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
@@ -111,7 +112,7 @@ func (c *Console) queueAct(ctx context.Context, w who, action, queue, database s
 		default:
 			outcome = "already " + action + "d"
 		}
-		c.log.Info("console audit", "role", w.role.String(), "action", action, "database", p.db.Name(),
+		c.log.Info(consoleauth.AuditMessage, "role", w.Role.String(), "action", action, "database", p.db.Name(),
 			"filter", "queue="+strconv.Quote(queue), "count", count, "outcome", outcome)
 	}
 	return res, nil

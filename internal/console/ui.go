@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sync"
@@ -111,7 +112,7 @@ func (c *Console) registerUI(e *echo.Echo) {
 	})
 	e.POST(Prefix+"login", c.login)
 	e.POST(Prefix+"logout", c.page(RoleReader, func(ec echo.Context, _ who) error {
-		ec.SetCookie(sessionCookie(ec, "", 0))
+		ec.SetCookie(c.auth.SessionCookie(ec.Request(), "", 0))
 		return ec.Redirect(http.StatusSeeOther, Prefix+"login")
 	}))
 	e.GET(Prefix, c.page(RoleReader, c.overviewPage))
@@ -154,17 +155,17 @@ func (c *Console) registerUI(e *echo.Echo) {
 // a read-only user gets 403 for an action; every POST needs its CSRF token.
 func (c *Console) page(need Role, h func(echo.Context, who) error) echo.HandlerFunc {
 	return func(ec echo.Context) error {
-		w := c.auth.identify(ec)
-		if w.role == RoleNone {
+		w := c.auth.Identify(ec.Request())
+		if w.Role == RoleNone {
 			if ec.Request().Method == http.MethodGet {
 				return ec.Redirect(http.StatusSeeOther, Prefix+"login")
 			}
 			return c.render(ec, view{Title: "Log in", page: "login", Failure: "Your session has ended; log in again.", status: http.StatusUnauthorized})
 		}
-		if need == RoleOperator && !w.role.CanAct() {
+		if need == RoleOperator && !w.Role.CanAct() {
 			return c.render(ec, c.failure(w, http.StatusForbidden, "The read-only token cannot act; log in with the operator token."))
 		}
-		if ec.Request().Method == http.MethodPost && !c.auth.csrfOK(ec, w) {
+		if ec.Request().Method == http.MethodPost && !c.auth.CSRFOK(ec.Request(), w) {
 			return c.render(ec, c.failure(w, http.StatusForbidden, "The form's CSRF token is missing or wrong; reload the page and try again."))
 		}
 		return h(ec, w)
@@ -172,9 +173,9 @@ func (c *Console) page(need Role, h func(echo.Context, who) error) echo.HandlerF
 }
 
 func (c *Console) view(w who, page, title string, data any) view {
-	v := view{Title: title, Nav: page, Role: w.role.String(), CanAct: w.role.CanAct(), Cell: c.cfg.Spec.Server.Cell, Data: data, page: page}
-	if w.session != "" {
-		v.CSRF = c.auth.csrf(w.session)
+	v := view{Title: title, Nav: page, Role: w.Role.String(), CanAct: w.Role.CanAct(), Cell: c.cfg.Spec.Server.Cell, Data: data, page: page}
+	if w.Session != "" {
+		v.CSRF = c.auth.CSRF(w.Session)
 	}
 	return v
 }
@@ -199,13 +200,13 @@ func (c *Console) render(ec echo.Context, v view) error {
 }
 
 func (c *Console) login(ec echo.Context) error {
-	r := c.auth.token(ec.FormValue("token"))
+	r := c.auth.Token(ec.FormValue("token"))
 	if r == RoleNone {
-		c.log.Warn("console audit", "role", "none", "action", "login", "outcome", "wrong token", "remote", ec.RealIP())
+		consoleauth.Audit(c.log, slog.LevelWarn, r, "login", "wrong token", "remote", ec.RealIP())
 		return c.render(ec, view{Title: "Log in", page: "login", Failure: "That token is not the admin or the operator token.", status: http.StatusUnauthorized})
 	}
-	ec.SetCookie(sessionCookie(ec, c.auth.session(r), c.cfg.SessionTTL))
-	c.log.Info("console audit", "role", r.String(), "action", "login", "outcome", "ok", "remote", ec.RealIP())
+	ec.SetCookie(c.auth.SessionCookie(ec.Request(), c.auth.Session(r), c.cfg.SessionTTL))
+	consoleauth.Audit(c.log, slog.LevelInfo, r, "login", "ok", "remote", ec.RealIP())
 	return ec.Redirect(http.StatusSeeOther, Prefix)
 }
 
