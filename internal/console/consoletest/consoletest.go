@@ -243,27 +243,20 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING id`,
 // ones it has: its next query fails, as when its server is down.
 func (e *Env) MakeUnavailable(database string) {
 	e.tb.Helper()
-	name := strings.TrimPrefix(mustURL(e.tb, e.dsns[database]).Path, "/")
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testpg.Server())
-	if err != nil {
-		e.tb.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	for _, sql := range []string{
-		"ALTER DATABASE " + pgx.Identifier{name}.Sanitize() + " WITH ALLOW_CONNECTIONS false",
-		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + name + "'",
-	} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			e.tb.Fatalf("%s: %v", sql, err)
-		}
-	}
+	e.allowConnections(database, false)
 	e.pools[database].Reset()
 }
 
 // MakeAvailable undoes MakeUnavailable: the database takes connections
 // again.
 func (e *Env) MakeAvailable(database string) {
+	e.tb.Helper()
+	e.allowConnections(database, true)
+}
+
+// allowConnections lets a database take connections or not; not also ends
+// the ones it has.
+func (e *Env) allowConnections(database string, allow bool) {
 	e.tb.Helper()
 	name := strings.TrimPrefix(mustURL(e.tb, e.dsns[database]).Path, "/")
 	ctx := context.Background()
@@ -272,7 +265,13 @@ func (e *Env) MakeAvailable(database string) {
 		e.tb.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS true"); err != nil {
+	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS %t", pgx.Identifier{name}.Sanitize(), allow)); err != nil {
+		e.tb.Fatal(err)
+	}
+	if allow {
+		return
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name); err != nil {
 		e.tb.Fatal(err)
 	}
 }
