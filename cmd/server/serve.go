@@ -52,8 +52,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	if cons != nil {
-		// The console's sampler is ours: it stops, and is waited for,
-		// before serve returns.
+		// The console's sampler and its background counts are ours: they
+		// stop, and are waited for, before serve returns (and before the
+		// databases close).
+		defer cons.Close()
 		sctx, stopSampler := context.WithCancel(ctx)
 		var sampling sync.WaitGroup
 		sampling.Go(func() { cons.RunSampler(sctx) })

@@ -168,6 +168,14 @@ func New(cfg Config) (*Console, error) {
 	return c, nil
 }
 
+// Close ends the queue counts the console runs in the background (each
+// under CountTimeout, and the next ones that keep the counts warm) and
+// waits for them, so none reads a database its owner is closing. The
+// sampler is not among them: its owner stops it (RunSampler). Pages and
+// the API still answer after Close, but a reader that needs a new count
+// gets an error for that database.
+func (c *Console) Close() { c.counts.close() }
+
 // Register adds the console's routes to e: the API under APIPrefix, the
 // pages under Prefix. They sit outside the tenant chain: operators are no
 // tenant.

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -45,7 +46,18 @@ type countCache struct {
 	mu    sync.Mutex
 	// entries by database name; guarded by mu.
 	entries map[string]*countEntry
+	// closed is set by close (guarded by mu): no count starts after it.
+	closed bool
+	// ctx bounds every count and ends with close; running counts the
+	// counts' goroutines, which close waits for.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup
 }
+
+// errCountsClosed answers a reader that needs a count after the console
+// closed.
+var errCountsClosed = errors.New("console: closed")
 
 // countEntry is one database's cached count and the count running now.
 type countEntry struct {
@@ -68,7 +80,8 @@ type countFlight struct {
 }
 
 func newCountCache(now func() time.Time) *countCache {
-	return &countCache{now: now, entries: map[string]*countEntry{},
+	ctx, cancel := context.WithCancel(context.Background())
+	return &countCache{now: now, entries: map[string]*countEntry{}, ctx: ctx, cancel: cancel,
 		after: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 }
 
@@ -106,13 +119,19 @@ func (cc *countCache) get(ctx context.Context, db Database) ([]pgjobs.QueueDepth
 }
 
 // start runs a count of db in its own goroutine, under CountTimeout, and
-// stores it in e when it succeeds. Called with cc.mu held.
+// stores it in e when it succeeds; after close it starts none and returns
+// a flight that failed. Called with cc.mu held.
 func (cc *countCache) start(e *countEntry, db Database) *countFlight {
 	f := &countFlight{done: make(chan struct{})}
+	if cc.closed {
+		f.err = errCountsClosed
+		close(f.done)
+		return f
+	}
 	e.flight = f
-	go func() {
+	cc.running.Go(func() {
 		at := cc.now()
-		ctx, cancel := context.WithTimeout(context.Background(), CountTimeout)
+		ctx, cancel := context.WithTimeout(cc.ctx, CountTimeout)
 		d, err := db.Depths(ctx)
 		cancel()
 		cc.mu.Lock()
@@ -124,8 +143,18 @@ func (cc *countCache) start(e *countEntry, db Database) *countFlight {
 		}
 		cc.mu.Unlock()
 		close(f.done)
-	}()
+	})
 	return f
+}
+
+// close ends the running counts, starts no more (a timer that fires later
+// finds the cache closed) and waits for the counts' goroutines to return.
+func (cc *countCache) close() {
+	cc.mu.Lock()
+	cc.closed = true
+	cc.mu.Unlock()
+	cc.cancel()
+	cc.running.Wait()
 }
 
 // keepWarm schedules e's next count for when its count turns CountsFresh

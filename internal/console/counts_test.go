@@ -333,3 +333,45 @@ func TestCountCacheKeepsWarm(t *testing.T) {
 		t.Fatalf("after the readers left: %d timers, %d counts", len(more), db.n.Load())
 	}
 }
+
+// stuckDB is a Database whose count runs until its context ends.
+type stuckDB struct {
+	Database // the other methods: not called
+	started  chan struct{}
+	ended    atomic.Bool
+}
+
+func (d *stuckDB) Name() string { return "shard-0" }
+func (d *stuckDB) Ready() bool  { return true }
+func (d *stuckDB) Depths(ctx context.Context) ([]pgjobs.QueueDepth, error) {
+	close(d.started)
+	<-ctx.Done()
+	d.ended.Store(true)
+	return nil, ctx.Err()
+}
+
+// TestCountCacheClose: a count that outlives its reader (it runs on, up to
+// CountTimeout, for the next readers) is ended by close, which returns only
+// when its goroutine has; after close no count starts.
+func TestCountCacheClose(t *testing.T) {
+	cc := newCountCache(time.Now)
+	db := &stuckDB{started: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-db.started; cancel() }()
+	if _, _, err := cc.get(ctx, db); !errors.Is(err, context.Canceled) {
+		t.Fatalf("reader that gave up: %v", err)
+	}
+	closed := make(chan struct{})
+	go func() { cc.close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not end the running count")
+	}
+	if !db.ended.Load() {
+		t.Fatal("close returned before the count's goroutine")
+	}
+	if _, _, err := cc.get(context.Background(), db); !errors.Is(err, errCountsClosed) {
+		t.Fatalf("count after close: %v", err)
+	}
+}

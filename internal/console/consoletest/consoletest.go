@@ -133,6 +133,7 @@ func New(tb testing.TB, o Options) *Env {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(c.Close)
 	e.Console = c
 	ec := echo.New()
 	c.Register(ec)
