@@ -80,15 +80,6 @@ func (c *Console) laneLayout() (per, lanes, perTenant int, apply bool) {
 	return per, eff.Tenants.Lanes, max(min(eff.Tenants.LanesPerTenant, eff.Tenants.Lanes), 1), true
 }
 
-// tenantLanes is the lanes serving tenant (nil when lanes do not apply).
-func (c *Console) tenantLanes(tenant string) []int {
-	_, lanes, perTenant, apply := c.laneLayout()
-	if !apply {
-		return nil
-	}
-	return jobs.ShuffleShard(tenant, lanes, perTenant)
-}
-
 // databaseNames are the names of the jobs databases, in worker order (the
 // PostgreSQL runtime gives database i the workers [i*per, (i+1)*per)); the
 // local backend's one in-memory database is "local".

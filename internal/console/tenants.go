@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
 
@@ -70,6 +71,7 @@ func (c *Console) tenants(ctx context.Context) TenantsReport {
 		top, rep.Rejections = c.cfg.Rejections.Top(topTenants)
 	}
 	rep.InFlightKnown = c.cfg.InFlight != nil
+	_, lanes, perTenant, applyLanes := c.laneLayout()
 	names := make([]string, len(top))
 	byName := make(map[string]*TenantRow, len(top))
 	rep.Tenants = make([]TenantRow, len(top))
@@ -78,9 +80,9 @@ func (c *Console) tenants(ctx context.Context) TenantsReport {
 		r := &rep.Tenants[i]
 		r.Tenant, r.Rejections, r.RejectionsError = t.Tenant, t.Count, t.Error
 		r.Slot, r.Shard, r.Cell = c.place.of(t.Tenant)
-		r.Lanes = c.tenantLanes(t.Tenant)
-		if r.Lanes == nil {
-			r.Lanes = []int{}
+		r.Lanes = []int{}
+		if applyLanes {
+			r.Lanes = jobs.ShuffleShard(t.Tenant, lanes, perTenant)
 		}
 		if c.cfg.InFlight != nil {
 			r.InFlight, r.Cap = c.cfg.InFlight(t.Tenant)
