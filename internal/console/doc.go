@@ -17,6 +17,7 @@
 // past that timeout. The queue counts (overview, queues API) come from a
 // per-database cache at most CountsMaxAge old, kept warm while it is read
 // (counts.go), so a page at a million jobs does not count them per request.
+// Those counts run in the background; Console.Close ends them and waits.
 //
 // Its charts over time come from a sampler its owner runs
 // (Console.RunSampler, stopped by cancelling its context): every
@@ -26,6 +27,6 @@
 // Concurrency: a Console is safe for concurrent use; its configuration is
 // fixed after New, every request works on its own values, the count cache
 // and the bulk actions guard their own state, and the series the sampler
-// writes are under a lock the pages take to copy them. The databases' methods must
-// be safe for concurrent use (a *pgjobs.Backend is).
+// writes are under a lock the pages take to copy them. The databases'
+// methods must be safe for concurrent use (a *pgjobs.Backend is).
 package console

@@ -159,7 +159,7 @@ func Number(v float64) string {
 	return strings.TrimSuffix(s, ".")
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten (at least 1), so
+// niceCeil rounds v up to 1, 2, 4 or 5 times a power of ten (at least 1), so
 // the axis' quarter marks read as round numbers more often than not.
 func niceCeil(v float64) float64 {
 	if v <= 1 || math.IsNaN(v) {
