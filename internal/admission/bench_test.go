@@ -86,6 +86,24 @@ func admitRelease(b *testing.B, e *Engine, account string) bool {
 	return true
 }
 
+// parallelHotAdmits times b.N admit-and-release pairs of one tenant from
+// every P, with allocations, and fails if a permit leaked.
+func parallelHotAdmits(b *testing.B, e *Engine, tenant string) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !admitRelease(b, e, tenant) {
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	if n := e.InFlight(); n != 0 {
+		b.Fatalf("%d permits leaked", n)
+	}
+}
+
 // BenchmarkAdmitHotAccount runs Admit+Release on one account from every
 // goroutine. single and sharded run the whole engine — concurrency gauge,
 // rate bucket and a metered funding line (lease debits) — which is strictly
@@ -109,19 +127,7 @@ func BenchmarkAdmitHotAccount(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			e := benchEngine(b, c.shards, c.funded)
 			admitRelease(b, e, hot) // create the account outside the timing
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if !admitRelease(b, e, hot) {
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			if n := e.InFlight(); n != 0 {
-				b.Fatalf("%d permits leaked", n)
-			}
+			parallelHotAdmits(b, e, hot)
 		})
 	}
 	b.Run("peer", func(b *testing.B) {
@@ -291,19 +297,14 @@ func BenchmarkAdmitWhileConsoleReads(b *testing.B) {
 					}
 				}
 			}()
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if !admitRelease(b, e, hot) {
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			close(stop)
-			<-done
-			b.ReportMetric(float64(reads), "reads")
+			// Deferred: the reader stops even when a leaked permit ends
+			// the benchmark.
+			defer func() {
+				close(stop)
+				<-done
+				b.ReportMetric(float64(reads), "reads")
+			}()
+			parallelHotAdmits(b, e, hot)
 		})
 	}
 }
