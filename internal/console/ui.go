@@ -111,8 +111,9 @@ func (c *Console) registerUI(e *echo.Echo) {
 		return c.render(ec, view{Title: "Log in", page: "login"})
 	})
 	e.POST(Prefix+"login", c.login)
-	e.POST(Prefix+"logout", c.page(RoleReader, func(ec echo.Context, _ who) error {
+	e.POST(Prefix+"logout", c.page(RoleReader, func(ec echo.Context, w who) error {
 		ec.SetCookie(c.auth.SessionCookie(ec.Request(), "", 0))
+		consoleauth.Audit(c.log, slog.LevelInfo, w.Role, "logout", "ok", "remote", ec.RealIP())
 		return ec.Redirect(http.StatusSeeOther, Prefix+"login")
 	}))
 	e.GET(Prefix, c.page(RoleReader, c.overviewPage))

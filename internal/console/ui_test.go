@@ -125,4 +125,8 @@ func TestPages(t *testing.T) {
 	if _, body := op.get(jobURL); !strings.Contains(body, `name="token"`) {
 		t.Error("after logout the job page is still served")
 	}
+	// The logout is audited, as the router's console audits its own.
+	if audit := env.Audit.String(); !strings.Contains(audit, `msg="console audit" role=operator action=logout outcome=ok`) {
+		t.Errorf("audit lacks the logout:\n%s", audit)
+	}
 }
