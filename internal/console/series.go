@@ -48,8 +48,9 @@ type tenantSlot struct {
 	// database's completed jobs as one interval's burst when it is back.
 	lastCompleted []int64
 	known         []bool
-	lastRefusals  uint64
-	refusalsKnown bool
+	// lastRefusals is its refusals at the last sample (known when its
+	// rings hold one).
+	lastRefusals uint64
 }
 
 // sampler keeps the console's series. Its memory is fixed when it is made
@@ -57,14 +58,15 @@ type tenantSlot struct {
 type sampler struct {
 	sampling sync.Mutex // one sample at a time
 
-	mu           sync.Mutex
-	cell         ringSet
-	slots        [SeriesTenants]tenantSlot
-	lastT        time.Time // the previous sample ("" = none)
+	mu    sync.Mutex
+	cell  ringSet
+	slots [SeriesTenants]tenantSlot
+	lastT time.Time // the previous sample ("" = none)
+	// lastDone and lastRefusals are the cell's counts at the previous
+	// sample (known when its ring holds one: a ring is filled from the
+	// same source at every sample, or never).
 	lastDone     uint64
-	doneKnown    bool
 	lastRefusals uint64
-	refKnown     bool
 }
 
 func newSampler(databases int) *sampler {
@@ -156,14 +158,14 @@ func (c *Console) Sample(ctx context.Context) {
 
 	// The cell.
 	if c.cfg.Completed != nil {
-		s.cell.completed.Add(now, rate(done, s.lastDone, s.doneKnown))
-		s.lastDone, s.doneKnown = done, true
+		s.cell.completed.Add(now, rate(done, s.lastDone, s.cell.completed.Len() > 0))
+		s.lastDone = done
 	} else {
 		s.cell.completed.Gap(now)
 	}
 	if c.cfg.Rejections != nil {
-		s.cell.refusals.Add(now, rate(total, s.lastRefusals, s.refKnown))
-		s.lastRefusals, s.refKnown = total, true
+		s.cell.refusals.Add(now, rate(total, s.lastRefusals, s.cell.refusals.Len() > 0))
+		s.lastRefusals = total
 	} else {
 		s.cell.refusals.Gap(now)
 	}
@@ -232,7 +234,7 @@ func (c *Console) Sample(ctx context.Context) {
 			}
 			sl.lastCompleted[d], sl.known[d] = b.Completed, true
 		}
-		if deltaKnown && secs > 0 && sl.rings.completed.Len() > 0 {
+		if deltaKnown && secs > 0 {
 			sl.rings.completed.Add(now, float64(delta)/secs)
 		} else {
 			sl.rings.completed.Gap(now)
@@ -243,15 +245,15 @@ func (c *Console) Sample(ctx context.Context) {
 			sl.rings.backlog.Gap(now)
 		}
 		count := top[sl.rank].Count
-		sl.rings.refusals.Add(now, rate(count, sl.lastRefusals, sl.refusalsKnown && sl.rings.refusals.Len() > 0))
-		sl.lastRefusals, sl.refusalsKnown = count, true
+		sl.rings.refusals.Add(now, rate(count, sl.lastRefusals, sl.rings.refusals.Len() > 0))
+		sl.lastRefusals = count
 	}
 	s.lastT = now
 }
 
 // free empties a slot for another tenant (its memory stays).
 func (sl *tenantSlot) free() {
-	sl.name, sl.rank, sl.lastRefusals, sl.refusalsKnown = "", 0, 0, false
+	sl.name, sl.rank, sl.lastRefusals = "", 0, 0
 	clear(sl.lastCompleted)
 	clear(sl.known)
 	sl.rings.reset()

@@ -115,6 +115,7 @@ func TestSeriesSampler(t *testing.T) {
 	wantRate(t, "acme completed", rep.Tenants[0].CompletedPerSecond, 0.3)
 	wantRate(t, "acme refusals", rep.Tenants[0].RefusalsPerSecond, 0.5)
 	wantGap(t, "globex completed, its first sample", rep.Tenants[1].CompletedPerSecond)
+	wantGap(t, "globex refusals, its first sample", rep.Tenants[1].RefusalsPerSecond)
 	if rep.Every != console.DefaultSampleEvery || rep.Points != console.SeriesPoints || len(rep.Cell.Backlog) != 2 {
 		t.Errorf("series = every %v, %d points, %d samples", rep.Every, rep.Points, len(rep.Cell.Backlog))
 	}
