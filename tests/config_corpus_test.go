@@ -19,77 +19,9 @@ import (
 
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/configload/corpus"
 	"github.com/cellgate/cellgate/schema"
 )
-
-// corpusCase is one per-cell file of tests/testdata/corpus and what the
-// three entry points must say about it. The .want format is configload's
-// (internal/configload/corpus_test.go): the path every refusal names,
-// optionally "generate: accepts", "generate: not <path>" for an issue only
-// a process reports (the rules of mode Final), then one "errors:" line per
-// issue in order: "<path> <line>", "<path> default <line>" or "<path>
-// default".
-type corpusCase struct {
-	name, file string
-	valid      bool
-	path       string   // the spec path every refusal names
-	genAccepts bool     // a spec the generator accepts but no process may run as is
-	genNot     []string // paths generate does not report
-	errors     []string // every issue of the refusal, in order
-}
-
-func readCorpus(t *testing.T) []corpusCase {
-	t.Helper()
-	var out []corpusCase
-	for _, kind := range []string{"valid", "invalid"} {
-		files, err := filepath.Glob(filepath.Join("testdata", "corpus", kind, "*.json"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("corpus %s: %v (%d files)", kind, err, len(files))
-		}
-		for _, f := range files {
-			c := corpusCase{name: kind + "/" + strings.TrimSuffix(filepath.Base(f), ".json"), file: f, valid: kind == "valid"}
-			if !c.valid {
-				want, err := os.ReadFile(strings.TrimSuffix(f, ".json") + ".want")
-				if err != nil {
-					t.Fatal(err)
-				}
-				lines := strings.Split(strings.TrimSpace(string(want)), "\n")
-				c.path = lines[0]
-				for _, l := range lines[1:] {
-					switch {
-					case l == "generate: accepts":
-						c.genAccepts = true
-					case strings.HasPrefix(l, "generate: not "):
-						c.genNot = append(c.genNot, strings.TrimPrefix(l, "generate: not "))
-					case strings.HasPrefix(l, "errors: ") && wellFormed(strings.TrimPrefix(l, "errors: ")):
-						c.errors = append(c.errors, strings.TrimPrefix(l, "errors: "))
-					default:
-						t.Fatalf("%s: malformed line %q", f, l)
-					}
-				}
-				if len(c.errors) == 0 {
-					t.Fatalf("%s: no errors: lines", f)
-				}
-			}
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// wellFormed checks an errors line: a path, then a line number,
-// "default <line>" or "default".
-func wellFormed(e string) bool {
-	f := strings.Fields(e)
-	num := func(s string) bool { n, err := strconv.Atoi(s); return err == nil && n > 0 }
-	switch len(f) {
-	case 2:
-		return num(f[1]) || f[1] == "default"
-	case 3:
-		return f[1] == "default" && num(f[2])
-	}
-	return false
-}
 
 // TestConfigCorpusVerdicts runs every corpus file through the three entry
 // points as a user would: `generate` on the spec the file amounts to (the
@@ -101,7 +33,7 @@ func wellFormed(e string) bool {
 // or fails for its environment. Binaries are built once; cases run in
 // parallel.
 func TestConfigCorpusVerdicts(t *testing.T) {
-	cases := readCorpus(t)
+	cases := corpus.Read(t, filepath.Join("testdata", "corpus"))
 	dir := filepath.Dir(serverBin)
 	genBin := filepath.Join(dir, "generate")
 	if out, err := exec.Command("go", "build", "-o", genBin, "../cmd/generate").CombinedOutput(); err != nil {
@@ -109,14 +41,14 @@ func TestConfigCorpusVerdicts(t *testing.T) {
 	}
 	sem := make(chan struct{}, max(2, runtime.NumCPU()))
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			checkOut, checkErr := exec.Command(serverBin, "check", "-config", c.file).CombinedOutput()
-			genOut, genSpec, genErr := runGenerate(t, genBin, c.file)
-			serveOut, accepted := runServe(t, c.file)
-			if c.valid {
+			checkOut, checkErr := exec.Command(serverBin, "check", "-config", c.File).CombinedOutput()
+			genOut, genSpec, genErr := runGenerate(t, genBin, c.File)
+			serveOut, accepted := runServe(t, c.File)
+			if c.Valid {
 				if checkErr != nil {
 					t.Errorf("server check refused a valid case:\n%s", checkOut)
 				}
@@ -129,27 +61,27 @@ func TestConfigCorpusVerdicts(t *testing.T) {
 				return
 			}
 			if checkErr == nil {
-				t.Errorf("server check accepted an invalid case (want %s)", c.path)
-			} else if !names(string(checkOut), c.path) {
-				t.Errorf("server check does not name %s:\n%s", c.path, checkOut)
+				t.Errorf("server check accepted an invalid case (want %s)", c.Path)
+			} else if !names(string(checkOut), c.Path) {
+				t.Errorf("server check does not name %s:\n%s", c.Path, checkOut)
 			} else {
-				sameIssues(t, "server check", string(checkOut), c.file, c.errors)
+				sameIssues(t, "server check", string(checkOut), c.File, c.Errors)
 			}
 			if accepted {
-				t.Errorf("serve accepted an invalid case (want %s):\n%s", c.path, serveOut)
-			} else if !names(serveOut, c.path) {
-				t.Errorf("serve does not name %s:\n%s", c.path, serveOut)
+				t.Errorf("serve accepted an invalid case (want %s):\n%s", c.Path, serveOut)
+			} else if !names(serveOut, c.Path) {
+				t.Errorf("serve does not name %s:\n%s", c.Path, serveOut)
 			} else {
-				sameIssues(t, "serve", serveOut, c.file, c.errors)
+				sameIssues(t, "serve", serveOut, c.File, c.Errors)
 			}
 			switch {
-			case c.genAccepts && genErr != nil:
+			case c.GenAccepts && genErr != nil:
 				t.Errorf("generate refused a spec it must accept:\n%s", genOut)
-			case !c.genAccepts && genErr == nil:
-				t.Errorf("generate accepted an invalid case (want %s)", c.path)
-			case !c.genAccepts && !names(string(genOut), c.path):
-				t.Errorf("generate does not name %s:\n%s", c.path, genOut)
-			case !c.genAccepts:
+			case !c.GenAccepts && genErr == nil:
+				t.Errorf("generate accepted an invalid case (want %s)", c.Path)
+			case !c.GenAccepts && !names(string(genOut), c.Path):
+				t.Errorf("generate does not name %s:\n%s", c.Path, genOut)
+			case !c.GenAccepts:
 				sameSpecIssues(t, string(genOut), genSpec, c)
 			}
 		})
@@ -204,15 +136,7 @@ func reported(out string) ([]reportedIssue, int, bool) {
 	return nil, 0, false
 }
 
-func (r reportedIssue) String() string {
-	switch {
-	case r.def && r.line > 0:
-		return fmt.Sprintf("%s default %d", r.path, r.line)
-	case r.def:
-		return r.path + " default"
-	}
-	return fmt.Sprintf("%s %d", r.path, r.line)
-}
+func (r reportedIssue) String() string { return corpus.Where(r.path, r.line, r.def) }
 
 // sameIssues checks a process's refusal against the case's errors: the
 // same issues in the same order (up to the cap, the rest counted), each
@@ -242,22 +166,30 @@ func sameIssues(t *testing.T, who, out, file string, want []string) {
 // only a process reports), each at the line of its path in the spec the
 // test wrote (found by the test's own reading of it), in line order; with
 // more than the cap, the ones printed are among them and the rest counted.
-func sameSpecIssues(t *testing.T, out string, spec string, c corpusCase) {
+func sameSpecIssues(t *testing.T, out string, spec string, c corpus.Case) {
 	t.Helper()
 	is, more, ok := reported(out)
 	if !ok {
 		t.Errorf("generate printed no list of issues:\n%s", out)
 		return
 	}
-	at := specLines(t, spec)
+	// The config the test wrote into app.cue is JSON: its lines are read
+	// as a per-cell file's are, independently of generate's reading of the
+	// CUE syntax tree.
+	start := strings.Index(spec, "{")
+	base := strings.Count(spec[:start], "\n")
+	src := schema.JSONSource("app.cue", []byte(spec[start:]))
 	var want []string
-	for _, e := range c.errors {
+	for _, e := range c.Errors {
 		path := strings.Fields(e)[0]
-		if slices.Contains(c.genNot, path) {
+		if slices.Contains(c.GenNot, path) {
 			continue
 		}
-		line, exact := lineOf(at, path)
-		want = append(want, reportedIssue{path: path, line: line, def: !exact}.String())
+		line, _, exact, ok := src.Locate(path)
+		if ok {
+			line += base
+		}
+		want = append(want, corpus.Where(path, line, !exact))
 	}
 	var got []string
 	last := 0
@@ -283,71 +215,6 @@ func sameSpecIssues(t *testing.T, out string, spec string, c corpusCase) {
 	if len(rest) != more {
 		t.Errorf("generate did not report\n  %s\n(it counted %d more)\n%s", strings.Join(rest, "\n  "), more, out)
 	}
-}
-
-// specLines maps every spec path of the config the test wrote into app.cue
-// to its line there (an object or list at its opening bracket).
-func specLines(t *testing.T, spec string) map[string]int {
-	t.Helper()
-	start := strings.Index(spec, "{")
-	body := spec[start:]
-	base := strings.Count(spec[:start], "\n")
-	at := map[string]int{}
-	dec := json.NewDecoder(strings.NewReader(body))
-	lineAt := func() int {
-		off := int(dec.InputOffset())
-		for off < len(body) && strings.ContainsRune(" \t\r\n:,", rune(body[off])) {
-			off++
-		}
-		return base + 1 + strings.Count(body[:off], "\n")
-	}
-	var walk func(path string)
-	walk = func(path string) {
-		line := lineAt()
-		tok, err := dec.Token()
-		if err != nil {
-			t.Fatalf("read the spec written: %v", err)
-		}
-		at[path] = line
-		switch tok {
-		case json.Delim('{'):
-			for dec.More() {
-				k, _ := dec.Token()
-				sub := k.(string)
-				if path != "" {
-					sub = path + "." + sub
-				}
-				walk(sub)
-			}
-			dec.Token()
-		case json.Delim('['):
-			for i := 0; dec.More(); i++ {
-				walk(fmt.Sprintf("%s[%d]", path, i))
-			}
-			dec.Token()
-		}
-	}
-	walk("")
-	return at
-}
-
-// lineOf is the line of path in at, or of its nearest written ancestor
-// (exact false; 0 when only the document is).
-func lineOf(at map[string]int, path string) (int, bool) {
-	if l, ok := at[path]; ok {
-		return l, true
-	}
-	for path != "" {
-		if i := strings.LastIndexAny(path, ".["); i >= 0 {
-			path = path[:i]
-		} else {
-			path = ""
-		}
-		if l, ok := at[path]; ok && path != "" {
-			return l, false
-		}
-	}
-	return 0, false
 }
 
 // names reports whether out holds a message about path: the path followed

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/configload/corpus"
 	"github.com/cellgate/cellgate/schema"
 )
 
@@ -242,16 +243,16 @@ func TestExportPlacesInUserFile(t *testing.T) {
 // CUE contexts and the guarded definitions; under -race this fails when a
 // cue.Context is used by two goroutines.
 func TestValidateConcurrent(t *testing.T) {
-	cases := readCorpus(t)
+	cases := corpus.Read(t, corpusDir)
 	done := make(chan error)
 	for g := range 8 {
 		go func() {
 			var err error
 			for i := g; i < len(cases); i += 8 {
 				c := cases[i]
-				_, lerr := Load(context.Background(), spec.Config(), c.file, nil, discard())
-				if (lerr == nil) != c.valid {
-					err = fmt.Errorf("%s: verdict %v", c.name, lerr)
+				_, lerr := Load(context.Background(), spec.Config(), c.File, nil, discard())
+				if (lerr == nil) != c.Valid {
+					err = fmt.Errorf("%s: verdict %v", c.Name, lerr)
 					break
 				}
 			}
