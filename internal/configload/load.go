@@ -47,54 +47,49 @@ func Check(ctx context.Context, cfg config.Config) ([]string, error) {
 	return warns, err
 }
 
-// Merged returns the final config before the environment is applied and
-// before the policy: defaults, then the per-cell JSON file at path (empty:
-// none), merged with config.Merge (objects merge, lists replace whole
-// lists, null lists are empty), then completed by the CUE definitions, so
-// a list entry the file writes in part gets the schema's defaults for the
-// rest. The JSON is indented; name labels positions. `server export`
-// prints it for conftest and opa.
-func Merged(defaults config.Config, path string) (raw []byte, name string, err error) {
-	base := defaults.JSON()
-	if path == "" {
-		return config.Indent(base), "", nil
-	}
-	file, err := os.ReadFile(path)
-	if err != nil {
-		return nil, path, fmt.Errorf("config file: %w", err)
-	}
-	if es := config.CheckShape(file); len(es) > 0 {
-		return nil, path, &config.FileError{File: path, Errs: es}
-	}
-	merged, err := config.Merge(base, file)
-	if err != nil {
-		return nil, path, fmt.Errorf("config file %s: %w", path, err)
-	}
-	return config.Indent(merged), path, nil
-}
-
-// Export is the final config `server export` prints: Merged, completed by
-// the CUE definitions (no start-up rule or policy: conftest and opa judge
-// it). A CUE problem is placed in the file at path by spec path, never at a
-// line of the merged document.
+// Export is the final config `server export` prints: the per-cell file at
+// path (empty: none) merged over defaults (objects merge, lists replace
+// whole lists, null lists are empty), then completed by the CUE
+// definitions, so a list entry the file writes in part gets the schema's
+// defaults for the rest. No start-up rule or policy runs: conftest and opa
+// judge the output. The file's shape and CUE problems are placed in it by
+// spec path, as Load places them, never at a line of the merged document.
 func Export(defaults config.Config, path string) ([]byte, error) {
-	raw, _, err := Merged(defaults, path)
+	in, err := fileInput(defaults, path, Final)
 	if err != nil {
 		return nil, err
 	}
-	out, err := schema.Unify(raw)
+	var v verdict
+	doc, err := v.userDoc(in)
+	if err != nil {
+		return nil, err
+	}
+	if v.any() {
+		return nil, v.fail(v.issues, in.src)
+	}
+	out, err := schema.Unify(doc)
 	if err != nil {
 		return nil, err
 	}
 	if len(out.Issues) > 0 {
-		if path != "" {
-			if file, err := os.ReadFile(path); err == nil {
-				schema.JSONSource(path, file).Place(out.Issues)
-			}
-		}
-		return nil, &Error{Issues: schema.SortIssues(out.Issues)}
+		return nil, v.fail(out.Issues, in.src)
 	}
 	return config.Indent(out.Complete), nil
+}
+
+// fileInput is what Load and Export validate: defaults, with the per-cell
+// file at path (empty: none) as the user's document over them.
+func fileInput(defaults config.Config, path string, mode Mode) (input, error) {
+	in := input{doc: defaults.JSON(), mode: mode}
+	if path == "" {
+		return in, nil
+	}
+	file, err := os.ReadFile(path)
+	if err != nil {
+		return in, fmt.Errorf("config file: %w", err)
+	}
+	in.base, in.doc, in.src = in.doc, file, schema.JSONSource(path, file)
+	return in, nil
 }
 
 // Load returns the final config: defaults (the spec's, gen/spec), then the
@@ -112,13 +107,9 @@ func Load(ctx context.Context, defaults config.Config, path string, getenv func(
 // LoadMode is Load with the mode given: the cell router, which serves
 // every cell, loads in mode Spec (no server.cell needed).
 func LoadMode(ctx context.Context, mode Mode, defaults config.Config, path string, getenv func(string) string, log *slog.Logger) (config.Config, error) {
-	in := input{doc: defaults.JSON(), mode: mode}
-	if path != "" {
-		file, err := os.ReadFile(path)
-		if err != nil {
-			return defaults, fmt.Errorf("config file: %w", err)
-		}
-		in.base, in.doc, in.src = in.doc, file, schema.JSONSource(path, file)
+	in, err := fileInput(defaults, path, mode)
+	if err != nil {
+		return defaults, err
 	}
 	cfg, warns, err := validate(ctx, in)
 	for _, w := range warns {

@@ -123,26 +123,9 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 			doc = in.spec.Partial
 		}
 	default:
-		// The Go shape of the user's own document first: its unknown
-		// fields and mistyped values cannot be merged or unified.
-		es := config.CheckShape(in.doc)
-		for _, e := range es {
-			if strings.HasPrefix(e.Msg, "not valid JSON") || e.Path == "(document)" || e.Path == "" {
-				is := schema.Issue{Path: strings.TrimPrefix(e.Path, "(document)"), Msg: e.Msg}
-				if in.src != nil {
-					is.File, is.Line = in.src.File, e.Line
-				}
-				return config.Config{}, nil, nil, v.fail(append(v.issues, is), in.src)
-			}
-		}
-		file, _ := v.stage(shapeIssues(es), in.doc)
-		doc = file
-		if in.base != nil {
-			merged, err := config.Merge(in.base, file)
-			if err != nil {
-				return config.Config{}, nil, nil, v.fail(append(v.issues, schema.Issue{Msg: err.Error()}), in.src)
-			}
-			doc = merged
+		var err error
+		if doc, err = v.userDoc(in); err != nil {
+			return config.Config{}, nil, nil, err
 		}
 	}
 
@@ -218,6 +201,33 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 		return cfg, res.Warn, nil, v.fail(v.issues, in.src)
 	}
 	return cfg, res.Warn, complete, nil
+}
+
+// userDoc is the first stage of a document the user wrote: its Go shape
+// (unknown fields and mistyped values cannot be merged or unified: they
+// are recorded and removed), then the merge over in.base when it is a
+// per-cell file. The error ends validation: a document that does not read
+// as JSON, or a merge that fails.
+func (v *verdict) userDoc(in input) ([]byte, error) {
+	es := config.CheckShape(in.doc)
+	for _, e := range es {
+		if strings.HasPrefix(e.Msg, "not valid JSON") || e.Path == "(document)" || e.Path == "" {
+			is := schema.Issue{Path: strings.TrimPrefix(e.Path, "(document)"), Msg: e.Msg}
+			if in.src != nil {
+				is.File, is.Line = in.src.File, e.Line
+			}
+			return nil, v.fail(append(v.issues, is), in.src)
+		}
+	}
+	doc, _ := v.stage(shapeIssues(es), in.doc)
+	if in.base == nil {
+		return doc, nil
+	}
+	merged, err := config.Merge(in.base, doc)
+	if err != nil {
+		return nil, v.fail(append(v.issues, schema.Issue{Msg: err.Error()}), in.src)
+	}
+	return merged, nil
 }
 
 // verdict gathers the issues of every stage and the paths removed.
