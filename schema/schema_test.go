@@ -1,8 +1,6 @@
 package schema
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -33,15 +31,7 @@ func TestCheckNamesThePath(t *testing.T) {
 }
 
 func TestLoadReportsFileAndLine(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "cellgate.cue"), []byte(Definitions), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	app := "package cellgate\n\nconfig: #Config & {\n\tserver: body_limit_bytes: 0\n\troutes: []\n}\n"
-	if err := os.WriteFile(filepath.Join(dir, "app.cue"), []byte(app), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Load(dir)
+	_, err := Load(appDir(t, "package cellgate\n\nconfig: #Config & {\n\tserver: body_limit_bytes: 0\n\troutes: []\n}\n"))
 	if err == nil || !strings.Contains(err.Error(), "server.body_limit_bytes") || !strings.Contains(err.Error(), "app.cue:4") {
 		t.Fatalf("err = %v, want one naming server.body_limit_bytes at app.cue:4", err)
 	}

@@ -53,17 +53,7 @@ func TestJSONSource(t *testing.T) {
 // TestLoadSpecPlacesInConfigBlock: a spec's CUE problems are placed at the
 // user's field in the config block, by spec path.
 func TestLoadSpecPlacesInConfigBlock(t *testing.T) {
-	dir := t.TempDir()
-	app := "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n\tjobs: {\n\t\tworkers: 0\n\t\tkinds: [{name: \"a\", timeout: \"5 s\"}]\n\t}\n}\n"
-	for name, s := range map[string]string{"cellgate.cue": Definitions, "app.cue": app} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sp, err := LoadSpec(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := loadApp(t, "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n\tjobs: {\n\t\tworkers: 0\n\t\tkinds: [{name: \"a\", timeout: \"5 s\"}]\n\t}\n}\n")
 	var got []string
 	for _, is := range sp.Issues {
 		got = append(got, is.Path+" "+filepath.Base(is.File)+":"+itoa(is.Line)+":"+itoa(is.Col))
@@ -78,6 +68,29 @@ func TestLoadSpecPlacesInConfigBlock(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// appDir writes a spec directory of cellgate.cue and app.cue (the source
+// given).
+func appDir(tb testing.TB, app string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	for name, s := range map[string]string{"cellgate.cue": Definitions, "app.cue": app} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// loadApp loads the spec of app.cue beside cellgate.cue (appDir).
+func loadApp(tb testing.TB, app string) *Spec {
+	tb.Helper()
+	sp, err := LoadSpec(appDir(tb, app))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return sp
+}
 
 // TestPaths: the spec path helpers.
 func TestPaths(t *testing.T) {
@@ -114,17 +127,7 @@ func TestIssueOneLine(t *testing.T) {
 // TestLoadSpecOtherDeclaration: a field set by a declaration other than
 // the config block's literal keeps CUE's position (it is not a default).
 func TestLoadSpecOtherDeclaration(t *testing.T) {
-	dir := t.TempDir()
-	app := "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n}\n\nconfig: jobs: workers: 0\n"
-	for name, s := range map[string]string{"cellgate.cue": Definitions, "app.cue": app} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sp, err := LoadSpec(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := loadApp(t, "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n}\n\nconfig: jobs: workers: 0\n")
 	if len(sp.Issues) != 1 {
 		t.Fatalf("issues %+v", sp.Issues)
 	}
