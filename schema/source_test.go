@@ -136,3 +136,16 @@ func TestLoadSpecOtherDeclaration(t *testing.T) {
 		t.Fatalf("issue %s, want jobs.workers at app.cue:7", is)
 	}
 }
+
+// TestLoadSpecWholeConfigPlaced: a problem with the config value as a whole
+// (another declaration gives it another type) keeps CUE's position in the
+// spec; placing by path would have nothing to place it with.
+func TestLoadSpecWholeConfigPlaced(t *testing.T) {
+	sp := loadApp(t, "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n}\n\nconfig: 5\n")
+	if len(sp.Issues) != 1 {
+		t.Fatalf("issues %+v", sp.Issues)
+	}
+	if is := sp.Issues[0]; is.Path != "" || filepath.Base(is.File) != "app.cue" || is.Line == 0 {
+		t.Fatalf("issue %s, want one placed in app.cue", is)
+	}
+}

@@ -262,6 +262,15 @@ func LoadSpec(dir string) (*Spec, error) {
 		if is.outside || s.Source == nil {
 			continue
 		}
+		// The config value as a whole (path "", e.g. another declaration
+		// gives it another type): Place leaves a pathless issue alone, so
+		// one CUE did not place goes at the block's literal.
+		if is.Path == "" {
+			if line, col, _, ok := s.Source.Locate(""); ok && is.File == "" {
+				is.File, is.Line, is.Col = s.Source.File, line, col
+			}
+			continue
+		}
 		// The block's literal places the issue when it writes the path (or,
 		// for a default, when CUE knows no better place): a field set by
 		// another declaration keeps CUE's position.
