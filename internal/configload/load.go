@@ -52,8 +52,10 @@ func Check(ctx context.Context, cfg config.Config) ([]string, error) {
 // whole lists, null lists are empty), then completed by the CUE
 // definitions, so a list entry the file writes in part gets the schema's
 // defaults for the rest. No start-up rule or policy runs: conftest and opa
-// judge the output. The file's shape and CUE problems are placed in it by
-// spec path, as Load places them, never at a line of the merged document.
+// judge the output. The file's shape and CUE problems are reported at once
+// (a field its shape refused is removed first, the default standing in)
+// and placed in it by spec path, as Load places them, never at a line of
+// the merged document.
 func Export(defaults config.Config, path string) ([]byte, error) {
 	in, err := fileInput(defaults, path, Final)
 	if err != nil {
@@ -64,15 +66,13 @@ func Export(defaults config.Config, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if v.any() {
-		return nil, v.fail(v.issues, in.src)
-	}
 	out, err := schema.Unify(doc)
 	if err != nil {
 		return nil, err
 	}
-	if len(out.Issues) > 0 {
-		return nil, v.fail(out.Issues, in.src)
+	v.addAll(out.Issues)
+	if v.any() {
+		return nil, v.fail(v.issues, in.src)
 	}
 	return config.Indent(out.Complete), nil
 }

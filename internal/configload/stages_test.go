@@ -238,19 +238,21 @@ func TestExportPlacesInUserFile(t *testing.T) {
 	}
 }
 
-// TestExportShapeAsLoad: `server export` refuses a file's unknown field
-// and mistyped value as Load does: every one at once, an *Error placed in
-// the user's file.
+// TestExportShapeAsLoad: `server export` refuses a file's unknown field,
+// mistyped value and out-of-range value as Load does: every one at once,
+// an *Error placed in the user's file.
 func TestExportShapeAsLoad(t *testing.T) {
-	path := writeFile(t, "{\n  \"jobs\": {\"workerz\": 2},\n  \"server\": {\"address\": 8080}\n}\n")
+	path := writeFile(t, "{\n  \"jobs\": {\"workerz\": 2},\n  \"server\": {\"address\": 8080},\n  \"tenancy\": {\"source\": \"cookie\"}\n}\n")
 	_, err := Export(spec.Config(), path)
 	got := schema.FormatIssues(refusal(t, err).Issues)
 	_, lerr := Load(context.Background(), spec.Config(), path, nil, discard())
 	if want := schema.FormatIssues(refusal(t, lerr).Issues); got != want {
 		t.Fatalf("export says\n%s\nload says\n%s", got, want)
 	}
-	if !strings.Contains(got, "jobs.workerz") || !strings.Contains(got, "server.address") || !strings.Contains(got, path+":2:") {
-		t.Fatalf("got %s", got)
+	for _, w := range []string{"jobs.workerz", "server.address", "tenancy.source", path + ":2:"} {
+		if !strings.Contains(got, w) {
+			t.Fatalf("report does not name %s:\n%s", w, got)
+		}
 	}
 }
 
