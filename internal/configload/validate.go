@@ -136,9 +136,14 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 		if round == maxRounds {
 			return cfg, nil, nil, v.fail(v.issues, in.src)
 		}
-		out, err := schema.Unify(doc)
-		if err != nil {
-			return cfg, nil, nil, err
+		// A spec CUE accepted whole is complete already (LoadSpec unified
+		// it with #Config): its first round needs no second unification.
+		out := schema.Outcome{Complete: doc}
+		var err error
+		if round > 0 || in.spec == nil || in.spec.Complete == nil {
+			if out, err = schema.Unify(doc); err != nil {
+				return cfg, nil, nil, err
+			}
 		}
 		if len(out.Issues) > 0 {
 			v.addAll(out.Issues)
