@@ -164,8 +164,9 @@ func sameIssues(t *testing.T, who, out, file string, want []string) {
 
 // sameSpecIssues checks generate's refusal: the case's issues (less those
 // only a process reports), each at the line of its path in the spec the
-// test wrote (found by the test's own reading of it), in line order; with
-// more than the cap, the ones printed are among them and the rest counted.
+// test wrote (read as JSON, not from the CUE syntax tree generate reads),
+// in line order; with more than the cap, the ones printed are among them
+// and the rest counted.
 func sameSpecIssues(t *testing.T, out string, spec string, c corpus.Case) {
 	t.Helper()
 	is, more, ok := reported(out)
