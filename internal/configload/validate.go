@@ -149,9 +149,7 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 			v.addAll(out.Issues)
 			v.removed = append(v.removed, out.Removed...)
 			if out.Partial == nil || bytes.Equal(out.Partial, doc) {
-				if !v.any() {
-					v.issues = append(v.issues, out.Issues...) // never accept what a stage refused
-				}
+				v.standing(out.Issues)
 				return cfg, nil, nil, v.fail(v.issues, in.src)
 			}
 			doc = out.Partial
@@ -164,9 +162,7 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 				doc = next
 				continue
 			}
-			if !v.any() {
-				v.issues = shapeIssues(es) // never accept what a stage refused
-			}
+			v.standing(shapeIssues(es))
 			return cfg, nil, nil, v.fail(v.issues, in.src)
 		}
 		cfg, err = decode(complete)
@@ -179,9 +175,7 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 				doc = next
 				continue
 			}
-			if !v.any() {
-				v.issues = append(v.issues, rules...)
-			}
+			v.standing(rules)
 		}
 		break
 	}
@@ -195,8 +189,8 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 	}
 	for _, d := range res.Deny {
 		path, msg := splitPath(d)
-		if !v.add(schema.Issue{Path: path, Msg: msg}) && !v.any() {
-			v.issues = append(v.issues, schema.Issue{Path: path, Msg: msg})
+		if is := (schema.Issue{Path: path, Msg: msg}); !v.add(is) {
+			v.standing([]schema.Issue{is})
 		}
 	}
 	if !v.any() {
@@ -283,6 +277,15 @@ func mentions(msg, path string) bool {
 
 func pathByte(c byte) bool {
 	return c == '.' || c == '_' || c == '[' || c == ']' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// standing records a stage's issues when nothing is recorded yet: a guard
+// so that a stage's refusal never turns into an acceptance, should every
+// issue it found be judged a follow-on.
+func (v *verdict) standing(is []schema.Issue) {
+	if !v.any() {
+		v.issues = append(v.issues, is...)
+	}
 }
 
 // add records is unless it is a follow-on, and reports whether it did.
