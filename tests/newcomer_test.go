@@ -14,8 +14,8 @@ import (
 
 // newcomerRoutes, newcomerKind, newcomerMigration, newcomerQueries,
 // newcomerHandlers and newcomerWorker are what a newcomer writes to follow
-// the README's recipes "Adding a handler", "Adding a table", "Adding a job
-// kind and its worker" and "Enqueueing from a handler".
+// the README's sections "Handlers", "Tables" and "Jobs"
+// (TestReadmeSnippetsAreReplayed holds the README's snippets to them).
 const (
 	newcomerRoutes = `
 		{method: "POST", path: "/invoices", handler: "CreateInvoice"},
@@ -332,3 +332,71 @@ func TestNewcomerExtendsTheTemplate(t *testing.T) {
 	}
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
 }
+
+// TestReadmeSnippetsAreReplayed holds README.md's Go and SQL snippets to
+// the files TestNewcomerExtendsTheTemplate builds and runs: each fenced
+// go or sql block must occur, whitespace aside, in one of them, so a
+// snippet that stops compiling (or a recipe that drifts from the test)
+// fails here.
+func TestReadmeSnippetsAreReplayed(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed := map[string]string{
+		"go":  squash(newcomerHandlers + "\n" + newcomerWorker),
+		"sql": squash(newcomerMigrationUp + "\n" + newcomerQueries),
+	}
+	blocks := fencedBlocks(string(raw))
+	n := 0
+	for _, b := range blocks {
+		body, ok := replayed[b.lang]
+		if !ok {
+			continue
+		}
+		n++
+		if !strings.Contains(body, squash(b.text)) {
+			t.Errorf("README.md line %d: this %s snippet is not among the newcomer test's files (newcomer_test.go):\n%s", b.line, b.lang, b.text)
+		}
+	}
+	if n < 4 {
+		t.Fatalf("README.md has %d go and sql snippets, want the handler, worker, enqueue, migration and queries (at least 4)", n)
+	}
+}
+
+// fencedBlock is one ``` block of a Markdown file.
+type fencedBlock struct {
+	lang, text string
+	line       int // of the opening fence, from 1
+}
+
+// fencedBlocks returns md's fenced code blocks. A fence may be indented (a
+// block inside a list item); the indentation is kept in text, which squash
+// drops anyway.
+func fencedBlocks(md string) []fencedBlock {
+	var out []fencedBlock
+	var cur *fencedBlock
+	var lines []string
+	for i, l := range strings.Split(md, "\n") {
+		trimmed := strings.TrimSpace(l)
+		if !strings.HasPrefix(trimmed, "```") {
+			if cur != nil {
+				lines = append(lines, l)
+			}
+			continue
+		}
+		if cur == nil {
+			cur = &fencedBlock{lang: strings.TrimPrefix(trimmed, "```"), line: i + 1}
+			lines = nil
+			continue
+		}
+		cur.text = strings.Join(lines, "\n")
+		out = append(out, *cur)
+		cur = nil
+	}
+	return out
+}
+
+// squash joins every run of white space into one blank, so indentation
+// and line breaks do not decide whether a snippet matches.
+func squash(s string) string { return strings.Join(strings.Fields(s), " ") }
