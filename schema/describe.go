@@ -333,7 +333,7 @@ func userPos(e cueerrors.Error) token.Position {
 	return best
 }
 
-// DisplayPath joins CUE selectors in the spec's path style: list indices
+// displayPath joins CUE selectors in the spec's path style: list indices
 // in brackets (jobs.kinds[1].args[2].type), as the policy writes them.
 func displayPath(sel []string) string {
 	var b strings.Builder

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// newcomerRoutes, newcomerKind, newcomerMigration, newcomerQueries,
+// newcomerRoutes, newcomerKind, newcomerMigrationUp, newcomerQueries,
 // newcomerHandlers and newcomerWorker are what a newcomer writes to follow
 // the README's sections "Handlers", "Tables" and "Jobs"
 // (TestReadmeSnippetsAreReplayed holds the README's snippets to them).

@@ -45,8 +45,8 @@ func TestRouterConsoleEndToEnd(t *testing.T) {
 	})
 }
 
-// echoCell answers /readyz 200 and any other path with its name and the
-// path.
+// newEchoCell starts a cell that answers /readyz 200 and any other path
+// with its name and the path.
 func newEchoCell(t *testing.T, name, addr string) *httptest.Server {
 	t.Helper()
 	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -49,7 +49,7 @@ type CellRouter struct {
 // New checks specs and builds the router: every slot must have exactly one
 // cell (the error names the first gap or overlap), names must be unique and
 // URLs valid. If no cell lists slots, the slots are split evenly in order.
-// The CellSpecs the router returns carry explicit, merged slot specs.
+// The CellSpec values the router returns carry explicit, merged slot specs.
 func New(specs []CellSpec) (*CellRouter, error) {
 	return build(specs, nil)
 }

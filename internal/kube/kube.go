@@ -46,8 +46,8 @@ const (
 	CellConfigFile = "cell.json"
 )
 
-// Label keys the manifests set; SelectorLabels are the subset that
-// selectors use (stable across changes of deploy.labels).
+// Label keys the manifests set; selectors use LabelName, LabelComponent
+// and LabelCell only (stable across changes of deploy.labels).
 const (
 	LabelName      = "app.kubernetes.io/name"
 	LabelComponent = "app.kubernetes.io/component"

@@ -23,7 +23,7 @@ type slowArgs struct {
 
 func (slowArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "slow", MaxAttempts: 3} }
 
-// helperEnv carries the helper process's control and shard DSNs.
+// The helper process finds its control and shard DSNs in these variables.
 const (
 	helperControlEnv = "PGJOBS_HELPER_CONTROL_DSN"
 	helperShardEnv   = "PGJOBS_HELPER_SHARD_DSN"

@@ -20,7 +20,7 @@
 // (internal/shards.Accessor) takes one while the request is in
 // flight, the streaming body included, and gives it back with the
 // connection. The Tenant middleware binds them to the request's context
-// (BindDB); the binding goes dead when the handler returns, so a goroutine
+// (DBPermits.Bind); the binding goes dead when the handler returns, so a goroutine
 // that outlives its request is not counted.
 //
 // Refusals are *Rejection values: 503 with Retry-After for the bulkheads

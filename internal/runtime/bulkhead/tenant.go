@@ -22,7 +22,7 @@ type TenantConfig struct {
 	// request bulkhead.
 	Requests *admission.Engine
 	// DB, when set, binds per-tenant database permits to each admitted
-	// request's context (see BindDB). nil: checkouts are not counted.
+	// request's context (see DBPermits.Bind). nil: checkouts are not counted.
 	DB *DBPermits
 	// Rejections counts the 503s of the request bulkhead (the series
 	// cellgate_tenant_bulkhead_rejections_total{kind="request"}); nil
