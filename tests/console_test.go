@@ -14,8 +14,8 @@ import (
 // with HTML and /admin/api/jobs with JSON listing the jobs of both shards,
 // each naming its database; without a token both refuse with no data.
 func TestCellConsole(t *testing.T) {
-	const admin = "cell-console-admin-token"
-	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN="+admin, "CELLGATE_OPERATOR_TOKEN=cell-console-operator-token"))
+	const admin = "cell-console-admin-token-0123456789abcdef"
+	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN="+admin, "CELLGATE_OPERATOR_TOKEN=cell-console-operator-token-0123456789abcdef"))
 	c.waitStatus(t, "/readyz", 200, 30*time.Second)
 	for i := range 8 {
 		tenant := fmt.Sprintf("tenant-%d", i)
