@@ -124,6 +124,8 @@ func TestAnswerHeaders(t *testing.T) {
 		{"/admin/login", nil, http.StatusOK},
 		{"/admin/static/console.css", nil, http.StatusOK},
 		{"/admin/static/", nil, http.StatusNotFound},
+		{"/admin/nothing", nil, http.StatusNotFound},
+		{"/admin/api/nothing", ck, http.StatusNotFound},
 	} {
 		resp, body := send(t, "GET", env.URL+tc.path, tc.ck, nil, nil)
 		h := resp.Header

@@ -193,6 +193,9 @@ func (c *Console) registerUI(e *echo.Echo) {
 	get(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "tenants", "Tenants", map[string]any{"Report": c.tenants(ec.Request().Context()), "Charts": c.tenantCharts()}))
 	}))
+	// Anything else below /admin/ is a 404 that says nothing, with the
+	// console's headers like every other answer.
+	e.Any(Prefix+"*", withHeaders(func(echo.Context) error { return echo.ErrNotFound }))
 	get(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))
 	}))
