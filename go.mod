@@ -11,6 +11,7 @@ require (
 	github.com/open-policy-agent/opa v1.22.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	github.com/realclientip/realclientip-go v1.0.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/time v0.16.0
 )

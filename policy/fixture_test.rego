@@ -71,6 +71,12 @@ base := {
 		"body_rate_grace": "5s",
 		"admin_token_env": "CELLGATE_ROUTER_ADMIN_TOKEN",
 	},
+	"console": {
+		"trusted_proxies": [],
+		"secure_cookies": false,
+		"session_idle": "15m",
+		"session_ttl": "8h",
+	},
 	"jobs": {
 		"backend": "postgres",
 		"workers": 4,

@@ -27,7 +27,7 @@ import (
 // *_test.rego files beside them; TestEmbedsEveryRuleFile fails when a new
 // rule file is missing here.
 //
-//go:embed lib.rego slots.rego jobs.rego tenancy.rego names.rego database.rego server.rego router.rego deploy.rego routes.rego conftest.rego
+//go:embed lib.rego slots.rego jobs.rego tenancy.rego names.rego database.rego server.rego router.rego console.rego deploy.rego routes.rego conftest.rego
 var files embed.FS
 
 // Package is the Rego package holding the deny and warn sets.

@@ -321,7 +321,7 @@ func TestCellBootsWithBulkheads(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"server":{"max_concurrent_requests":64},"tenancy":{"max_concurrent_requests":16,"max_db_connections":4}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN=test-admin-token"), "serve", "-config", file)
+	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN=test-admin-token-0123456789abcdef0123456789"), "serve", "-config", file)
 	c.waitStatus(t, "/readyz", 200, 60*time.Second)
 	if !strings.Contains(c.Logs(), "tenancy.source") || !strings.Contains(c.Logs(), "lets the client choose its tenant id") {
 		t.Fatalf("boot log lacks the client-chosen tenant warning:\n%s", c.Logs())
@@ -349,7 +349,7 @@ func TestCellBootsWithBulkheads(t *testing.T) {
 		t.Fatalf("list orders: %d %s", code, body)
 	}
 	req, _ := http.NewRequest("GET", c.url+"/admin/admission", nil)
-	req.Header.Set("Authorization", "Bearer test-admin-token")
+	req.Header.Set("Authorization", "Bearer test-admin-token-0123456789abcdef0123456789")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +16,8 @@ import (
 // with HTML and /admin/api/jobs with JSON listing the jobs of both shards,
 // each naming its database; without a token both refuse with no data.
 func TestCellConsole(t *testing.T) {
-	const admin = "cell-console-admin-token"
-	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN="+admin, "CELLGATE_OPERATOR_TOKEN=cell-console-operator-token"))
+	const admin = "cell-console-admin-token-0123456789abcdef"
+	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN="+admin, "CELLGATE_OPERATOR_TOKEN=cell-console-operator-token-0123456789abcdef"))
 	c.waitStatus(t, "/readyz", 200, 30*time.Second)
 	for i := range 8 {
 		tenant := fmt.Sprintf("tenant-%d", i)
@@ -92,5 +94,45 @@ func TestCellConsole(t *testing.T) {
 	}
 	if code != 200 || json.Unmarshal([]byte(body), &ser) != nil || len(ser.Cell.Backlog) == 0 {
 		t.Errorf("/admin/api/series = %d %s, want the start-up sample", code, body)
+	}
+
+	// A browser session lives in the control database: after its logout
+	// the saved cookie is refused.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	send := func(method, path string, ck *http.Cookie, form url.Values) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, c.url+path, strings.NewReader(form.Encode()))
+		if form != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		if ck != nil {
+			req.AddCookie(ck)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, _ := send("POST", "/admin/login", nil, url.Values{"token": {admin}})
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("login = %d %v", resp.StatusCode, resp.Cookies())
+	}
+	ck := resp.Cookies()[0]
+	_, page := send("GET", "/admin/", ck, nil)
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no CSRF token on the overview:\n%s", page)
+	}
+	if resp, _ := send("GET", "/admin/api/queues", ck, nil); resp.StatusCode != 200 || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("session read = %d %v", resp.StatusCode, resp.Header)
+	}
+	if resp, _ := send("POST", "/admin/logout", ck, url.Values{"csrf": {m[1]}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout = %d", resp.StatusCode)
+	}
+	if resp, body := send("GET", "/admin/api/queues", ck, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("cookie replayed after logout = %d %s, want 401", resp.StatusCode, body)
 	}
 }

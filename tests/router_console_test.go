@@ -84,13 +84,13 @@ func testRouterConsole(t *testing.T, flags []string) {
 	addr := freeAddr(t)
 	args := append([]string{"-slotmap", mapFile, "-health-interval", routerHealthInterval.String(), "-health-timeout", "1s", "-reload", "50ms"}, flags...)
 	r := startProcess(t, "router", addr, toolBinary(t, "router"),
-		[]string{"CELLGATE_ROUTER_ADDRESS=" + addr, "CELLGATE_ROUTER_ADMIN_TOKEN=router-e2e-token"}, args...)
+		[]string{"CELLGATE_ROUTER_ADDRESS=" + addr, "CELLGATE_ROUTER_ADMIN_TOKEN=router-e2e-token-0123456789abcdef0123456789"}, args...)
 	r.waitStatus(t, "/healthz", 200, 10*time.Second)
 
 	api := func(path string, v any) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", r.url+path, nil)
-		req.Header.Set("Authorization", "Bearer router-e2e-token")
+		req.Header.Set("Authorization", "Bearer router-e2e-token-0123456789abcdef0123456789")
 		resp, err := routerClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +166,7 @@ func testRouterConsole(t *testing.T, flags []string) {
 	}
 	// The page says so.
 	req, _ := http.NewRequest("GET", r.url+"/admin/", nil)
-	req.Header.Set("Authorization", "Bearer router-e2e-token")
+	req.Header.Set("Authorization", "Bearer router-e2e-token-0123456789abcdef0123456789")
 	resp, err := routerClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

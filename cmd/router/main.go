@@ -25,6 +25,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/cells/proxy"
 	"github.com/cellgate/cellgate/internal/configload"
@@ -77,13 +80,22 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The registry is made here so the console's counter joins the
+	// router's /metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return proxy.RunRouter(ctx, cfg, proxy.RouterOptions{
 		Address:        *addr,
+		Registry:       reg,
 		SlotMapFile:    *slotMap,
 		ReloadInterval: *reload,
 		Logger:         log,
 		NetHTTPOnly:    *netHTTPOnly,
-		Console:        consoleHook(cfg.Router.AdminTokenEnv, *slotMap, log),
+		Console: consoleHook(cfg.Router.AdminTokenEnv, routerconsole.Config{
+			SlotMapFile: *slotMap, Logger: log, Registry: reg,
+			SessionTTL: cfg.Console.SessionTTL.D(), SessionIdle: cfg.Console.SessionIdle.D(),
+			TrustedProxies: cfg.Console.TrustedProxies, SecureCookies: cfg.Console.SecureCookies,
+		}),
 		Proxy: proxy.ProxyConfig{
 			HealthInterval:        *hInterval,
 			HealthTimeout:         *hTimeout,
@@ -99,7 +111,10 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 // consoleHook returns the hook that builds the router's console when the
 // variable router.admin_token_env names holds a token, else nil: then the
 // router has no console and forwards /admin/ to the cells as before.
-func consoleHook(tokenEnv, slotMapFile string, log *slog.Logger) func(*proxy.Proxy) (http.Handler, func(context.Context), error) {
+//
+// base holds the console's settings from the spec; the hook adds the token
+// and the proxy.
+func consoleHook(tokenEnv string, base routerconsole.Config) func(*proxy.Proxy) (http.Handler, func(context.Context), error) {
 	token := ""
 	if tokenEnv != "" {
 		token = os.Getenv(tokenEnv)
@@ -108,11 +123,13 @@ func consoleHook(tokenEnv, slotMapFile string, log *slog.Logger) func(*proxy.Pro
 		return nil
 	}
 	return func(p *proxy.Proxy) (http.Handler, func(context.Context), error) {
-		c, err := routerconsole.New(routerconsole.Config{AdminToken: token, Source: p, SlotMapFile: slotMapFile, Logger: log})
+		cc := base
+		cc.AdminToken, cc.AdminTokenEnv, cc.Source = token, tokenEnv, p
+		c, err := routerconsole.New(cc)
 		if err != nil {
 			return nil, nil, err
 		}
-		log.Info("router console on", "path", routerconsole.Prefix, "token_env", tokenEnv)
+		base.Logger.Info("router console on", "path", routerconsole.Prefix, "token_env", tokenEnv)
 		return c, c.Run, nil
 	}
 }

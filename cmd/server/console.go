@@ -9,6 +9,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // mountConsole adds the operator console (/admin/ and /admin/api/) when the
@@ -18,7 +19,10 @@ import (
 //
 // It returns the console (nil when off): the caller owns its sampler
 // (Console.RunSampler) and stops it.
-func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, rejections *console.TopK, log *slog.Logger) (*console.Console, error) {
+//
+// Its sessions live in the control database (console.PGSessions), so a
+// logout or a token change ends a session in every process of the cell.
+func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, jobsRT jobRuntime, rejections *console.TopK, log *slog.Logger) (*console.Console, error) {
 	admin := os.Getenv(cfg.Server.AdminTokenEnv)
 	if cfg.Server.AdminTokenEnv == "" || admin == "" {
 		return nil, nil
@@ -51,16 +55,24 @@ func mountConsole(cfg config.Config, srv *runtime.Server, jobsRT jobRuntime, rej
 		inFlight = func(tenant string) (int64, int64) { return eng.InFlightOf(tenant), limit }
 	}
 	c, err := console.New(console.Config{
-		AdminToken:    admin,
-		OperatorToken: operator,
-		Databases:     dbs,
-		Spec:          cfg,
-		Admission:     func() any { return srv.Bulkheads().Report() },
-		Rejections:    rejections,
-		InFlight:      inFlight,
-		Workers:       workers,
-		Completed:     completed,
-		Logger:        log,
+		AdminToken:       admin,
+		OperatorToken:    operator,
+		AdminTokenEnv:    cfg.Server.AdminTokenEnv,
+		OperatorTokenEnv: cfg.Server.OperatorTokenEnv,
+		Sessions:         console.NewPGSessions(set.Control(), set.ControlDSN(), cfg.Console.SessionIdle.D()),
+		SessionTTL:       cfg.Console.SessionTTL.D(),
+		SessionIdle:      cfg.Console.SessionIdle.D(),
+		TrustedProxies:   cfg.Console.TrustedProxies,
+		SecureCookies:    cfg.Console.SecureCookies,
+		Registry:         srv.Registry(),
+		Databases:        dbs,
+		Spec:             cfg,
+		Admission:        func() any { return srv.Bulkheads().Report() },
+		Rejections:       rejections,
+		InFlight:         inFlight,
+		Workers:          workers,
+		Completed:        completed,
+		Logger:           log,
 	})
 	if err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
-	cons, err := mountConsole(cfg, srv, jobsRT, rejections, log)
+	cons, err := mountConsole(cfg, srv, set, jobsRT, rejections, log)
 	if err != nil {
 		return err
 	}

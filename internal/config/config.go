@@ -23,6 +23,7 @@ type Config struct {
 	Tenancy   Tenancy   `json:"tenancy"`
 	Admission Admission `json:"admission"`
 	Router    Router    `json:"router"`
+	Console   Console   `json:"console"`
 	Jobs      Jobs      `json:"jobs"`
 	Database  Database  `json:"database"`
 	Cells     []Cell    `json:"cells"`
@@ -176,6 +177,20 @@ type Router struct {
 	// console at /admin/; without a value there, the router forwards
 	// /admin/ to the cells.
 	AdminTokenEnv string `json:"admin_token_env"`
+}
+
+// Console guards the operator consoles of the cells and of the router.
+type Console struct {
+	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
+	// X-Forwarded-For and X-Forwarded-Proto are believed.
+	TrustedProxies []string `json:"trusted_proxies"`
+	// SecureCookies marks the session cookie Secure on every answer.
+	SecureCookies bool `json:"secure_cookies"`
+	// SessionIdle ends a session unused for this long (the router's at
+	// most 15 minutes).
+	SessionIdle Duration `json:"session_idle"`
+	// SessionTTL is the longest a session lasts from its login.
+	SessionTTL Duration `json:"session_ttl"`
 }
 
 // Jobs configures the job runtime.

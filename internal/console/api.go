@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -21,34 +22,36 @@ type apiError struct {
 }
 
 func (c *Console) registerAPI(e *echo.Echo) {
-	e.GET(APIPrefix+"jobs", c.api(RoleReader, c.apiJobs))
-	e.GET(APIPrefix+"jobs/:db/:id", c.api(RoleReader, c.apiJob))
-	e.POST(APIPrefix+"jobs/:db/:id/:action", c.api(RoleOperator, c.apiAct))
-	e.POST(APIPrefix+"bulk", c.api(RoleOperator, c.apiBulk))
-	e.GET(APIPrefix+"bulk/:id", c.api(RoleReader, func(ec echo.Context, _ who) error {
+	get := func(p string, h echo.HandlerFunc) { e.GET(p, withHeaders(h)) }
+	post := func(p string, h echo.HandlerFunc) { e.POST(p, withHeaders(h)) }
+	get(APIPrefix+"jobs", c.api(RoleReader, c.apiJobs))
+	get(APIPrefix+"jobs/:db/:id", c.api(RoleReader, c.apiJob))
+	post(APIPrefix+"jobs/:db/:id/:action", c.api(RoleOperator, c.apiAct))
+	post(APIPrefix+"bulk", c.api(RoleOperator, c.apiBulk))
+	get(APIPrefix+"bulk/:id", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		st, ok := c.bulk.get(ec.Param("id"))
 		if !ok {
 			return ec.JSON(http.StatusNotFound, apiError{"no such bulk action", "console_not_found"})
 		}
 		return ec.JSON(http.StatusOK, st)
 	}))
-	e.GET(APIPrefix+"queues", c.api(RoleReader, func(ec echo.Context, _ who) error {
+	get(APIPrefix+"queues", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.queues(ec.Request().Context()))
 	}))
-	e.POST(APIPrefix+"queues/:queue/:action", c.api(RoleOperator, c.apiQueueAct))
-	e.GET(APIPrefix+"tenants", c.api(RoleReader, func(ec echo.Context, _ who) error {
+	post(APIPrefix+"queues/:queue/:action", c.api(RoleOperator, c.apiQueueAct))
+	get(APIPrefix+"tenants", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.tenants(ec.Request().Context()))
 	}))
-	e.GET(APIPrefix+"admission", c.api(RoleReader, func(ec echo.Context, _ who) error {
+	get(APIPrefix+"admission", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.admission())
 	}))
-	e.GET(APIPrefix+"slots", c.api(RoleReader, func(ec echo.Context, _ who) error {
+	get(APIPrefix+"slots", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.slots)
 	}))
-	e.GET(APIPrefix+"lanes", c.api(RoleReader, func(ec echo.Context, _ who) error {
+	get(APIPrefix+"lanes", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.lanes())
 	}))
-	e.GET(APIPrefix+"series", c.api(RoleReader, func(ec echo.Context, _ who) error {
+	get(APIPrefix+"series", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.series())
 	}))
 }
@@ -60,13 +63,22 @@ func (c *Console) admission() any {
 	return c.cfg.Admission()
 }
 
-// api guards an API handler: 401 without a valid token or session, 403
+// api guards an API handler: 401 without a valid token or session, 429
+// for a source in backoff (consoleauth.Limiter), 403
 // when the role may not do this, 403 for a session's action without its
 // CSRF token. Refusals carry no data.
 func (c *Console) api(need Role, h func(echo.Context, who) error) echo.HandlerFunc {
 	return func(ec echo.Context) error {
-		w := c.auth.Identify(ec.Request())
-		if w.Role == RoleNone {
+		w, ref, err := c.auth.Identify(ec.Request())
+		if err != nil {
+			c.log.Error("console sessions", "error", err.Error())
+			return ec.JSON(http.StatusServiceUnavailable, apiError{consoleauth.ErrStore.Error(), "console_sessions_unavailable"})
+		}
+		if ref != nil && ref.Status == http.StatusTooManyRequests {
+			ref.SetRetryAfter(ec.Response().Header())
+			return ec.JSON(http.StatusTooManyRequests, apiError{"too many wrong tokens from this address; retry later", "console_throttled"})
+		}
+		if ref != nil {
 			ec.Response().Header().Set("WWW-Authenticate", `Bearer realm="cellgate-console"`)
 			return ec.JSON(http.StatusUnauthorized, apiError{"console token required", "console_unauthorized"})
 		}
@@ -172,8 +184,8 @@ func (c *Console) act(ctx context.Context, w who, db Database, id jobs.JobID, ac
 	if err != nil {
 		count, outcome = 0, err.Error()
 	}
-	c.log.Info(consoleauth.AuditMessage, "role", w.Role.String(), "action", string(act), "database", db.Name(),
-		"filter", "id="+strconv.FormatInt(int64(id), 10), "count", count, "outcome", outcome)
+	consoleauth.Audit(c.log, slog.LevelInfo, w, string(act), outcome, "console", "cell", "database", db.Name(),
+		"filter", "id="+strconv.FormatInt(int64(id), 10), "count", count)
 	return err
 }
 
@@ -206,12 +218,27 @@ func bulkFrom(ec echo.Context) (pgjobs.Act, BulkFilter, error) {
 	return pgjobs.Act(ec.FormValue("action")), f, nil
 }
 
+// apiBulk is a bulk action in two calls: without "confirm" it answers 200
+// with the count it would touch and a confirmation; with that confirmation
+// in the POST body (same action, filter and credential, within
+// confirmTTL) it starts: 202 with its status.
 func (c *Console) apiBulk(ec echo.Context, w who) error {
 	act, f, err := bulkFrom(ec)
-	var st BulkStatus
-	if err == nil {
-		st, err = c.startBulk(w, act, f)
+	if err != nil {
+		return ec.JSON(http.StatusBadRequest, apiError{err.Error(), "console_bad_query"})
 	}
+	confirm := ec.Request().PostFormValue("confirm")
+	if confirm == "" {
+		p, err := c.previewBulk(ec.Request().Context(), w, act, f)
+		if err != nil {
+			return ec.JSON(http.StatusBadRequest, apiError{err.Error(), "console_bad_query"})
+		}
+		return ec.JSON(http.StatusOK, p)
+	}
+	if err := c.checkConfirmation(w, act, f, confirm); err != nil {
+		return ec.JSON(http.StatusBadRequest, apiError{err.Error(), "console_bad_confirmation"})
+	}
+	st, err := c.startBulk(w, act, f)
 	switch {
 	case errors.Is(err, errBulkFull):
 		return ec.JSON(http.StatusTooManyRequests, apiError{err.Error(), "console_bulk_full"})
@@ -220,4 +247,31 @@ func (c *Console) apiBulk(ec echo.Context, w who) error {
 	}
 	ec.Response().Header().Set(echo.HeaderLocation, APIPrefix+"bulk/"+st.ID)
 	return ec.JSON(http.StatusAccepted, st)
+}
+
+// bulkPage is the job list's bulk form: the first post shows how many jobs
+// the action would touch and asks to confirm; the confirmation starts it
+// and shows its progress.
+func (c *Console) bulkPage(ec echo.Context, w who) error {
+	act, f, err := bulkFrom(ec)
+	if err != nil {
+		return c.render(ec, c.failure(w, http.StatusBadRequest, err.Error()))
+	}
+	if confirm := ec.Request().PostFormValue("confirm"); confirm != "" {
+		if err := c.checkConfirmation(w, act, f, confirm); err != nil {
+			return c.render(ec, c.failure(w, http.StatusBadRequest, err.Error()))
+		}
+		st, err := c.startBulk(w, act, f)
+		if err != nil {
+			return c.render(ec, c.failure(w, http.StatusBadRequest, err.Error()))
+		}
+		return ec.Redirect(http.StatusSeeOther, Prefix+"bulk/"+st.ID)
+	}
+	p, err := c.previewBulk(ec.Request().Context(), w, act, f)
+	if err != nil {
+		return c.render(ec, c.failure(w, http.StatusBadRequest, err.Error()))
+	}
+	v := c.view(w, "bulkconfirm", "Confirm: "+string(act)+" all", map[string]any{"Preview": p, "From": rangeValue(f.From), "To": rangeValue(f.To)})
+	v.Nav = "jobs"
+	return c.render(ec, v)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/internal/console"
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/console/consoletest"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 )
@@ -162,7 +163,11 @@ func TestSlowDatabase(t *testing.T) {
 // data; the read-only token cannot act; the operator token can.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	env := consoletest.New(t, consoletest.Options{})
+	// Many wrong tokens from one address: the throttle (its own tests) is
+	// set past them here.
+	env := consoletest.New(t, consoletest.Options{Configure: func(c *console.Config) {
+		c.Limiter = consoleauth.NewLimiter(consoleauth.LimiterConfig{Free: 1000})
+	}})
 	ids := env.Seed("shard-1", consoletest.Job{Kind: "bill_order", Tenant: "initech", State: pgjobs.StateFailed, Attempt: 5, Errors: []string{"boom"}})
 	job := env.URL + "/admin/api/jobs/shard-1/" + itoa(ids[0])
 	for _, tok := range []string{"", "wrong", consoletest.AdminToken + "x"} {
@@ -215,7 +220,7 @@ func TestAuth(t *testing.T) {
 		t.Errorf("deleted job = %d, want 404", st)
 	}
 	audit := env.Audit.String()
-	for _, want := range []string{"role=operator action=retry database=shard-1", "action=cancel", "outcome=\"pgjobs: the job's state does not allow this action\"", "action=delete"} {
+	for _, want := range []string{"role=operator actor=operator-token remote=127.0.0.1 action=retry outcome=ok console=cell database=shard-1", "action=cancel", "outcome=\"pgjobs: the job's state does not allow this action\"", "action=delete"} {
 		if !strings.Contains(audit, want) {
 			t.Errorf("audit log lacks %q:\n%s", want, audit)
 		}
@@ -256,12 +261,20 @@ func TestBulk(t *testing.T) {
 	if st, _ := call(t, "POST", env.URL+"/admin/api/bulk?action=retry&tenant=acme", consoletest.AdminToken, nil); st != http.StatusForbidden {
 		t.Errorf("read-only bulk = %d, want 403", st)
 	}
-	if st, _ := call(t, "POST", env.URL+"/admin/api/bulk?action=retry", consoletest.OperatorToken, nil); st != http.StatusBadRequest {
-		t.Errorf("bulk without a filter = %d, want 400", st)
+	for _, q := range []string{"action=retry", "action=delete&from=1970-01-01", "action=delete&database=shard-0", "action=delete&from=1970-01-01&to=2100-01-01&database=shard-1"} {
+		if st, body := call(t, "POST", env.URL+"/admin/api/bulk?"+q, consoletest.OperatorToken, nil); st != http.StatusBadRequest || !strings.Contains(body, "state, kind, queue or tenant") {
+			t.Errorf("bulk %s (no real filter) = %d %s, want 400", q, st, body)
+		}
 	}
 	run := func(query string) console.BulkStatus {
 		t.Helper()
-		req, _ := http.NewRequest("POST", env.URL+"/admin/api/bulk?"+query, nil)
+		// First call: the count and a confirmation; nothing changes.
+		var pre console.BulkPreview
+		if st, body := call(t, "POST", env.URL+"/admin/api/bulk?"+query, consoletest.OperatorToken, &pre); st != http.StatusOK || pre.Confirm == "" {
+			t.Fatalf("bulk %s preview = %d %s", query, st, body)
+		}
+		req, _ := http.NewRequest("POST", env.URL+"/admin/api/bulk?"+query, strings.NewReader(url.Values{"confirm": {pre.Confirm}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Authorization", "Bearer "+consoletest.OperatorToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -299,7 +312,7 @@ func TestBulk(t *testing.T) {
 	if st.Changed != 3 || st.Databases[2].Database != "shard-1" || st.Databases[2].Error == "" {
 		t.Errorf("bulk delete with shard-1 down = %+v, want shard-0's 3 and shard-1 named", st)
 	}
-	if !strings.Contains(env.Audit.String(), `action="bulk retry"`) || !strings.Contains(env.Audit.String(), "count=5 outcome=finished") {
+	if !strings.Contains(env.Audit.String(), `action="bulk retry"`) || !strings.Contains(env.Audit.String(), "outcome=finished console=cell bulk=1") {
 		t.Errorf("audit lacks the bulk lines:\n%s", env.Audit.String())
 	}
 }

@@ -1,7 +1,7 @@
 package console
 
 import (
-	"time"
+	"crypto/sha256"
 
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 )
@@ -24,13 +24,31 @@ const (
 	CSRFField     = consoleauth.CSRFField
 )
 
-// newAuthenticator is consoleauth's, with the console's cookie name and
-// path.
-func newAuthenticator(admin, operator string, key []byte, ttl time.Duration, now func() time.Time) consoleauth.Authenticator {
+// newAuthenticator is consoleauth's, with the console's cookie name, path
+// and settings.
+func newAuthenticator(cfg Config) (*consoleauth.Authenticator, error) {
+	nw, err := consoleauth.NewNetwork(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	m, err := consoleauth.NewMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
 	return consoleauth.New(consoleauth.Config{
-		AdminToken: admin, OperatorToken: operator, Key: key, TTL: ttl, Now: now,
+		AdminToken: cfg.AdminToken, OperatorToken: cfg.OperatorToken,
+		Store: cfg.Sessions, TTL: cfg.SessionTTL, Idle: cfg.SessionIdle, Now: cfg.Now,
 		Cookie: SessionCookie, Path: "/admin",
+		Network: nw, SecureCookies: cfg.SecureCookies, Limiter: cfg.Limiter, Metrics: m,
+		Console: "cell", Logger: cfg.Logger,
 	})
+}
+
+// confirmKey is the key of bulk confirmations: a hash of the operator
+// token, the same in every process of the cell.
+func confirmKey(operator string) []byte {
+	sum := sha256.Sum256([]byte("cellgate console bulk confirmation\x00" + operator))
+	return sum[:]
 }
 
 // who is a request's credential.

@@ -2,12 +2,12 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
@@ -59,8 +59,31 @@ type Config struct {
 	// DatabaseTimeout bounds each database's part of a read; a database
 	// slower than this is reported as failed. 0 means DefaultDatabaseTimeout.
 	DatabaseTimeout time.Duration
-	// SessionTTL is how long a login lasts. 0 means DefaultSessionTTL.
+	// SessionTTL is the longest a login lasts. 0 means DefaultSessionTTL.
 	SessionTTL time.Duration
+	// SessionIdle ends a session unused for this long. 0 means
+	// DefaultSessionIdle.
+	SessionIdle time.Duration
+	// Sessions keeps the sessions: a *PGSessions on the control database
+	// in a cell, so a logout ends a session in every process at once; nil
+	// means a consoleauth.MemoryStore (one process only).
+	Sessions consoleauth.Store
+	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
+	// X-Forwarded-For and X-Forwarded-Proto are believed
+	// (console.trusted_proxies); from any other peer they are ignored.
+	TrustedProxies []string
+	// SecureCookies marks the session cookie Secure on every answer
+	// (console.secure_cookies), not only over TLS.
+	SecureCookies bool
+	// Limiter throttles failed logins and bad bearer tokens; nil means
+	// consoleauth's defaults on Now.
+	Limiter *consoleauth.Limiter
+	// Registry receives the console's metrics (the refused credentials);
+	// nil registers none.
+	Registry prometheus.Registerer
+	// AdminTokenEnv and OperatorTokenEnv name the tokens' environment
+	// variables in errors; "" means the spec's defaults.
+	AdminTokenEnv, OperatorTokenEnv string
 	// Spec is the cell's config: the slot map, the cells and the job lanes
 	// come from it.
 	Spec config.Config
@@ -91,15 +114,13 @@ type Config struct {
 	// Now is the clock (sessions, ages, the queue counts' cache); nil means
 	// time.Now.
 	Now func() time.Time
-	// SessionKey signs session cookies and CSRF tokens; nil means 32 random
-	// bytes, so sessions end when the process restarts.
-	SessionKey []byte
 }
 
 // The defaults of Config.
 const (
 	DefaultDatabaseTimeout = 2 * time.Second
 	DefaultSessionTTL      = 8 * time.Hour
+	DefaultSessionIdle     = 30 * time.Minute
 	DefaultSampleEvery     = 10 * time.Second
 )
 
@@ -110,8 +131,11 @@ type Console struct {
 	dbs   map[string]Database
 	slots SlotReport
 	place placement
-	auth  consoleauth.Authenticator
-	bulk  bulkOps
+	auth  *consoleauth.Authenticator
+	// confirmKey signs bulk confirmations; derived from the operator
+	// token, so every process of the cell accepts another's.
+	confirmKey []byte
+	bulk       bulkOps
 	// counts caches each database's queue counts (counts.go).
 	counts *countCache
 	// ser holds the sampled series the charts draw (RunSampler fills it).
@@ -120,11 +144,28 @@ type Console struct {
 
 // New checks cfg and builds a Console.
 func New(cfg Config) (*Console, error) {
-	if cfg.AdminToken == "" {
-		return nil, errors.New("console: the admin token (server.admin_token_env) is empty")
+	if cfg.AdminTokenEnv == "" {
+		cfg.AdminTokenEnv = "CELLGATE_ADMIN_TOKEN"
+	}
+	if cfg.OperatorTokenEnv == "" {
+		cfg.OperatorTokenEnv = "CELLGATE_OPERATOR_TOKEN"
+	}
+	if err := consoleauth.CheckToken("server.admin_token_env ("+cfg.AdminTokenEnv+")", cfg.AdminToken); err != nil {
+		return nil, err
+	}
+	if cfg.OperatorToken != "" {
+		if err := consoleauth.CheckToken("server.operator_token_env ("+cfg.OperatorTokenEnv+")", cfg.OperatorToken); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.OperatorToken == cfg.AdminToken {
-		return nil, errors.New("server.operator_token_env: the operator token must differ from the admin token (server.admin_token_env)")
+		return nil, fmt.Errorf("server.operator_token_env (%s): the operator token must differ from the admin token (server.admin_token_env, %s)", cfg.OperatorTokenEnv, cfg.AdminTokenEnv)
+	}
+	if cfg.SessionIdle < 0 || cfg.SessionTTL < 0 {
+		return nil, fmt.Errorf("console: negative SessionTTL (%s) or SessionIdle (%s)", cfg.SessionTTL, cfg.SessionIdle)
+	}
+	if cfg.SessionIdle == 0 {
+		cfg.SessionIdle = DefaultSessionIdle
 	}
 	if cfg.DatabaseTimeout <= 0 {
 		cfg.DatabaseTimeout = DefaultDatabaseTimeout
@@ -141,12 +182,8 @@ func New(cfg Config) (*Console, error) {
 	if cfg.SampleEvery <= 0 {
 		cfg.SampleEvery = DefaultSampleEvery
 	}
-	if cfg.SessionKey == nil {
-		key, err := consoleauth.RandomKey()
-		if err != nil {
-			return nil, err
-		}
-		cfg.SessionKey = key
+	if cfg.Sessions == nil {
+		cfg.Sessions = &consoleauth.MemoryStore{Now: cfg.Now, Idle: cfg.SessionIdle}
 	}
 	c := &Console{cfg: cfg, log: cfg.Logger, dbs: make(map[string]Database, len(cfg.Databases)), counts: newCountCache(cfg.Now)}
 	for _, db := range cfg.Databases {
@@ -161,7 +198,10 @@ func New(cfg Config) (*Console, error) {
 	}
 	c.slots, c.place = rep, place
 	c.ser = newSampler(len(cfg.Databases))
-	c.auth = newAuthenticator(cfg.AdminToken, cfg.OperatorToken, cfg.SessionKey, cfg.SessionTTL, cfg.Now)
+	if c.auth, err = newAuthenticator(cfg); err != nil {
+		return nil, err
+	}
+	c.confirmKey = confirmKey(cfg.OperatorToken)
 	if err := parseTemplates(); err != nil {
 		return nil, err
 	}

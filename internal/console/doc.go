@@ -7,9 +7,14 @@
 // operator token (server.operator_token_env) also acts on jobs and pauses
 // and resumes queues (where the backend can: jobs.QueuePauser). Scripts
 // send "Authorization: Bearer <token>"; a browser trades the token for a
-// signed session cookie at /admin/login, and every form that acts carries
-// a CSRF token derived from that cookie. Each action writes one audit log
-// line.
+// session at /admin/login (consoleauth), kept in the cell's control
+// database (PGSessions, with its own migrations), so a logout ends it in
+// every process of the cell at once; every form that acts carries the
+// session's own CSRF secret. Wrong tokens are throttled per source, the
+// client address comes from trusted proxies only, and every answer is
+// marked no-store, nosniff and no-referrer. A bulk action first answers
+// the count it would touch and a confirmation its second call presents.
+// Each action writes one audit log line naming the token or the session.
 //
 // Reads fan out to the databases at once, each under its own timeout
 // (Config.DatabaseTimeout): a database that is down or slow makes the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -112,8 +113,8 @@ func (c *Console) queueAct(ctx context.Context, w who, action, queue, database s
 		default:
 			outcome = "already " + action + "d"
 		}
-		c.log.Info(consoleauth.AuditMessage, "role", w.Role.String(), "action", action, "database", p.db.Name(),
-			"filter", "queue="+strconv.Quote(queue), "count", count, "outcome", outcome)
+		consoleauth.Audit(c.log, slog.LevelInfo, w, action, outcome, "console", "cell", "database", p.db.Name(),
+			"filter", "queue="+strconv.Quote(queue), "count", count)
 	}
 	return res, nil
 }
@@ -183,7 +184,7 @@ func (c *Console) queueActPage(ec echo.Context, w who) error {
 		return c.render(ec, c.failure(w, http.StatusServiceUnavailable,
 			fmt.Sprintf("%s of queue %q failed on %s", res.Action, queue, strings.Join(msgs, "; "))))
 	}
-	return ec.Redirect(http.StatusSeeOther, Prefix+"?"+url.Values{res.Action + "d": {queue}, "database": {database}}.Encode())
+	return ec.Redirect(http.StatusSeeOther, Prefix+"?flash="+res.Action+"d")
 }
 
 // pausedAll reads the paused queues of every database that can pause

@@ -99,9 +99,9 @@ func TestQueuePause(t *testing.T) {
 	}
 	audit := env.Audit.String()
 	for _, want := range []string{
-		`role=operator action=pause database=shard-1 filter="queue=\"billing\"" count=1 outcome=ok`,
-		`action=pause database=shard-1 filter="queue=\"billing\"" count=0 outcome="already paused"`,
-		`action=resume database=shard-0 filter="queue=\"billing\"" count=1 outcome=ok`,
+		`role=operator actor=operator-token remote=127.0.0.1 action=pause outcome=ok console=cell database=shard-1 filter="queue=\"billing\"" count=1`,
+		`action=pause outcome="already paused" console=cell database=shard-1 filter="queue=\"billing\"" count=0`,
+		`action=resume outcome=ok console=cell database=shard-0 filter="queue=\"billing\"" count=1`,
 	} {
 		if !strings.Contains(audit, want) {
 			t.Errorf("audit log lacks %s:\n%s", want, audit)
@@ -152,7 +152,7 @@ func TestQueuePauseEscapedName(t *testing.T) {
 	for _, f := range forms {
 		action, queue := html.UnescapeString(f[1]), html.UnescapeString(f[2])
 		st, page := op.post(env.URL+action, url.Values{"csrf": {csrf}, "database": {"shard-0"}})
-		if st != http.StatusOK || !strings.Contains(page, "paused on shard-0") {
+		if st != http.StatusOK || !strings.Contains(page, "The queue is paused.") {
 			t.Fatalf("form %s for %q = %d:\n%s", action, queue, st, page)
 		}
 		got := pausedIn(t, env)["shard-0"]
@@ -192,7 +192,7 @@ func TestQueuePausePage(t *testing.T) {
 		t.Errorf("pause without the CSRF token = %d, want 403", st)
 	}
 	st, body := op.post(env.URL+"/admin/queues/billing/pause", url.Values{"csrf": {csrf}, "database": {"shard-1"}})
-	if st != http.StatusOK || !strings.Contains(body, `queue &#34;billing&#34; paused on shard-1`) ||
+	if st != http.StatusOK || !strings.Contains(body, `The queue is paused.`) ||
 		!strings.Contains(body, `data-paused="billing"`) || !strings.Contains(body, `class="resume">resume</button>`) {
 		t.Fatalf("after the pause form = %d, want the overview with billing paused and a resume button:\n%s", st, body)
 	}
@@ -200,7 +200,7 @@ func TestQueuePausePage(t *testing.T) {
 		t.Errorf("more than one queue shown paused:\n%s", body)
 	}
 	st, body = op.post(env.URL+"/admin/queues/billing/resume", url.Values{"csrf": {csrf}, "database": {"shard-1"}})
-	if st != http.StatusOK || strings.Contains(body, `data-paused=`) || !strings.Contains(body, "resumed on shard-1") {
+	if st != http.StatusOK || strings.Contains(body, `data-paused=`) || !strings.Contains(body, "The queue is resumed.") {
 		t.Errorf("after the resume form = %d:\n%s", st, body)
 	}
 }

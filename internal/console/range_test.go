@@ -59,7 +59,10 @@ func TestTimeRange(t *testing.T) {
 	b := newBrowser(t)
 	b.post(env.URL+"/admin/login", url.Values{"token": {consoletest.OperatorToken}})
 	from := cut.Format("2006-01-02T15:04")
-	st, body := b.get(env.URL + "/admin/jobs?from=" + from)
+	if _, body := b.get(env.URL + "/admin/jobs?from=" + from); strings.Contains(body, `id="bulk-delete"`) {
+		t.Errorf("a range alone is offered bulk actions:\n%s", body)
+	}
+	st, body := b.get(env.URL + "/admin/jobs?kind=k&from=" + from)
 	if st != http.StatusOK || !strings.Contains(body, `name="from" id="from" value="`+from+`"`) ||
 		!strings.Contains(body, `<input type="hidden" name="from" value="`+from+`">`) || !strings.Contains(body, `id="bulk-delete"`) {
 		t.Errorf("jobs page with from = %d, want the range in both forms:\n%s", st, body)
@@ -68,8 +71,14 @@ func TestTimeRange(t *testing.T) {
 		t.Errorf("jobs page with a bad to = %d, want 400 naming to:\n%s", st, body)
 	}
 
-	// A bulk action with a range alone touches only the jobs in it.
-	req, _ := http.NewRequest("POST", env.URL+"/admin/api/bulk?action=delete&to="+url.QueryEscape(cut2.Format(time.RFC3339)), nil)
+	// A bulk action with a range touches only the jobs in it.
+	q := "action=delete&kind=k&to=" + url.QueryEscape(cut2.Format(time.RFC3339))
+	var pre console.BulkPreview
+	if st, body := call(t, "POST", env.URL+"/admin/api/bulk?"+q, consoletest.OperatorToken, &pre); st != http.StatusOK || pre.Count != 2 {
+		t.Fatalf("bulk preview %s = %d %s, want the count 2", q, st, body)
+	}
+	req, _ := http.NewRequest("POST", env.URL+"/admin/api/bulk?"+q, strings.NewReader(url.Values{"confirm": {pre.Confirm}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "Bearer "+consoletest.OperatorToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -92,7 +101,7 @@ func TestTimeRange(t *testing.T) {
 	if got := ids(url.Values{}); len(got) != 1 || got[0] != recent[0] {
 		t.Errorf("jobs left = %v, want only %d", got, recent[0])
 	}
-	if st, body := call(t, "POST", env.URL+"/admin/api/bulk?action=delete&from=soon", consoletest.OperatorToken, nil); st != http.StatusBadRequest || !strings.Contains(body, "from:") {
+	if st, body := call(t, "POST", env.URL+"/admin/api/bulk?action=delete&kind=k&from=soon", consoletest.OperatorToken, nil); st != http.StatusBadRequest || !strings.Contains(body, "from:") {
 		t.Errorf("bulk with a bad from = %d %s, want 400 naming from", st, body)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"sync"
@@ -76,7 +75,7 @@ func parseTemplates() error {
 			},
 		}
 		pages = map[string]*template.Template{}
-		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk", "tenants", "failure"} {
+		for _, p := range []string{"login", "overview", "jobs", "job", "cells", "bulk", "bulkconfirm", "tenants", "failure"} {
 			t, err := template.New(p).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 			if err != nil {
 				pagesErr = fmt.Errorf("console: template %s: %w", p, err)
@@ -103,36 +102,83 @@ type view struct {
 	page       string
 }
 
-func (c *Console) registerUI(e *echo.Echo) {
+// flashes are the only messages a page shows for a ?flash= code: a code
+// not here shows nothing, so no text from a URL reaches a page.
+var flashes = map[string]string{
+	"paused":  "The queue is paused.",
+	"resumed": "The queue is resumed.",
+	"retry":   "The job will run again.",
+	"cancel":  "The job is cancelled.",
+	"delete":  "The job is deleted.",
+}
+
+// flash is the message of a request's ?flash= code ("" for none).
+func flash(ec echo.Context) string { return flashes[ec.QueryParam("flash")] }
+
+// withHeaders sets the headers every console answer carries (no-store,
+// nosniff, no-referrer), redirects and errors included.
+func withHeaders(h echo.HandlerFunc) echo.HandlerFunc {
+	return func(ec echo.Context) error {
+		consoleauth.SetHeaders(ec.Response().Header())
+		return h(ec)
+	}
+}
+
+// headerWriter sets the console's headers again as the head is written:
+// http.FileServer's errors drop Cache-Control.
+type headerWriter struct{ http.ResponseWriter }
+
+func (h headerWriter) WriteHeader(code int) {
+	consoleauth.SetHeaders(h.Header())
+	h.ResponseWriter.WriteHeader(code)
+}
+
+// staticFiles serves the embedded stylesheet: files only, no listing.
+func staticFiles() http.Handler {
 	static, _ := fs.Sub(staticFS, "static")
-	e.GET(Prefix+"static/*", echo.WrapHandler(http.StripPrefix(Prefix+"static/", http.FileServer(http.FS(static)))))
-	e.GET("/admin", func(ec echo.Context) error { return ec.Redirect(http.StatusSeeOther, Prefix) })
-	e.GET(Prefix+"login", func(ec echo.Context) error {
+	files := http.StripPrefix(Prefix+"static/", http.FileServer(http.FS(noDirs{static})))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { files.ServeHTTP(headerWriter{w}, r) })
+}
+
+// noDirs serves the files of an fs.FS and nothing that is a directory, so
+// /admin/static/ lists nothing.
+type noDirs struct{ fs.FS }
+
+func (n noDirs) Open(name string) (fs.File, error) {
+	f, err := n.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || st.IsDir() {
+		f.Close()
+		return nil, fs.ErrNotExist
+	}
+	return f, nil
+}
+
+func (c *Console) registerUI(e *echo.Echo) {
+	get := func(p string, h echo.HandlerFunc) { e.GET(p, withHeaders(h)) }
+	post := func(p string, h echo.HandlerFunc) { e.POST(p, withHeaders(h)) }
+	get(Prefix+"static/*", echo.WrapHandler(staticFiles()))
+	get("/admin", func(ec echo.Context) error { return ec.Redirect(http.StatusSeeOther, Prefix) })
+	get(Prefix+"login", func(ec echo.Context) error {
 		return c.render(ec, view{Title: "Log in", page: "login"})
 	})
-	e.POST(Prefix+"login", c.login)
-	e.POST(Prefix+"logout", c.page(RoleReader, func(ec echo.Context, w who) error {
-		ec.SetCookie(c.auth.SessionCookie(ec.Request(), "", 0))
-		consoleauth.Audit(c.log, slog.LevelInfo, w.Role, "logout", "ok", "remote", ec.RealIP())
+	post(Prefix+"login", c.login)
+	post(Prefix+"logout", c.page(RoleReader, func(ec echo.Context, w who) error {
+		if err := c.auth.Logout(ec.Request().Context(), w); err != nil {
+			return c.storeDown(ec, err)
+		}
+		ec.SetCookie(c.auth.SessionCookie(ec.Request(), ""))
 		return ec.Redirect(http.StatusSeeOther, Prefix+"login")
 	}))
-	e.GET(Prefix, c.page(RoleReader, c.overviewPage))
-	e.GET(Prefix+"jobs", c.page(RoleReader, c.jobsPage))
-	e.GET(Prefix+"jobs/:db/:id", c.page(RoleReader, c.jobPage))
-	e.POST(Prefix+"jobs/:db/:id/:action", c.page(RoleOperator, c.actPage))
-	e.POST(Prefix+"queues/:queue/:action", c.page(RoleOperator, c.queueActPage))
-	e.POST(Prefix+"bulk", c.page(RoleOperator, func(ec echo.Context, w who) error {
-		act, f, err := bulkFrom(ec)
-		var st BulkStatus
-		if err == nil {
-			st, err = c.startBulk(w, act, f)
-		}
-		if err != nil {
-			return c.render(ec, c.failure(w, http.StatusBadRequest, err.Error()))
-		}
-		return ec.Redirect(http.StatusSeeOther, Prefix+"bulk/"+st.ID)
-	}))
-	e.GET(Prefix+"bulk/:id", c.page(RoleReader, func(ec echo.Context, w who) error {
+	get(Prefix, c.page(RoleReader, c.overviewPage))
+	get(Prefix+"jobs", c.page(RoleReader, c.jobsPage))
+	get(Prefix+"jobs/:db/:id", c.page(RoleReader, c.jobPage))
+	post(Prefix+"jobs/:db/:id/:action", c.page(RoleOperator, c.actPage))
+	post(Prefix+"queues/:queue/:action", c.page(RoleOperator, c.queueActPage))
+	post(Prefix+"bulk", c.page(RoleOperator, c.bulkPage))
+	get(Prefix+"bulk/:id", c.page(RoleReader, func(ec echo.Context, w who) error {
 		st, ok := c.bulk.get(ec.Param("id"))
 		if !ok {
 			return c.render(ec, c.failure(w, http.StatusNotFound, "no such bulk action"))
@@ -144,20 +190,31 @@ func (c *Console) registerUI(e *echo.Echo) {
 		}
 		return c.render(ec, v)
 	}))
-	e.GET(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
+	get(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "tenants", "Tenants", map[string]any{"Report": c.tenants(ec.Request().Context()), "Charts": c.tenantCharts()}))
 	}))
-	e.GET(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
+	// Anything else below /admin/ is a 404 that says nothing, with the
+	// console's headers like every other answer.
+	e.Any(Prefix+"*", withHeaders(func(echo.Context) error { return echo.ErrNotFound }))
+	get(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
 		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))
 	}))
 }
 
 // page guards a page: a browser without a session goes to the login page;
-// a read-only user gets 403 for an action; every POST needs its CSRF token.
+// a throttled source gets 429; a read-only user gets 403 for an action;
+// every POST needs its CSRF token.
 func (c *Console) page(need Role, h func(echo.Context, who) error) echo.HandlerFunc {
 	return func(ec echo.Context) error {
-		w := c.auth.Identify(ec.Request())
-		if w.Role == RoleNone {
+		w, ref, err := c.auth.Identify(ec.Request())
+		if err != nil {
+			return c.storeDown(ec, err)
+		}
+		if ref != nil {
+			if ref.Status == http.StatusTooManyRequests {
+				ref.SetRetryAfter(ec.Response().Header())
+				return c.render(ec, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+			}
 			if ec.Request().Method == http.MethodGet {
 				return ec.Redirect(http.StatusSeeOther, Prefix+"login")
 			}
@@ -173,12 +230,20 @@ func (c *Console) page(need Role, h func(echo.Context, who) error) echo.HandlerF
 	}
 }
 
+// storeDown answers a request whose session could not be read or written:
+// 503, the cause logged, not shown to a caller who may hold no session.
+func (c *Console) storeDown(ec echo.Context, err error) error {
+	c.log.Error("console sessions", "error", err.Error())
+	return c.render(ec, view{Title: "Log in", page: "login", Failure: "The console's sessions are unavailable (the control database does not answer); try again shortly.", status: http.StatusServiceUnavailable})
+}
+
+// throttledText says how long a throttled source waits.
+func throttledText(ref *consoleauth.Refusal) string {
+	return fmt.Sprintf("Too many wrong tokens from your address; try again in %s.", max(time.Second, ref.RetryAfter.Round(time.Second)))
+}
+
 func (c *Console) view(w who, page, title string, data any) view {
-	v := view{Title: title, Nav: page, Role: w.Role.String(), CanAct: w.Role.CanAct(), Cell: c.cfg.Spec.Server.Cell, Data: data, page: page}
-	if w.Session != "" {
-		v.CSRF = c.auth.CSRF(w.Session)
-	}
-	return v
+	return view{Title: title, Nav: page, Role: w.Role.String(), CanAct: w.Role.CanAct(), CSRF: w.CSRF, Cell: c.cfg.Spec.Server.Cell, Data: data, page: page}
 }
 
 // failure is a page that only says what went wrong.
@@ -200,14 +265,19 @@ func (c *Console) render(ec echo.Context, v view) error {
 	return ec.HTMLBlob(v.status, buf.Bytes())
 }
 
+// login trades a token (the form's body only) for a fresh session.
 func (c *Console) login(ec echo.Context) error {
-	r := c.auth.Token(ec.FormValue("token"))
-	if r == RoleNone {
-		consoleauth.Audit(c.log, slog.LevelWarn, r, "login", "wrong token", "remote", ec.RealIP())
+	_, cookie, ref, err := c.auth.Login(ec.Request())
+	switch {
+	case err != nil:
+		return c.storeDown(ec, err)
+	case ref != nil && ref.Status == http.StatusTooManyRequests:
+		ref.SetRetryAfter(ec.Response().Header())
+		return c.render(ec, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+	case ref != nil:
 		return c.render(ec, view{Title: "Log in", page: "login", Failure: "That token is not the admin or the operator token.", status: http.StatusUnauthorized})
 	}
-	ec.SetCookie(c.auth.SessionCookie(ec.Request(), c.auth.Session(r), c.cfg.SessionTTL))
-	consoleauth.Audit(c.log, slog.LevelInfo, r, "login", "ok", "remote", ec.RealIP())
+	ec.SetCookie(c.auth.SessionCookie(ec.Request(), cookie))
 	return ec.Redirect(http.StatusSeeOther, Prefix)
 }
 
@@ -215,19 +285,13 @@ func (c *Console) overviewPage(ec echo.Context, w who) error {
 	q := c.queues(ec.Request().Context())
 	v := c.view(w, "overview", "Overview", map[string]any{"Queues": q, "Chart": stateChart(q), "Series": c.cellCharts(), "CountAge": q.CountAge.Round(100 * time.Millisecond).String()})
 	v.Refresh = 10
-	for _, act := range []string{actPause, actResume} {
-		if q := ec.QueryParam(act + "d"); q != "" {
-			v.Flash = fmt.Sprintf("queue %q %sd", q, act)
-			if db := ec.QueryParam("database"); db != "" {
-				v.Flash += " on " + db
-			}
-		}
-	}
+	v.Flash = flash(ec)
 	return c.render(ec, v)
 }
 
 func (c *Console) jobsPage(ec echo.Context, w who) error {
 	v := c.view(w, "jobs", "Jobs", nil)
+	v.Flash = flash(ec)
 	q, err := queryFrom(ec.QueryParams())
 	var page JobPage
 	if err == nil {
@@ -248,7 +312,7 @@ func (c *Console) jobsPage(ec echo.Context, w who) error {
 	}
 	v.Data = map[string]any{
 		"Query": q, "Page": page, "Names": names, "Next": next,
-		"Filtered": q.Database != "" || q.State != "" || q.Kind != "" || q.Queue != "" || q.Tenant != "" || !q.From.IsZero() || !q.To.IsZero(),
+		"Filtered": BulkFilter{State: q.State, Kind: q.Kind, Queue: q.Queue, Tenant: q.Tenant}.Real(),
 		"From":     rangeValue(q.From), "To": rangeValue(q.To),
 		"States": []pgjobs.State{pgjobs.StateAvailable, pgjobs.StateRunning, pgjobs.StateCompleted, pgjobs.StateFailed},
 	}
@@ -278,9 +342,7 @@ func (c *Console) jobPage(ec echo.Context, w who) error {
 	}
 	v := c.view(w, "job", fmt.Sprintf("Job %d on %s", j.ID, j.Database), map[string]any{"Job": j, "Actions": actionsFor(j.State)})
 	v.Nav = "jobs"
-	if done := ec.QueryParam("done"); done != "" {
-		v.Flash = done + " done"
-	}
+	v.Flash = flash(ec)
 	return c.render(ec, v)
 }
 
@@ -295,9 +357,9 @@ func (c *Console) actPage(ec echo.Context, w who) error {
 		return c.render(ec, c.failure(w, st, body.Error))
 	}
 	if act == pgjobs.ActDelete {
-		return ec.Redirect(http.StatusSeeOther, Prefix+"jobs?"+url.Values{"database": {db.Name()}}.Encode())
+		return ec.Redirect(http.StatusSeeOther, Prefix+"jobs?"+url.Values{"database": {db.Name()}, "flash": {string(act)}}.Encode())
 	}
-	return ec.Redirect(http.StatusSeeOther, fmt.Sprintf("%sjobs/%s/%d?done=%s", Prefix, url.PathEscape(db.Name()), id, act))
+	return ec.Redirect(http.StatusSeeOther, fmt.Sprintf("%sjobs/%s/%d?flash=%s", Prefix, url.PathEscape(db.Name()), id, act))
 }
 
 // chartStates are the chart's states, in bar order, with their colors.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cellgate/cellgate/internal/cells/proxy"
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/console/consolechart"
@@ -37,11 +39,28 @@ type Config struct {
 	// Samples is how many samples each cell's rings keep. 0 means
 	// DefaultSamples.
 	Samples int
-	// SessionTTL is how long a login lasts. 0 means DefaultSessionTTL.
+	// SessionTTL is the longest a login lasts. 0 means DefaultSessionTTL.
 	SessionTTL time.Duration
-	// SessionKey signs session cookies and CSRF tokens; nil means 32 random
-	// bytes, so sessions end when the router restarts.
-	SessionKey []byte
+	// SessionIdle ends a session unused for this long; 0 or more than
+	// MaxSessionIdle means MaxSessionIdle. Sessions live in this router
+	// copy's memory only (consoleauth.MemoryStore).
+	SessionIdle time.Duration
+	// TrustedProxies are the CIDRs (or addresses) of the proxies whose
+	// X-Forwarded-For and X-Forwarded-Proto are believed
+	// (console.trusted_proxies).
+	TrustedProxies []string
+	// SecureCookies marks the session cookie Secure on every answer
+	// (console.secure_cookies).
+	SecureCookies bool
+	// Limiter throttles wrong logins and bearer tokens; nil means
+	// consoleauth's defaults on Now.
+	Limiter *consoleauth.Limiter
+	// Registry receives the refused-credentials counter; nil registers
+	// none.
+	Registry prometheus.Registerer
+	// AdminTokenEnv names the token's variable in errors; "" means the
+	// spec's default.
+	AdminTokenEnv string
 	// Logger receives the audit lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -53,6 +72,10 @@ const (
 	DefaultSampleEvery = 5 * time.Second
 	DefaultSamples     = 120
 	DefaultSessionTTL  = 8 * time.Hour
+	// MaxSessionIdle is the longest a router session may sit unused: the
+	// router keeps sessions in one copy's memory and cannot tell the other
+	// copies of a logout, so its sessions stay short.
+	MaxSessionIdle = 15 * time.Minute
 )
 
 // SessionCookie is the router console's session cookie. It differs from
@@ -71,7 +94,7 @@ const (
 type Console struct {
 	cfg  Config
 	log  *slog.Logger
-	auth consoleauth.Authenticator
+	auth *consoleauth.Authenticator
 	mux  *http.ServeMux
 
 	mu      sync.Mutex // guards traffic
@@ -101,14 +124,20 @@ var (
 
 // New checks cfg and builds a Console.
 func New(cfg Config) (*Console, error) {
-	if cfg.AdminToken == "" {
-		return nil, errors.New("routerconsole: the admin token (router.admin_token_env) is empty")
+	if cfg.AdminTokenEnv == "" {
+		cfg.AdminTokenEnv = "CELLGATE_ROUTER_ADMIN_TOKEN"
+	}
+	if err := consoleauth.CheckToken("router.admin_token_env ("+cfg.AdminTokenEnv+")", cfg.AdminToken); err != nil {
+		return nil, err
 	}
 	if cfg.Source == nil {
 		return nil, errors.New("routerconsole: Config.Source is nil")
 	}
-	if cfg.SampleEvery < 0 || cfg.Samples < 0 || cfg.SessionTTL < 0 {
-		return nil, fmt.Errorf("routerconsole: negative SampleEvery (%s), Samples (%d) or SessionTTL (%s)", cfg.SampleEvery, cfg.Samples, cfg.SessionTTL)
+	if cfg.SampleEvery < 0 || cfg.Samples < 0 || cfg.SessionTTL < 0 || cfg.SessionIdle < 0 {
+		return nil, fmt.Errorf("routerconsole: negative SampleEvery (%s), Samples (%d), SessionTTL (%s) or SessionIdle (%s)", cfg.SampleEvery, cfg.Samples, cfg.SessionTTL, cfg.SessionIdle)
+	}
+	if cfg.SessionIdle == 0 || cfg.SessionIdle > MaxSessionIdle {
+		cfg.SessionIdle = MaxSessionIdle
 	}
 	if cfg.SampleEvery == 0 {
 		cfg.SampleEvery = DefaultSampleEvery
@@ -125,31 +154,47 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.SessionKey == nil {
-		k, err := consoleauth.RandomKey()
-		if err != nil {
-			return nil, err
-		}
-		cfg.SessionKey = k
-	}
 	if err := parseTemplates(); err != nil {
 		return nil, err
 	}
-	c := &Console{
-		cfg: cfg,
-		log: cfg.Logger,
-		auth: consoleauth.New(consoleauth.Config{
-			AdminToken: cfg.AdminToken, Key: cfg.SessionKey, TTL: cfg.SessionTTL, Now: cfg.Now,
-			Cookie: SessionCookie, Path: proxy.AdminPath,
-		}),
-		traffic: map[string]*cellSeries{},
+	nw, err := consoleauth.NewNetwork(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
 	}
+	m, err := consoleauth.NewMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	store := &consoleauth.MemoryStore{Now: cfg.Now, Idle: cfg.SessionIdle}
+	auth, err := consoleauth.New(consoleauth.Config{
+		AdminToken: cfg.AdminToken, Store: store, TTL: cfg.SessionTTL, Idle: cfg.SessionIdle, Now: cfg.Now,
+		Cookie: SessionCookie, Path: proxy.AdminPath,
+		Network: nw, SecureCookies: cfg.SecureCookies, Limiter: cfg.Limiter, Metrics: m,
+		Console: "router", Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{cfg: cfg, log: cfg.Logger, auth: auth, traffic: map[string]*cellSeries{}}
 	c.mux = c.routes()
 	return c, nil
 }
 
-// ServeHTTP serves /admin and everything below it.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+// ServeHTTP serves /admin and everything below it; every answer, redirects
+// and refusals included, is never cached, sniffed or named in a Referer.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	consoleauth.SetHeaders(w.Header())
+	c.mux.ServeHTTP(headerWriter{w}, r)
+}
+
+// headerWriter sets the console's headers again as the head is written:
+// http.FileServer's and http.Error's answers drop some of them.
+type headerWriter struct{ http.ResponseWriter }
+
+func (h headerWriter) WriteHeader(code int) {
+	consoleauth.SetHeaders(h.Header())
+	h.ResponseWriter.WriteHeader(code)
+}
 
 // Run samples the traffic every SampleEvery until ctx ends: the router
 // runs it in its own wait group (proxy.RouterOptions.Console), so it stops
@@ -254,7 +299,24 @@ func (c *Console) charts(t Traffic) (traffic, refusals template.HTML) {
 	return traffic, refusals
 }
 
+// staticFiles serves the stylesheet and nothing that is a directory, so
+// /admin/static/ lists nothing.
 func staticFiles() http.Handler {
 	sub, _ := fs.Sub(staticFS, "static")
-	return http.StripPrefix(Prefix+"static/", http.FileServer(http.FS(sub)))
+	return http.StripPrefix(Prefix+"static/", http.FileServer(http.FS(noDirs{sub})))
+}
+
+// noDirs is an fs.FS that opens files only.
+type noDirs struct{ fs.FS }
+
+func (n noDirs) Open(name string) (fs.File, error) {
+	f, err := n.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || st.IsDir() {
+		f.Close()
+		return nil, fs.ErrNotExist
+	}
+	return f, nil
 }

@@ -49,6 +49,9 @@ func (f *fakeSource) set(name string, fn func(*proxy.CellStatus)) {
 	}
 }
 
+// testToken is the router console's token in these tests.
+const testToken = "router-token-0123456789abcdef0123456789"
+
 type env struct {
 	c     *Console
 	src   *fakeSource
@@ -72,8 +75,8 @@ func newEnv(tb testing.TB) *env {
 	var audit bytes.Buffer
 	e := &env{src: src, now: &now, audit: &audit}
 	c, err := New(Config{
-		AdminToken: "s3cret", Source: src, SlotMapFile: "/etc/cellgate/slotmap.json",
-		SampleEvery: 5 * time.Second, Samples: 4, SessionKey: []byte("k"),
+		AdminToken: testToken, Source: src, SlotMapFile: "/etc/cellgate/slotmap.json",
+		SampleEvery: 5 * time.Second, Samples: 4,
 		Logger: slog.New(slog.NewTextHandler(&audit, nil)), Now: func() time.Time { return *e.now },
 	})
 	if err != nil {
@@ -120,10 +123,13 @@ func TestNewRefuses(t *testing.T) {
 	if _, err := New(Config{Source: &fakeSource{}}); err == nil || !strings.Contains(err.Error(), "router.admin_token_env") {
 		t.Errorf("no token: %v", err)
 	}
-	if _, err := New(Config{AdminToken: "x"}); err == nil {
+	if _, err := New(Config{AdminToken: "short", Source: &fakeSource{}}); err == nil || !strings.Contains(err.Error(), "CELLGATE_ROUTER_ADMIN_TOKEN") {
+		t.Errorf("short token: %v", err)
+	}
+	if _, err := New(Config{AdminToken: testToken}); err == nil {
 		t.Error("no source accepted")
 	}
-	if _, err := New(Config{AdminToken: "x", Source: &fakeSource{}, Samples: -1}); err == nil {
+	if _, err := New(Config{AdminToken: testToken, Source: &fakeSource{}, Samples: -1}); err == nil {
 		t.Error("negative samples accepted")
 	}
 }
@@ -148,7 +154,7 @@ func TestGuard(t *testing.T) {
 			}
 		}
 	}
-	if resp, body := send(t, c, "GET", e.srv.URL+"/admin/nothing", "", "s3cret"); resp.StatusCode != 404 || strings.Contains(body, "cell-1") {
+	if resp, body := send(t, c, "GET", e.srv.URL+"/admin/nothing", "", testToken); resp.StatusCode != 404 || strings.Contains(body, "cell-1") {
 		t.Errorf("unknown page: %d %s", resp.StatusCode, body)
 	}
 	if resp, _ := send(t, c, "GET", e.srv.URL+"/admin", "", ""); resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/admin/" {
@@ -161,10 +167,10 @@ func TestGuard(t *testing.T) {
 	if resp.StatusCode != 401 || !strings.Contains(body, "not the router") || len(resp.Cookies()) != 0 {
 		t.Errorf("wrong token: %d cookies %v", resp.StatusCode, resp.Cookies())
 	}
-	if !strings.Contains(e.audit.String(), `msg="console audit" role=none action=login outcome="wrong token" console=router`) {
+	if !strings.Contains(e.audit.String(), `msg="console audit" role=none actor=none remote=127.0.0.1 action=login outcome="wrong token" console=router`) {
 		t.Errorf("no audit line for the wrong token:\n%s", e.audit)
 	}
-	resp, _ = send(t, c, "POST", e.srv.URL+"/admin/login", "token=s3cret", "")
+	resp, _ = send(t, c, "POST", e.srv.URL+"/admin/login", "token="+testToken, "")
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/admin/" {
 		t.Fatalf("login: %d", resp.StatusCode)
 	}
@@ -218,7 +224,7 @@ func TestPages(t *testing.T) {
 		s.Ejections = proxy.Ejections{Active: 1, Passive: 4}
 	})
 	c := e.client(t)
-	_, body := send(t, c, "GET", e.srv.URL+"/admin/", "", "s3cret")
+	_, body := send(t, c, "GET", e.srv.URL+"/admin/", "", testToken)
 	for _, want := range []string{
 		"1 up · 1 down", "slot map generation 3", ">abababababab<",
 		`<span class="badge down">down</span>`, "since 2026-03-04 05:04:30 UTC (1m30s ago)",
@@ -233,7 +239,7 @@ func TestPages(t *testing.T) {
 	if strings.Contains(body, "cell-<2>") || strings.Contains(body, "<refused>") {
 		t.Error("a name or error reached the page unescaped")
 	}
-	_, body = send(t, c, "GET", e.srv.URL+"/admin/slotmap", "", "s3cret")
+	_, body = send(t, c, "GET", e.srv.URL+"/admin/slotmap", "", testToken)
 	for _, want := range []string{
 		"generation 3", strings.Repeat("ab", 32), "/etc/cellgate/slotmap.json", "100-199",
 		`<span class="badge invalid">invalid</span>`, "no &lt;owner&gt;", "0-8191",
@@ -245,7 +251,7 @@ func TestPages(t *testing.T) {
 	e.src.mu.Lock()
 	e.src.sm.Reloads, e.src.sm.Current = nil, false
 	e.src.mu.Unlock()
-	_, body = send(t, c, "GET", e.srv.URL+"/admin/slotmap", "", "s3cret")
+	_, body = send(t, c, "GET", e.srv.URL+"/admin/slotmap", "", testToken)
 	if !strings.Contains(body, "No reload since the router started") || !strings.Contains(body, "the last good map stays in use") {
 		t.Error("slot map page without reloads and with a bad file")
 	}
@@ -340,7 +346,7 @@ func TestRunStops(t *testing.T) {
 func TestAPI(t *testing.T) {
 	e := newEnv(t)
 	c := e.client(t)
-	resp, body := send(t, c, "GET", e.srv.URL+"/admin/api/cells", "", "s3cret")
+	resp, body := send(t, c, "GET", e.srv.URL+"/admin/api/cells", "", testToken)
 	var cs []proxy.CellStatus
 	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &cs) != nil || len(cs) != 2 || cs[1].Console != "http://10.0.0.2:8080/admin/" {
 		t.Errorf("cells: %d %s", resp.StatusCode, body)
@@ -348,15 +354,146 @@ func TestAPI(t *testing.T) {
 	if resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("content type %q", resp.Header.Get("Content-Type"))
 	}
-	_, body = send(t, c, "GET", e.srv.URL+"/admin/api/slotmap", "", "s3cret")
+	_, body = send(t, c, "GET", e.srv.URL+"/admin/api/slotmap", "", testToken)
 	var sm SlotMap
 	if json.Unmarshal([]byte(body), &sm) != nil || sm.Generation != 3 || sm.File != "/etc/cellgate/slotmap.json" || len(sm.Reloads) != 1 || sm.Map.Frozen[0] != "100-199" {
 		t.Errorf("slotmap: %s", body)
 	}
 	e.c.Sample()
-	_, body = send(t, c, "GET", e.srv.URL+"/admin/api/traffic", "", "s3cret")
+	_, body = send(t, c, "GET", e.srv.URL+"/admin/api/traffic", "", testToken)
 	var tr Traffic
 	if json.Unmarshal([]byte(body), &tr) != nil || len(tr.Cells) != 2 || tr.Samples != 4 || tr.Cells[1].Name != "cell-<2>" {
 		t.Errorf("traffic: %s", body)
+	}
+}
+
+// login logs in with the router's token and returns the session cookie and
+// the page's CSRF token.
+func (e *env) login(t *testing.T) (*http.Cookie, string) {
+	t.Helper()
+	c := e.client(t)
+	resp, _ := send(t, c, "POST", e.srv.URL+"/admin/login", "token="+testToken, "")
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) != 1 {
+		t.Fatalf("login: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	_, page := send(t, c, "GET", e.srv.URL+"/admin/", "", "")
+	return resp.Cookies()[0], between(page, `name="csrf" value="`, `"`)
+}
+
+// withCookie sends a request with only the given cookie (no jar).
+func withCookie(t *testing.T, e *env, method, path string, ck *http.Cookie, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.AddCookie(ck)
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// A cookie saved before a logout is refused after it by this router; an
+// unused session ends after at most 15 minutes.
+func TestReplayAfterLogout(t *testing.T) {
+	e := newEnv(t)
+	ck, csrf := e.login(t)
+	if resp := withCookie(t, e, "GET", "/admin/api/cells", ck, ""); resp.StatusCode != 200 {
+		t.Fatalf("session before logout: %d", resp.StatusCode)
+	}
+	if resp := withCookie(t, e, "POST", "/admin/logout", ck, "csrf="+url.QueryEscape(csrf)); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	if resp := withCookie(t, e, "GET", "/admin/api/cells", ck, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("replayed cookie after logout: %d, want 401", resp.StatusCode)
+	}
+	if resp := withCookie(t, e, "GET", "/admin/", ck, ""); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("replayed cookie's page after logout: %d, want the login redirect", resp.StatusCode)
+	}
+
+	ck, _ = e.login(t)
+	*e.now = e.now.Add(14 * time.Minute)
+	if resp := withCookie(t, e, "GET", "/admin/api/cells", ck, ""); resp.StatusCode != 200 {
+		t.Fatalf("session used after 14 minutes: %d", resp.StatusCode)
+	}
+	*e.now = e.now.Add(15 * time.Minute)
+	if resp := withCookie(t, e, "GET", "/admin/api/cells", ck, ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("session idle for 15 minutes: %d, want 401", resp.StatusCode)
+	}
+	if _, err := New(Config{AdminToken: testToken, Source: &fakeSource{}, SessionIdle: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Every answer carries no-store, nosniff and no-referrer; the static
+// directory lists nothing; a spoofed X-Forwarded-For from an untrusted
+// peer is not what the audit names.
+func TestHeadersAndStatic(t *testing.T) {
+	e := newEnv(t)
+	c := e.client(t)
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"GET", "/admin/", "", http.StatusSeeOther},
+		{"GET", "/admin/login", "", 200},
+		{"GET", "/admin/api/cells", "", 401},
+		{"GET", "/admin/nothing", "", 404},
+		{"GET", "/admin/static/router.css", "", 200},
+		{"GET", "/admin/static/", "", 404},
+		{"POST", "/admin/login", "token=wrong", 401},
+	} {
+		req, _ := http.NewRequest(tc.method, e.srv.URL+tc.path, strings.NewReader(tc.body))
+		if tc.body != "" {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		req.Header.Set("X-Forwarded-For", "10.9.8.7")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		h := resp.Header
+		if resp.StatusCode != tc.want || h.Get("Cache-Control") != "no-store" || h.Get("X-Content-Type-Options") != "nosniff" || h.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("%s %s: %d %v", tc.method, tc.path, resp.StatusCode, h)
+		}
+		if tc.path == "/admin/static/" && strings.Contains(string(raw), "router.css") {
+			t.Errorf("/admin/static/ lists its directory: %s", raw)
+		}
+	}
+	if strings.Contains(e.audit.String(), "10.9.8.7") || !strings.Contains(e.audit.String(), "remote=127.0.0.1 action=login") {
+		t.Errorf("the audit took the client's X-Forwarded-For:\n%s", e.audit)
+	}
+}
+
+// The 30th wrong login in a row is refused (429) or delayed a second, in
+// real time; a token in the query string is not read.
+func TestLoginThrottled(t *testing.T) {
+	c, err := New(Config{AdminToken: testToken, Source: &fakeSource{}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if resp, _ := send(t, hc, "POST", srv.URL+"/admin/login?token="+url.QueryEscape(testToken), "x=1", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("token in the query string: %d, want 401", resp.StatusCode)
+	}
+	var resp *http.Response
+	var took time.Duration
+	for range 30 {
+		start := time.Now()
+		resp, _ = send(t, hc, "POST", srv.URL+"/admin/login", "token=wrong", "")
+		took = time.Since(start)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests && took < time.Second {
+		t.Fatalf("30th wrong login: %d after %s", resp.StatusCode, took)
+	}
+	if resp, body := send(t, hc, "GET", srv.URL+"/admin/api/cells", "", "wrong"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("bad bearer from a source in backoff: %d %s", resp.StatusCode, body)
 	}
 }

@@ -11,9 +11,11 @@
 // proxy.RouterOptions.Console). The admin token (router.admin_token_env)
 // reads; there is nothing to change here, so there is no operator role.
 // Scripts send "Authorization: Bearer <token>"; a browser trades the token
-// for a signed session cookie at /admin/login (consoleauth, as the cells'
-// console does), and the one form that changes something (log out) carries
-// a CSRF token.
+// for a session at /admin/login (consoleauth, as the cells' console does),
+// kept in this router process's memory and ended by its logout, after at
+// most 15 minutes unused, or by a restart; other copies of the router never
+// know it. The one form that changes something (log out) carries the
+// session's CSRF secret.
 //
 // Nothing is added to the router's request path: the traffic chart is fed
 // by a sampler that reads the proxy's existing per-cell counters every

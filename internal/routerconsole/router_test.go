@@ -66,7 +66,7 @@ func testInRouter(t *testing.T, netHTTP bool) {
 			Proxy: proxy.ProxyConfig{HealthInterval: 50 * time.Millisecond},
 			Ready: func(net.Addr) { close(ready) },
 			Console: func(p *proxy.Proxy) (http.Handler, func(context.Context), error) {
-				c, err := New(Config{AdminToken: "tok", Source: p, SampleEvery: 20 * time.Millisecond, Logger: log})
+				c, err := New(Config{AdminToken: testToken, Source: p, SampleEvery: 20 * time.Millisecond, Logger: log})
 				console = c
 				if err != nil {
 					return nil, nil, err
@@ -83,7 +83,7 @@ func testInRouter(t *testing.T, netHTTP bool) {
 	base := "http://" + ln.Addr().String()
 	get := func(path string) (*http.Response, string) {
 		req, _ := http.NewRequest("GET", base+path, nil)
-		req.Header.Set("Authorization", "Bearer tok")
+		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

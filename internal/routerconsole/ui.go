@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -74,8 +73,8 @@ func (c *Console) routes() *http.ServeMux {
 	})
 	mux.HandleFunc("POST "+Prefix+"login", c.login)
 	mux.HandleFunc("POST "+Prefix+"logout", c.page(func(w http.ResponseWriter, r *http.Request, who consoleauth.Who) {
-		http.SetCookie(w, c.auth.SessionCookie(r, "", 0))
-		consoleauth.Audit(c.log, slog.LevelInfo, who.Role, "logout", "ok", "console", "router")
+		_ = c.auth.Logout(r.Context(), who) // a MemoryStore never fails
+		http.SetCookie(w, c.auth.SessionCookie(r, ""))
 		http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 	}))
 	mux.HandleFunc("GET "+Prefix+"{$}", c.page(c.overviewPage))
@@ -108,10 +107,17 @@ type apiError struct {
 	Code  string `json:"code"`
 }
 
-// api guards a JSON read: 401 without a valid token or session.
+// api guards a JSON read: 401 without a valid token or session, 429 for a
+// source in backoff.
 func (c *Console) api(data func() any) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if c.auth.Identify(r).Role == consoleauth.RoleNone {
+		_, ref, _ := c.auth.Identify(r) // a MemoryStore never fails
+		if ref != nil && ref.Status == http.StatusTooManyRequests {
+			ref.SetRetryAfter(w.Header())
+			writeJSON(w, http.StatusTooManyRequests, apiError{"too many wrong tokens from this address; retry later", "console_throttled"})
+			return
+		}
+		if ref != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cellgate-router-console"`)
 			writeJSON(w, http.StatusUnauthorized, apiError{"console token required", "console_unauthorized"})
 			return
@@ -128,8 +134,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(raw, '\n'))
 }
@@ -138,8 +142,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // every POST needs its CSRF token.
 func (c *Console) page(h func(http.ResponseWriter, *http.Request, consoleauth.Who)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		who := c.auth.Identify(r)
-		if who.Role == consoleauth.RoleNone {
+		who, ref, _ := c.auth.Identify(r) // a MemoryStore never fails
+		if ref != nil && ref.Status == http.StatusTooManyRequests {
+			ref.SetRetryAfter(w.Header())
+			c.render(w, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+			return
+		}
+		if ref != nil {
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 				return
@@ -161,11 +170,7 @@ func (c *Console) page(h func(http.ResponseWriter, *http.Request, consoleauth.Wh
 }
 
 func (c *Console) view(who consoleauth.Who, page, title string, data any) view {
-	v := view{Title: title, Nav: page, LoggedIn: true, Now: c.cfg.Now(), Data: data, page: page}
-	if who.Session != "" {
-		v.CSRF = c.auth.CSRF(who.Session)
-	}
-	return v
+	return view{Title: title, Nav: page, LoggedIn: true, CSRF: who.CSRF, Now: c.cfg.Now(), Data: data, page: page}
 }
 
 func (c *Console) render(w http.ResponseWriter, v view) {
@@ -185,17 +190,27 @@ func (c *Console) render(w http.ResponseWriter, v view) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+// login trades the token (the form's body only) for a fresh session in
+// this router's memory.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, loginBodyLimit)
-	role := c.auth.Token(r.FormValue("token"))
-	if role == consoleauth.RoleNone {
-		consoleauth.Audit(c.log, slog.LevelWarn, role, "login", "wrong token", "console", "router", "remote", r.RemoteAddr)
+	_, cookie, ref, _ := c.auth.Login(r) // a MemoryStore never fails
+	switch {
+	case ref != nil && ref.Status == http.StatusTooManyRequests:
+		ref.SetRetryAfter(w.Header())
+		c.render(w, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+		return
+	case ref != nil:
 		c.render(w, view{Title: "Log in", page: "login", Failure: "That token is not the router's admin token.", status: http.StatusUnauthorized})
 		return
 	}
-	http.SetCookie(w, c.auth.SessionCookie(r, c.auth.Session(role), c.cfg.SessionTTL))
-	consoleauth.Audit(c.log, slog.LevelInfo, role, "login", "ok", "console", "router", "remote", r.RemoteAddr)
+	http.SetCookie(w, c.auth.SessionCookie(r, cookie))
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// throttledText says how long a throttled source waits.
+func throttledText(ref *consoleauth.Refusal) string {
+	return fmt.Sprintf("Too many wrong tokens from your address; try again in %s.", max(time.Second, ref.RetryAfter.Round(time.Second)))
 }
 
 // Overview is the overview page's data.

@@ -32,7 +32,7 @@ func TestRouterConsoleInBrowser(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	const token = "router-browser-token"
+	const token = "router-browser-token-0123456789abcdef0123"
 	var cellSrv []*httptest.Server
 	for _, name := range []string{"cell-1", "cell-2", "cell-3"} {
 		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

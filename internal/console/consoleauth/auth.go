@@ -1,32 +1,37 @@
 // Package consoleauth is what the cells' console (internal/console) and the
 // router's console (internal/routerconsole) share to guard their pages: the
-// token roles, signed session cookies, CSRF tokens, the security headers
-// of every page and the audit line. It knows net/http only, so the router,
-// which links no Echo, can use it.
+// token roles, server-side sessions, CSRF tokens, the throttling of failed
+// logins and bearer tokens, the client address behind trusted proxies, the
+// security headers of every answer and the audit line. It knows net/http
+// only, so the router, which links no Echo, can use it.
 //
 // Tokens are hashed before a constant-time compare, so neither their
-// content nor their length leaks through timing. A session cookie is
-// role|expiry|HMAC(key, role|expiry|hash of the role's token): it dies with
-// its expiry, with the process's key and with a change of the token it was
-// traded for. A CSRF token is an HMAC of the session cookie, so only a page
-// served to the cookie's holder can know it; a bearer token needs none (a
-// browser never sends one on its own).
+// content nor their length leaks through timing. A login creates a session
+// in a Store: the cookie holds 32 random bytes and the store keeps only
+// their SHA-256 (the session's id), the role, a CSRF secret drawn for this
+// session alone, a fingerprint of the token it was traded for and its
+// times. A session ends at logout (the store forgets it, so a saved cookie
+// is worth nothing), when it has been idle for the idle timeout, at its
+// expiry, and when its role's token changes. The cells keep their
+// sessions in the control database (every process of a cell sees a logout
+// at once); the router keeps them in its own memory (MemoryStore).
 //
-// Concurrency: an Authenticator is immutable after New and safe for
-// concurrent use.
+// Concurrency: an Authenticator is safe for concurrent use; its limiter and
+// its store guard their own state, everything else is fixed after New.
 package consoleauth
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -58,7 +63,9 @@ func (r Role) String() string {
 func (r Role) CanAct() bool { return r == RoleOperator }
 
 // CSRFField is the form field, and CSRFHeader the header, that carry the
-// CSRF token of every action a session sends.
+// CSRF token of every action a session sends. Only a POST body or the
+// header is read: a value in the query string is ignored, so it never sits
+// in a log or a Referer.
 const (
 	CSRFField  = "csrf"
 	CSRFHeader = "X-CSRF-Token"
@@ -68,16 +75,32 @@ const (
 // so one search finds the actions of both consoles.
 const AuditMessage = "console audit"
 
+// MinTokenLength is the shortest token a console accepts, in bytes: 32
+// random bytes (or their hex or base64 form) cannot be guessed, throttled
+// or not.
+const MinTokenLength = 32
+
+// CheckToken says whether tok may guard a console; env names the variable
+// that holds it, for the error.
+func CheckToken(env, tok string) error {
+	if len(tok) < MinTokenLength {
+		return fmt.Errorf("%s: the console token is %d bytes; it must be at least %d (for example: openssl rand -hex 32)", env, len(tok), MinTokenLength)
+	}
+	return nil
+}
+
 // Config is what an Authenticator checks against.
 type Config struct {
 	// AdminToken is the read-only token (required by the consoles).
 	AdminToken string
 	// OperatorToken may also act; "" means nobody may.
 	OperatorToken string
-	// Key signs session cookies and CSRF tokens.
-	Key []byte
-	// TTL is how long a session lasts.
+	// Store keeps the sessions (required).
+	Store Store
+	// TTL is the longest a session lasts from its login.
 	TTL time.Duration
+	// Idle ends a session that has not been used for this long.
+	Idle time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Cookie is the session cookie's name. Each console has its own: a
@@ -86,47 +109,58 @@ type Config struct {
 	Cookie string
 	// Path scopes the cookie ("/admin").
 	Path string
+	// Network says where a request comes from and whether it came over
+	// TLS (trusted proxies); its zero value trusts no proxy.
+	Network Network
+	// SecureCookies marks the cookie Secure on every answer, whatever the
+	// request came over.
+	SecureCookies bool
+	// Limiter throttles failed logins and bad bearer tokens; nil means a
+	// NewLimiter(LimiterConfig{Now: Now}).
+	Limiter *Limiter
+	// Metrics counts the refusals; nil counts nowhere.
+	Metrics *Metrics
+	// Console names the console in audit lines and metrics ("cell",
+	// "router").
+	Console string
+	// Logger receives the audit lines of refusals; nil means slog.Default().
+	Logger *slog.Logger
 }
 
-// Authenticator turns a bearer token or a session cookie into a Role.
+// Authenticator turns a bearer token or a session cookie into a Who.
 type Authenticator struct {
 	admin, operator [sha256.Size]byte
 	hasOperator     bool
-	key             []byte
-	ttl             time.Duration
-	now             func() time.Time
-	cookie, path    string
+	cfg             Config
 }
 
 // New builds an Authenticator.
-func New(c Config) Authenticator {
+func New(c Config) (*Authenticator, error) {
+	if c.Store == nil {
+		return nil, errors.New("consoleauth: Config.Store is nil")
+	}
+	if c.TTL <= 0 || c.Idle <= 0 {
+		return nil, fmt.Errorf("consoleauth: TTL (%s) and Idle (%s) must be positive", c.TTL, c.Idle)
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return Authenticator{
+	if c.Limiter == nil {
+		c.Limiter = NewLimiter(LimiterConfig{Now: c.Now})
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return &Authenticator{
 		admin:       sha256.Sum256([]byte(c.AdminToken)),
 		operator:    sha256.Sum256([]byte(c.OperatorToken)),
 		hasOperator: c.OperatorToken != "",
-		key:         c.Key,
-		ttl:         c.TTL,
-		now:         c.Now,
-		cookie:      c.Cookie,
-		path:        c.Path,
-	}
-}
-
-// RandomKey returns 32 random bytes: a session key that ends every session
-// when the process restarts.
-func RandomKey() ([]byte, error) {
-	k := make([]byte, 32)
-	if _, err := rand.Read(k); err != nil {
-		return nil, fmt.Errorf("console: session key: %w", err)
-	}
-	return k, nil
+		cfg:         c,
+	}, nil
 }
 
 // Token returns the role of a token; both compares always run.
-func (a Authenticator) Token(tok string) Role {
+func (a *Authenticator) Token(tok string) Role {
 	sum := sha256.Sum256([]byte(tok))
 	isAdmin := subtle.ConstantTimeCompare(sum[:], a.admin[:])
 	isOperator := subtle.ConstantTimeCompare(sum[:], a.operator[:])
@@ -141,108 +175,242 @@ func (a Authenticator) Token(tok string) Role {
 	return RoleNone
 }
 
-func (a Authenticator) tokenHash(r Role) []byte {
+// fingerprint names the token a role holds now, for a session to remember:
+// a session whose fingerprint differs was traded for a token since changed.
+// It is a hash of the token's hash, so the store never holds a value that
+// opens the console.
+func (a *Authenticator) fingerprint(r Role) string {
+	h := a.admin
 	if r == RoleOperator {
-		return a.operator[:]
+		h = a.operator
 	}
-	return a.admin[:]
-}
-
-func (a Authenticator) mac(payload []byte, r Role) []byte {
-	m := hmac.New(sha256.New, a.key)
-	m.Write(payload)
-	m.Write(a.tokenHash(r))
-	return m.Sum(nil)
-}
-
-// Session returns a cookie value for r, valid for the TTL.
-func (a Authenticator) Session(r Role) string {
-	payload := make([]byte, 9, 9+sha256.Size)
-	payload[0] = byte(r)
-	binary.BigEndian.PutUint64(payload[1:], uint64(a.now().Add(a.ttl).Unix()))
-	return base64.RawURLEncoding.EncodeToString(append(payload, a.mac(payload, r)...))
-}
-
-// Cookie returns the role of a session cookie value.
-func (a Authenticator) Cookie(v string) Role {
-	raw, err := base64.RawURLEncoding.DecodeString(v)
-	if err != nil || len(raw) != 9+sha256.Size {
-		return RoleNone
-	}
-	r := Role(raw[0])
-	if r != RoleReader && (r != RoleOperator || !a.hasOperator) {
-		return RoleNone
-	}
-	if !hmac.Equal(raw[9:], a.mac(raw[:9], r)) {
-		return RoleNone
-	}
-	if a.now().Unix() >= int64(binary.BigEndian.Uint64(raw[1:9])) {
-		return RoleNone
-	}
-	return r
-}
-
-// CSRF is the CSRF token of a session.
-func (a Authenticator) CSRF(session string) string {
-	m := hmac.New(sha256.New, a.key)
-	m.Write([]byte("csrf\x00"))
-	m.Write([]byte(session))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	sum := sha256.Sum256(append([]byte("cellgate console session\x00"), h[:]...))
+	return hex.EncodeToString(sum[:16])
 }
 
 // Who is a request's credential.
 type Who struct {
 	Role Role
-	// Session is the cookie value when the role came from the cookie (""
-	// for a bearer token, which needs no CSRF token).
+	// Session is the session's id (the SHA-256 of its cookie) when the role
+	// came from the cookie; "" for a bearer token, which needs no CSRF
+	// token.
 	Session string
+	// CSRF is the session's CSRF secret.
+	CSRF string
+	// Remote is the client's address (trusted proxies only).
+	Remote string
 }
 
+// Actor names the credential in audit lines: "admin-token" and
+// "operator-token" for the shared tokens of automation, "session:<first
+// 12 hex digits of its id>" for a login, so one session's lines can be
+// followed from its login to its logout.
+func (w Who) Actor() string {
+	switch {
+	case w.Role == RoleNone:
+		return "none"
+	case w.Session != "":
+		return "session:" + w.Session[:12]
+	case w.Role == RoleOperator:
+		return "operator-token"
+	}
+	return "admin-token"
+}
+
+// Refusal is why Identify or Login refused a request before looking at its
+// credential, or that the credential was wrong.
+type Refusal struct {
+	// Status is 401 (wrong or missing credential) or 429 (throttled).
+	Status int
+	// RetryAfter is how long a throttled source must wait.
+	RetryAfter time.Duration
+	// Reason is "wrong_token", "backoff" or "global".
+	Reason string
+}
+
+// SetRetryAfter sets Retry-After for a 429.
+func (f Refusal) SetRetryAfter(h http.Header) {
+	if f.Status == http.StatusTooManyRequests {
+		h.Set("Retry-After", strconv.Itoa(int(max(time.Second, f.RetryAfter.Round(time.Second))/time.Second)))
+	}
+}
+
+// ErrStore wraps a Store's failure (the control database down): the
+// console answers 503, never "logged out".
+var ErrStore = errors.New("console sessions unavailable")
+
 // Identify reads the bearer token, else the session cookie. A malformed
-// Authorization header is nobody, even with a good cookie beside it.
-func (a Authenticator) Identify(r *http.Request) Who {
+// Authorization header is nobody, even with a good cookie beside it. A
+// bearer token from a source in backoff is refused (429) before it is
+// compared; a wrong one is throttled, audited and counted. A store that
+// fails is ErrStore.
+func (a *Authenticator) Identify(r *http.Request) (Who, *Refusal, error) {
+	remote, _ := a.cfg.Network.Client(r)
 	if h := r.Header.Get("Authorization"); h != "" {
 		tok, ok := strings.CutPrefix(h, "Bearer ")
 		if !ok {
-			return Who{}
+			return Who{Remote: remote}, &Refusal{Status: http.StatusUnauthorized, Reason: "wrong_token"}, nil
 		}
-		return Who{Role: a.Token(tok)}
-	}
-	if ck, err := r.Cookie(a.cookie); err == nil {
-		if role := a.Cookie(ck.Value); role != RoleNone {
-			return Who{Role: role, Session: ck.Value}
+		if ref := a.throttled(remote, "bearer"); ref != nil {
+			return Who{Remote: remote}, ref, nil
 		}
+		role := a.Token(tok)
+		if role == RoleNone {
+			return Who{Remote: remote}, a.failed(remote, "bearer"), nil
+		}
+		a.cfg.Limiter.Succeed(remote)
+		return Who{Role: role, Remote: remote}, nil, nil
 	}
-	return Who{}
+	ck, err := r.Cookie(a.cfg.Cookie)
+	if err != nil || ck.Value == "" {
+		return Who{Remote: remote}, &Refusal{Status: http.StatusUnauthorized}, nil
+	}
+	w, err := a.session(r.Context(), ck.Value)
+	w.Remote = remote
+	if err != nil {
+		return w, nil, err
+	}
+	if w.Role == RoleNone {
+		return w, &Refusal{Status: http.StatusUnauthorized}, nil
+	}
+	return w, nil, nil
 }
 
-// CSRFOK checks an action's CSRF token (header, else form field); bearer
+// sessionID is the store's key of a cookie value.
+func sessionID(cookie string) string {
+	sum := sha256.Sum256([]byte(cookie))
+	return hex.EncodeToString(sum[:])
+}
+
+func (a *Authenticator) session(ctx context.Context, cookie string) (Who, error) {
+	if len(cookie) > 64 {
+		return Who{}, nil
+	}
+	id := sessionID(cookie)
+	s, ok, err := a.cfg.Store.Get(ctx, id)
+	if err != nil {
+		return Who{}, fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	if !ok {
+		return Who{}, nil
+	}
+	now := a.cfg.Now()
+	alive := now.Before(s.Expires) && now.Sub(s.Seen) < a.cfg.Idle &&
+		(s.Role == RoleReader || (s.Role == RoleOperator && a.hasOperator)) &&
+		subtle.ConstantTimeCompare([]byte(s.Token), []byte(a.fingerprint(s.Role))) == 1
+	if !alive {
+		// Ended by time or by a token change: gone for every process.
+		if err := a.cfg.Store.Delete(ctx, id); err != nil {
+			return Who{}, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+		return Who{}, nil
+	}
+	// The last use is written at most every Idle/16 (a minute for a
+	// quarter hour), not on every request.
+	if now.Sub(s.Seen) >= a.cfg.Idle/16 {
+		if err := a.cfg.Store.Touch(ctx, id, now); err != nil {
+			return Who{}, fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	return Who{Role: s.Role, Session: id, CSRF: s.CSRF}, nil
+}
+
+// Login checks a token sent by the login form (the POST body only: a token
+// in the query string is not read). A source in backoff is refused (429)
+// before the token is compared; a wrong token is throttled, audited and
+// counted. A right one starts a fresh session with its own CSRF secret and
+// returns the cookie value to set.
+func (a *Authenticator) Login(r *http.Request) (Who, string, *Refusal, error) {
+	remote, _ := a.cfg.Network.Client(r)
+	w := Who{Remote: remote}
+	if ref := a.throttled(remote, "login"); ref != nil {
+		return w, "", ref, nil
+	}
+	role := a.Token(r.PostFormValue("token"))
+	if role == RoleNone {
+		return w, "", a.failed(remote, "login"), nil
+	}
+	a.cfg.Limiter.Succeed(remote)
+	cookie, csrf := randomString(), randomString()
+	now := a.cfg.Now()
+	id := sessionID(cookie)
+	s := Session{Role: role, CSRF: csrf, Token: a.fingerprint(role), Created: now, Seen: now, Expires: now.Add(a.cfg.TTL)}
+	if err := a.cfg.Store.Put(r.Context(), id, s); err != nil {
+		return w, "", nil, fmt.Errorf("%w: %v", ErrStore, err)
+	}
+	w.Role, w.Session, w.CSRF = role, id, csrf
+	Audit(a.cfg.Logger, slog.LevelInfo, w, "login", "ok", "console", a.cfg.Console)
+	return w, cookie, nil, nil
+}
+
+// Logout ends w's session in the store (for every process that shares
+// it) and audits it.
+func (a *Authenticator) Logout(ctx context.Context, w Who) error {
+	if w.Session != "" {
+		if err := a.cfg.Store.Delete(ctx, w.Session); err != nil {
+			return fmt.Errorf("%w: %v", ErrStore, err)
+		}
+	}
+	Audit(a.cfg.Logger, slog.LevelInfo, w, "logout", "ok", "console", a.cfg.Console)
+	return nil
+}
+
+// throttled refuses a source in backoff, or any source with failures while
+// the global limit is spent; the refusal is audited and counted.
+func (a *Authenticator) throttled(remote, kind string) *Refusal {
+	wait, reason := a.cfg.Limiter.Allow(remote)
+	if reason == "" {
+		return nil
+	}
+	a.cfg.Metrics.refused(a.cfg.Console, kind, reason)
+	Audit(a.cfg.Logger, slog.LevelWarn, Who{Remote: remote}, kind, "refused: "+reason, "console", a.cfg.Console, "retry_after", wait.Round(time.Second).String())
+	return &Refusal{Status: http.StatusTooManyRequests, RetryAfter: wait, Reason: reason}
+}
+
+// failed records a wrong token: audited, counted, and the source's backoff
+// grows.
+func (a *Authenticator) failed(remote, kind string) *Refusal {
+	wait := a.cfg.Limiter.Fail(remote)
+	a.cfg.Metrics.refused(a.cfg.Console, kind, "wrong_token")
+	Audit(a.cfg.Logger, slog.LevelWarn, Who{Remote: remote}, kind, "wrong token", "console", a.cfg.Console, "backoff", wait.Round(time.Second).String())
+	return &Refusal{Status: http.StatusUnauthorized, RetryAfter: wait, Reason: "wrong_token"}
+}
+
+func randomString() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// CSRFOK checks an action's CSRF token (header, else the POST body's
+// field; never the query string) against the session's secret; bearer
 // requests need none.
-func (a Authenticator) CSRFOK(r *http.Request, w Who) bool {
+func (a *Authenticator) CSRFOK(r *http.Request, w Who) bool {
 	if w.Session == "" {
 		return true
 	}
 	got := r.Header.Get(CSRFHeader)
 	if got == "" {
-		got = r.FormValue(CSRFField)
+		got = r.PostFormValue(CSRFField)
 	}
-	want := a.CSRF(w.Session)
-	return subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(w.CSRF)) == 1
 }
 
 // SessionCookie builds the cookie a login sets (value "" clears it):
-// HttpOnly, SameSite=Strict, Secure when the request came over TLS (a
-// forwarded-proto header from any peer changes nothing), scoped to the
-// console's path, living ttl.
-func (a Authenticator) SessionCookie(r *http.Request, value string, ttl time.Duration) *http.Cookie {
+// HttpOnly, SameSite=Strict, scoped to the console's path, living the TTL,
+// and Secure when the request came over TLS, directly or through a trusted
+// proxy that says so (X-Forwarded-Proto: https), or always when
+// Config.SecureCookies is set.
+func (a *Authenticator) SessionCookie(r *http.Request, value string) *http.Cookie {
+	_, tls := a.cfg.Network.Client(r)
 	ck := &http.Cookie{
-		Name:     a.cookie,
+		Name:     a.cfg.Cookie,
 		Value:    value,
-		Path:     a.path,
+		Path:     a.cfg.Path,
 		HttpOnly: true,
 		SameSite: http.SameSiteStrictMode,
-		Secure:   r.TLS != nil,
-		MaxAge:   int(ttl / time.Second),
+		Secure:   tls || a.cfg.SecureCookies,
+		MaxAge:   int(a.cfg.TTL / time.Second),
 	}
 	if value == "" {
 		ck.MaxAge = -1
@@ -250,19 +418,25 @@ func (a Authenticator) SessionCookie(r *http.Request, value string, ttl time.Dur
 	return ck
 }
 
-// SetPageHeaders sets what every console page answers with: a content
-// security policy that allows the console's own styles and images only
-// (no script, no frame, forms only to itself), no MIME sniffing, no
-// caching.
-func SetPageHeaders(h http.Header) {
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
+// SetHeaders sets what every console answer carries, pages and JSON alike:
+// never cached, never sniffed, never named in a Referer.
+func SetHeaders(h http.Header) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
+	h.Set("Referrer-Policy", "no-referrer")
 }
 
-// Audit writes one audit line: who (role), what (action), how it ended,
-// and any further key/value pairs.
-func Audit(log *slog.Logger, level slog.Level, role Role, action, outcome string, kv ...any) {
-	args := append([]any{"role", role.String(), "action", action, "outcome", outcome}, kv...)
+// SetPageHeaders sets SetHeaders and a content security policy that
+// allows the console's own styles and images only (no script, no frame,
+// forms only to itself).
+func SetPageHeaders(h http.Header) {
+	SetHeaders(h)
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
+}
+
+// Audit writes one audit line: who (role, actor, remote address), what
+// (action), how it ended, and any further key/value pairs.
+func Audit(log *slog.Logger, level slog.Level, w Who, action, outcome string, kv ...any) {
+	args := append([]any{"role", w.Role.String(), "actor", w.Actor(), "remote", w.Remote, "action", action, "outcome", outcome}, kv...)
 	log.Log(context.Background(), level, AuditMessage, args...)
 }

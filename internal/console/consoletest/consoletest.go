@@ -31,8 +31,8 @@ import (
 
 // The tokens of every Env.
 const (
-	AdminToken    = "admin-token-for-tests"
-	OperatorToken = "operator-token-for-tests"
+	AdminToken    = "admin-token-for-tests-0123456789abcdef"
+	OperatorToken = "operator-token-for-tests-0123456789abcdef"
 )
 
 // Env is a running console over three real databases.
@@ -49,6 +49,7 @@ type Env struct {
 	Rejections *console.TopK
 
 	tb    testing.TB
+	cfg   console.Config
 	dsns  map[string]string
 	pools map[string]*pgxpool.Pool
 }
@@ -125,22 +126,39 @@ func New(tb testing.TB, o Options) *Env {
 		Rejections:      e.Rejections,
 		Admission:       func() any { return map[string]any{"server": map[string]int{"in_flight": 0}} },
 		Logger:          slog.New(slog.NewTextHandler(e.Audit, nil)),
+		// Sessions in the control database, as in a cell.
+		Sessions: console.NewPGSessions(e.pools["control"], e.dsns["control"], console.DefaultSessionIdle),
 	}
 	if o.Configure != nil {
 		o.Configure(&cfg)
 	}
+	e.cfg = cfg
+	e.Console, e.URL = e.serve(cfg)
+	return e
+}
+
+// serve starts a console with cfg behind an httptest server.
+func (e *Env) serve(cfg console.Config) (*console.Console, string) {
 	c, err := console.New(cfg)
 	if err != nil {
-		tb.Fatal(err)
+		e.tb.Fatal(err)
 	}
-	tb.Cleanup(c.Close)
-	e.Console = c
+	e.tb.Cleanup(c.Close)
 	ec := echo.New()
 	c.Register(ec)
 	srv := httptest.NewServer(ec)
-	tb.Cleanup(srv.Close)
-	e.URL = srv.URL
-	return e
+	e.tb.Cleanup(srv.Close)
+	return c, srv.URL
+}
+
+// Another starts a second console over the same databases, as another
+// process of the cell (its own memory, the same control database), and
+// returns its base URL.
+func (e *Env) Another() string {
+	cfg := e.cfg
+	cfg.Sessions = console.NewPGSessions(e.pools["control"], e.dsns["control"], console.DefaultSessionIdle)
+	_, u := e.serve(cfg)
+	return u
 }
 
 func (e *Env) addBackend(name, dsn string) {

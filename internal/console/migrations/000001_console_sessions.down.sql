@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS cellgate_console_sessions;
