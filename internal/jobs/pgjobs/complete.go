@@ -19,24 +19,24 @@ const maxErrorLen = 2000
 // longer running as this attempt (rescued, then claimed again).
 var errNotRunning = errors.New("pgjobs: the job is no longer running as this attempt (rescued after its heartbeats stopped?); outcome dropped")
 
-func (b *Backend) own(row *jobs.JobRow) error {
+func (b *DB) own(row *jobs.JobRow) error {
 	if row == nil || row.Handle != b {
 		return errors.New("pgjobs: row was not claimed from this backend")
 	}
 	return nil
 }
 
-func (b *Backend) untrack(id jobs.JobID) {
+func (b *DB) untrack(id jobs.JobID) {
 	b.mu.Lock()
 	delete(b.running, id)
 	b.mu.Unlock()
 }
 
-// Complete records success. The write is buffered (see the package doc):
+// complete records success. The write is buffered (see the package doc):
 // it reaches the table with the next claim or within CompleteFlush, so a
 // crash in between leaves the job 'running' until it is rescued and run
 // again. After Close it is written at once.
-func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
+func (b *DB) complete(ctx context.Context, row *jobs.JobRow) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
@@ -69,16 +69,16 @@ func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
 
 // closedErr marks the error of a write after Close (its pool may be closed
 // too) as jobs.ErrClosed, which the Client does not report.
-func (b *Backend) closedErr(err error) error {
+func (b *DB) closedErr(err error) error {
 	if err != nil && b.isClosed() {
 		return fmt.Errorf("%w: %w", jobs.ErrClosed, err)
 	}
 	return err
 }
 
-// Retry records the failed attempt and makes the job available at
+// retry records the failed attempt and makes the job available at
 // now+delay.
-func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, errMsg string) error {
+func (b *DB) retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, errMsg string) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
@@ -103,9 +103,9 @@ func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Durati
 	return nil
 }
 
-// Fail records the final failure; the job stays in the table, 'failed',
+// fail records the final failure; the job stays in the table, 'failed',
 // for the retention period.
-func (b *Backend) Fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
+func (b *DB) fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
@@ -153,13 +153,13 @@ const sqlNotify = `SELECT pg_notify('cellgate_jobs', '')`
 // guard, no wait for the WAL flush).
 const sqlComplete = `SELECT cellgate_jobs_complete($1, $2, $3)`
 
-func (b *Backend) takeDone() []doneRec {
+func (b *DB) takeDone() []doneRec {
 	b.cmu.Lock()
 	defer b.cmu.Unlock()
 	return b.takeDoneLocked()
 }
 
-func (b *Backend) takeDoneLocked() []doneRec {
+func (b *DB) takeDoneLocked() []doneRec {
 	if len(b.done) == 0 {
 		return nil
 	}
@@ -168,7 +168,7 @@ func (b *Backend) takeDoneLocked() []doneRec {
 	return d
 }
 
-func (b *Backend) putBackDone(d []doneRec) {
+func (b *DB) putBackDone(d []doneRec) {
 	if len(d) == 0 {
 		return
 	}
@@ -194,11 +194,11 @@ func splitDone(d []doneRec) ([]int64, []int32) {
 }
 
 // flushDone writes the buffered completions now.
-func (b *Backend) flushDone(ctx context.Context) error {
+func (b *DB) flushDone(ctx context.Context) error {
 	return b.writeDone(ctx, b.takeDone())
 }
 
-func (b *Backend) writeDone(ctx context.Context, d []doneRec) error {
+func (b *DB) writeDone(ctx context.Context, d []doneRec) error {
 	if len(d) == 0 {
 		return nil
 	}
@@ -212,7 +212,7 @@ func (b *Backend) writeDone(ctx context.Context, d []doneRec) error {
 
 // closeDone writes the buffer for the last time; later completions are
 // written one by one (Complete after Close).
-func (b *Backend) closeDone(ctx context.Context) error {
+func (b *DB) closeDone(ctx context.Context) error {
 	b.cmu.Lock()
 	d := b.takeDoneLocked()
 	b.doneClosed = true
@@ -229,7 +229,7 @@ func (b *Backend) closeDone(ctx context.Context) error {
 // once when CompleteBatch are buffered. Claims take the buffer along as they
 // go, so while workers are busy the completions ride on claims and the loop
 // rarely has anything old enough to write.
-func (b *Backend) flushLoop() {
+func (b *DB) flushLoop() {
 	defer b.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -273,7 +273,7 @@ func (b *Backend) flushLoop() {
 
 // flushWait is how long the oldest buffered completion may still wait: 0
 // to write the buffer now, negative when it is empty.
-func (b *Backend) flushWait() time.Duration {
+func (b *DB) flushWait() time.Duration {
 	b.cmu.Lock()
 	defer b.cmu.Unlock()
 	if len(b.done) == 0 {

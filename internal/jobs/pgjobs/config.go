@@ -50,8 +50,8 @@ const PrefetchOff = -1
 // every zero field takes its default.
 type Config struct {
 	// ShardLocal makes a jobs table on every shard and runs workers and a
-	// maintenance loop per shard (`jobs.postgres.shard_local`). Runtime
-	// reads it; a lone Backend ignores it.
+	// maintenance loop per shard (`jobs.postgres.shard_local`). New reads
+	// it; NewPool and NewDB ignore it.
 	ShardLocal bool
 	// Claim is the claim order (`jobs.postgres.claim`). "" means ClaimFair.
 	Claim ClaimMode
