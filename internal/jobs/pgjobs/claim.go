@@ -134,6 +134,8 @@ func (b *DB) claimBatch(n int, mark flightMark) (int, error) {
 		// The statement's transaction rolled back: the completions are
 		// still to be written, and no job was claimed.
 		b.putBackDone(done)
+	} else {
+		b.noteWritten(done)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

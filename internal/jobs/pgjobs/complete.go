@@ -33,9 +33,11 @@ func (b *DB) untrack(id jobs.JobID) {
 }
 
 // complete records success. The write is buffered (see the package doc):
-// it reaches the table with the next claim or within CompleteFlush, so a
-// crash in between leaves the job 'running' until it is rescued and run
-// again. After Close it is written at once.
+// it reaches the table with the next claim or within CompleteFlush, without
+// waiting for the WAL flush, and confirmLoop makes it durable within
+// CompleteConfirm, writing it again until that succeeds. Only a crash of
+// this process in between leaves the job 'running' until it is rescued and
+// run again. After Close it is written at once, durably.
 func (b *DB) complete(ctx context.Context, row *jobs.JobRow) error {
 	if err := b.own(row); err != nil {
 		return err
@@ -45,8 +47,7 @@ func (b *DB) complete(ctx context.Context, row *jobs.JobRow) error {
 	if b.doneClosed {
 		// Close has written the buffer for the last time.
 		b.cmu.Unlock()
-		_, err := b.pool.Exec(ctx, sqlComplete, []int64{int64(row.ID)}, []int32{int32(row.Attempt)}, b.now())
-		return b.closedErr(err)
+		return b.closedErr(b.writeDurably(ctx, []doneRec{{id: int64(row.ID), attempt: int32(row.Attempt)}}))
 	}
 	b.done = append(b.done, doneRec{id: int64(row.ID), attempt: int32(row.Attempt)})
 	n := len(b.done)
@@ -206,22 +207,103 @@ func (b *DB) writeDone(ctx context.Context, d []doneRec) error {
 	_, err := b.pool.Exec(ctx, sqlComplete, ids, attempts, b.now())
 	if err != nil {
 		b.putBackDone(d)
+	} else {
+		b.noteWritten(d)
 	}
 	return err
 }
 
-// closeDone writes the buffer for the last time; later completions are
-// written one by one (Complete after Close).
+// noteWritten keeps completions committed without waiting for the WAL
+// flush until confirmLoop has made them durable.
+func (b *DB) noteWritten(d []doneRec) {
+	if len(d) == 0 {
+		return
+	}
+	b.cmu.Lock()
+	b.written = append(b.written, d...)
+	b.cmu.Unlock()
+}
+
+// writeDurably completes d (again: a job already completed, or no longer
+// running as that attempt, is left alone) in a transaction that waits for
+// its WAL flush. PostgreSQL flushes its WAL in order, so once it commits,
+// every completion this process wrote before it is durable too.
+func (b *DB) writeDurably(ctx context.Context, d []doneRec) error {
+	ids, attempts := splitDone(d)
+	var batch pgx.Batch
+	batch.Queue("BEGIN")
+	batch.Queue(sqlComplete, ids, attempts, b.now())
+	// cellgate_jobs_complete turned synchronous_commit off for the
+	// transaction; the last setting counts at commit. txid_current gives
+	// the transaction an id even when it changed nothing, so its commit
+	// waits for the flush.
+	batch.Queue(`SELECT set_config('synchronous_commit', 'on', true), txid_current()`)
+	batch.Queue("COMMIT")
+	return b.pool.SendBatch(ctx, &batch).Close()
+}
+
+// confirmLoop makes the completions written since its last pass durable,
+// every CompleteConfirm. A database that crashed after acknowledging a
+// completion may have lost it, and the job would sit 'running' until it is
+// rescued and run a second time; writing the completion again instead is a
+// no-op where it survived. A pass that fails keeps its completions and is
+// retried with backoff until the database answers or Close.
+func (b *DB) confirmLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.CompleteConfirm)
+	defer t.Stop()
+	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	for {
+		select {
+		case <-t.C:
+		case <-b.quit:
+			return // Close confirms what is left
+		}
+		b.cmu.Lock()
+		d := b.written
+		b.written = nil
+		b.cmu.Unlock()
+		for len(d) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+			err := b.writeDurably(ctx, d)
+			cancel()
+			if err == nil {
+				retry.reset()
+				break
+			}
+			b.logErr("confirm", fmt.Sprintf("pgjobs: confirming %d completions failed; retrying", len(d)), err)
+			if !retry.wait(b.quit) {
+				b.noteWritten(d) // for Close
+				return
+			}
+		}
+	}
+}
+
+// closeDone writes the buffered completions and confirms those written
+// before, for the last time, durably; later completions are written one by
+// one (Complete after Close). Completions it cannot record are logged by
+// job id: those jobs will be rescued and run again.
 func (b *DB) closeDone(ctx context.Context) error {
 	b.cmu.Lock()
-	d := b.takeDoneLocked()
+	d := append(b.takeDoneLocked(), b.written...)
+	b.written = nil
 	b.doneClosed = true
 	b.cmu.Unlock()
 	if len(d) == 0 {
 		return nil
 	}
-	ids, attempts := splitDone(d)
-	_, err := b.pool.Exec(ctx, sqlComplete, ids, attempts, b.now())
+	wctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	err := b.writeDurably(wctx, d)
+	if err != nil {
+		ids := make([]int64, len(d))
+		for i := range d {
+			ids[i] = d[i].id
+		}
+		b.log.Error("pgjobs: completions not recorded at shutdown; these jobs stay 'running' until they are rescued and run again",
+			"ids", ids, "err", err)
+	}
 	return err
 }
 

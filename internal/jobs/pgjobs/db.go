@@ -91,6 +91,7 @@ type DB struct {
 	// Buffered completions, guarded by cmu.
 	cmu        sync.Mutex
 	done       []doneRec
+	written    []doneRec // committed without waiting for the WAL flush, not yet confirmed (see confirmLoop)
 	doneSince  time.Time // when the buffer's oldest completion was added
 	doneClosed bool      // Close has written the buffer; write each completion at once
 	flushKick  chan struct{}
@@ -263,10 +264,11 @@ func (b *DB) open(_ context.Context, p jobs.OpenParams) error {
 	default:
 		b.maxPrefetch = b.cfg.Prefetch
 	}
-	b.wg.Add(4 + b.cfg.Inserters)
+	b.wg.Add(5 + b.cfg.Inserters)
 	go b.notifyLoop()
 	go b.fetchLoop()
 	go b.flushLoop()
+	go b.confirmLoop()
 	go b.connLoop()
 	for range b.cfg.Inserters {
 		go b.insertLoop()
@@ -340,7 +342,7 @@ func (b *DB) close(ctx context.Context) error {
 	}
 	var errs []error
 	if err := b.closeDone(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("pgjobs: close %s: write completions (those jobs will be rescued and run again): %w", b.name, err))
+		errs = append(errs, fmt.Errorf("pgjobs: close %s: write completions (those jobs will be rescued and run again; their ids are logged): %w", b.name, err))
 	}
 	b.mu.Lock()
 	stash := b.stash.drain()

@@ -26,8 +26,11 @@
 //     (jobs.QueuePauser; pause.go); every claim reads that table once and
 //     skips the queue's jobs until ResumeQueue, which NOTIFYs.
 //   - Complete is buffered and written in batches (piggybacked on the next
-//     claim, or after CompleteFlush): at-least-once, a completion lost in a
-//     crash means the job runs again after it is rescued.
+//     claim, or after CompleteFlush) without waiting for the WAL flush;
+//     every CompleteConfirm the completions written since are written again
+//     durably (retried with backoff while the database is down), so a
+//     database crash does not make a finished job run again. A completion
+//     lost with this process is: the job is rescued and runs again.
 //   - One dedicated connection per DB listens for notifications, sends
 //     the heartbeats of the jobs this process runs, and, when it holds the
 //     table's advisory lock (one leader per table), rescues jobs whose
