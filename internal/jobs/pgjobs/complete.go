@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 )
@@ -86,7 +87,7 @@ func (b *DB) retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, e
 	b.untrack(row.ID)
 	now := b.now()
 	runAt := now.Add(max(delay, 0))
-	tag, err := b.pool.Exec(ctx, sqlRetry, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now, truncate(errMsg))
+	tag, err := b.writeOutcome(ctx, sqlRetry, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now, truncate(errMsg))
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: retry job %d: %w", row.ID, err))
 	}
@@ -111,7 +112,7 @@ func (b *DB) fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
 		return err
 	}
 	b.untrack(row.ID)
-	tag, err := b.pool.Exec(ctx, sqlFail, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), b.now(), truncate(errMsg))
+	tag, err := b.writeOutcome(ctx, sqlFail, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), b.now(), truncate(errMsg))
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: fail job %d: %w", row.ID, err))
 	}
@@ -122,6 +123,44 @@ func (b *DB) fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
 		signal(b.wake)
 	}
 	return nil
+}
+
+// writeOutcome runs a retry's or a failure's UPDATE, and again after every
+// error that says the database could not be reached (see unreachable),
+// with backoff (50 ms doubling to 5 s, logged at most every 30 s), until
+// the database answers or the backend closes: otherwise the job would sit
+// 'running' until it is rescued. The job's worker waits meanwhile; it
+// could not claim from a database that is down anyway.
+func (b *DB) writeOutcome(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, dbTimeout)
+		tag, err := b.pool.Exec(wctx, sql, args...)
+		cancel()
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return tag, err
+		}
+		b.logErr("outcome", "pgjobs: recording a job's outcome failed; retrying", err)
+		if !retry.wait(b.quit) {
+			return tag, err
+		}
+	}
+}
+
+// unreachable reports whether err says the database could not be reached
+// or went away mid-statement (a connection error, a shutdown or crash of
+// the server, too many connections) rather than that it refused the
+// statement, which trying again would not change.
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "57", "53": // connection exception, operator intervention, insufficient resources
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled)
 }
 
 func truncate(s string) string {
@@ -234,10 +273,12 @@ func (b *DB) writeDurably(ctx context.Context, d []doneRec) error {
 	batch.Queue("BEGIN")
 	batch.Queue(sqlComplete, ids, attempts, b.now())
 	// cellgate_jobs_complete turned synchronous_commit off for the
-	// transaction; the last setting counts at commit. txid_current gives
-	// the transaction an id even when it changed nothing, so its commit
-	// waits for the flush.
-	batch.Queue(`SELECT set_config('synchronous_commit', 'on', true), txid_current()`)
+	// transaction; the last setting counts at commit. PostgreSQL waits for
+	// the flush only at the commit of a transaction that wrote WAL, and
+	// when every completion survived the UPDATE wrote none: a transactional
+	// logical message (an empty WAL record, allowed to any role at any
+	// wal_level) makes sure it did.
+	batch.Queue(`SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'cellgate_jobs', '')`)
 	batch.Queue("COMMIT")
 	return b.pool.SendBatch(ctx, &batch).Close()
 }

@@ -3,6 +3,7 @@ package pgjobs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 )
@@ -153,8 +156,7 @@ func TestCompletionSurvivesCrash(t *testing.T) {
 		runs.Add(1)
 		// A synchronous commit flushes the WAL so far: the job's insert
 		// and claim survive the crash, only its completion is at stake.
-		_, err := pool.Exec(ctx, `SELECT txid_current()`)
-		return err
+		return flushWAL(ctx, pool)
 	})
 	// The first confirmation comes 3 s after the start, after the crash.
 	cfg := Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour, CompleteConfirm: 3 * time.Second}
@@ -252,6 +254,59 @@ func TestShutdownLogsUnrecordedCompletions(t *testing.T) {
 		}
 	}
 	t.Fatalf("no shutdown line naming %s in the log:\n%s", want, logs.String())
+}
+
+// TestFailureRecordedAfterRestart: a job fails for good while its database
+// is down; the failure is written once the database is back, so the job
+// ends 'failed' with its error after one run, not rescued and run again.
+func TestFailureRecordedAfterRestart(t *testing.T) {
+	pg := startPrivatePG(t)
+	ctx := context.Background()
+	if err := Migrate(ctx, pg.dsn()); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, pg.dsn(), "", 4)
+	var runs atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+		runs.Add(1)
+		// The claim survives the crash.
+		if err := flushWAL(ctx, pool); err != nil {
+			return err
+		}
+		close(started)
+		<-release
+		return jobs.Permanent(errors.New("boom"))
+	})
+	c, _ := newClient(t, pool, Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour}, 1, w)
+	res, err := c.Enqueue(ctx, plainArgs{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	pg.crash(t)
+	close(release)
+	time.Sleep(time.Second)
+	pg.start(t)
+	eventually(t, 10*time.Second, "the failure to be recorded", func() bool {
+		var s, e string
+		err := pool.QueryRow(ctx, `SELECT state || ':' || attempt, errors::text FROM cellgate_jobs WHERE id = $1`, int64(res.ID)).Scan(&s, &e)
+		return err == nil && s == "failed:1" && strings.Contains(e, "boom")
+	})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the job ran %d times, want once", n)
+	}
+}
+
+// flushWAL commits a transaction that writes WAL, synchronously, so
+// PostgreSQL flushes its WAL up to there.
+func flushWAL(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `SELECT pg_logical_emit_message(true, 'pgjobs_test', '')`)
+	return err
 }
 
 // syncBuffer is a bytes.Buffer safe for the backend's goroutines.
