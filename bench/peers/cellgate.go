@@ -47,7 +47,7 @@ func (s *cellgateSide) Reset(ctx context.Context) error {
 
 func (s *cellgateSide) Start(ctx context.Context, workers int, run func(p *payload)) error {
 	quiet := slog.New(slog.DiscardHandler)
-	b, err := pgjobs.New(s.pool, s.cfg, pgjobs.Options{Logger: quiet})
+	b, err := pgjobs.NewPool(s.pool, s.cfg, pgjobs.Options{Logger: quiet})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 
 // mountConsole adds the operator console (/admin/ and /admin/api/) when the
 // admin token is set; without it those paths answer 404. The console sees
-// the PostgreSQL runtime's databases through console.Database, so the
+// the PostgreSQL backend's databases, dbs, through console.Database, so the
 // runtime package never links the job backend.
 //
 // It returns the console (nil when off): the caller owns its sampler
@@ -22,7 +22,7 @@ import (
 //
 // Its sessions live in the control database (console.PGSessions), so a
 // logout or a token change ends a session in every process of the cell.
-func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, jobsRT jobRuntime, rejections *console.TopK, log *slog.Logger) (*console.Console, error) {
+func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, client *jobs.Client, dbs []*pgjobs.DB, rejections *console.TopK, log *slog.Logger) (*console.Console, error) {
 	admin := os.Getenv(cfg.Server.AdminTokenEnv)
 	if cfg.Server.AdminTokenEnv == "" || admin == "" {
 		return nil, nil
@@ -31,21 +31,9 @@ func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, jobsR
 	if cfg.Server.OperatorTokenEnv != "" {
 		operator = os.Getenv(cfg.Server.OperatorTokenEnv)
 	}
-	var dbs []console.Database
-	var client *jobs.Client
-	switch rt := jobsRT.(type) {
-	case *pgjobs.Runtime:
-		for _, b := range rt.Databases() {
-			dbs = append(dbs, b)
-		}
-		client = rt.Client()
-	case *jobs.Client:
-		client = rt
-	}
-	var workers func([]jobs.JobID) []jobs.JobID
-	var completed func() uint64
-	if client != nil {
-		workers, completed = client.WorkerJobs, client.Completed
+	var databases []console.Database
+	for _, db := range dbs {
+		databases = append(databases, db)
 	}
 	// In flight per tenant: a lock-free read of the request engine's
 	// account (admission.Engine.InFlightOf), nothing on the admit path.
@@ -65,13 +53,13 @@ func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, jobsR
 		TrustedProxies:   cfg.Console.TrustedProxies,
 		SecureCookies:    cfg.Console.SecureCookies,
 		Registry:         srv.Registry(),
-		Databases:        dbs,
+		Databases:        databases,
 		Spec:             cfg,
 		Admission:        func() any { return srv.Bulkheads().Report() },
 		Rejections:       rejections,
 		InFlight:         inFlight,
-		Workers:          workers,
-		Completed:        completed,
+		Workers:          client.WorkerJobs,
+		Completed:        client.Completed,
 		Logger:           log,
 	})
 	if err != nil {

@@ -15,17 +15,6 @@ import (
 	"github.com/cellgate/cellgate/internal/shards"
 )
 
-// jobRuntime is the cell's job runtime as the server drives it.
-type jobRuntime interface {
-	// Enqueuer is what the app's handlers get.
-	jobs.Enqueuer
-	// Start starts the workers (the PostgreSQL runtime first creates its
-	// tables in the background).
-	Start(ctx context.Context) error
-	// Stop drains within ctx's deadline and reports what it abandoned.
-	Stop(ctx context.Context) (jobs.StopReport, error)
-}
-
 // jobsConfig maps the spec's jobs block onto the runtime's config.
 func jobsConfig(c config.Jobs) jobs.Config {
 	return jobs.Config{
@@ -39,31 +28,34 @@ func jobsConfig(c config.Jobs) jobs.Config {
 	}.WithDefaults()
 }
 
-// newJobs builds the runtime the spec asks for, with the app's workers.
-// appMigrated reports whether the app's migrations are in place: the
-// PostgreSQL runtime starts (and creates its tables) only after them.
-func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, appMigrated func() bool, log *slog.Logger) (jobRuntime, error) {
+// newJobs builds the job client the spec asks for, with the app's
+// workers, and returns the jobs databases the console shows (none for the
+// local backend). appMigrated reports whether the app's migrations are in
+// place: the client is started only after them, and the PostgreSQL
+// backend creates its tables when its workers first claim.
+func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, appMigrated func() bool, log *slog.Logger) (*jobs.Client, []*pgjobs.DB, error) {
 	opts := jobs.Options{Logger: log, Registry: srv.Registry()}
+	jcfg := jobsConfig(cfg.Jobs)
 	switch cfg.Jobs.Backend {
 	case "local":
-		c, err := jobs.NewClient(ctx, jobsConfig(cfg.Jobs), local.New(), w, opts)
-		if err != nil {
-			return nil, err
-		}
-		// The in-memory runtime: fair tenant order, slots and lanes, but no
+		// The in-memory backend: fair tenant order, slots and lanes, but no
 		// durability, so its EnqueueTx answers jobs.ErrNoTxEnqueue.
-		return c, nil
+		c, err := jobs.NewClient(ctx, jcfg, local.New(), w, opts)
+		return c, nil, err
 	case "postgres":
-		rt, err := pgjobs.NewRuntime(ctx, set, pgjobs.FromConfig(cfg.Jobs.Postgres), jobsConfig(cfg.Jobs), w, opts)
+		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: log, Registry: srv.Registry()})
 		if err != nil {
-			return nil, fmt.Errorf("jobs: %w", err)
+			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}
 		srv.AddReadiness("jobs", func(context.Context) error {
-			return jobsReadiness(appMigrated(), rt.NotReady(), rt.MigrationFailures())
+			return jobsReadiness(appMigrated(), b.NotReady(), b.MigrationFailures())
 		})
-		return rt, nil
+		// jobs.workers counts per database.
+		jcfg.Workers *= len(b.Databases())
+		c, err := jobs.NewClient(ctx, jcfg, b, w, opts)
+		return c, b.Databases(), err
 	}
-	return nil, fmt.Errorf("jobs.backend: unknown backend %q", cfg.Jobs.Backend)
+	return nil, nil, fmt.Errorf("jobs.backend: unknown backend %q", cfg.Jobs.Backend)
 }
 
 // jobsReadiness is the PostgreSQL runtime's readiness: not started while

@@ -42,12 +42,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// names the database, the file and PostgreSQL's error when a migration
 	// failed.
 	progress := &migrationProgress{}
-	jobsRT, err := newJobs(ctx, cfg, set, workers, srv, progress.applied, log)
+	jobsRT, jobsDBs, err := newJobs(ctx, cfg, set, workers, srv, progress.applied, log)
 	if err != nil {
 		return err
 	}
 	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
-	cons, err := mountConsole(cfg, srv, set, jobsRT, rejections, log)
+	cons, err := mountConsole(cfg, srv, set, jobsRT, jobsDBs, rejections, log)
 	if err != nil {
 		return err
 	}

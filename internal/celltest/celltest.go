@@ -55,10 +55,10 @@ type Cell struct {
 	// (app.Deps.Shards) and workers under test.
 	Shards *shards.Set
 	// Jobs enqueues into the cell's job tables: with jobs.backend =
-	// "postgres", a pgjobs runtime over Shards that is never started, so
-	// jobs are written (EnqueueTx included) but nothing runs them; call
-	// the worker with Work. With "local", an in-memory client whose
-	// EnqueueTx answers jobs.ErrNoTxEnqueue, as the server's does.
+	// "postgres", a client of a pgjobs.Backend over Shards that is never
+	// started, so jobs are written (EnqueueTx included) but nothing runs
+	// them; call the worker with Work. With "local", an in-memory client
+	// whose EnqueueTx answers jobs.ErrNoTxEnqueue, as the server's does.
 	Jobs jobs.Enqueuer
 
 	env map[string]string
@@ -67,7 +67,7 @@ type Cell struct {
 // Start creates the cell's databases on the test server (internal/testpg:
 // $CELLGATE_TEST_PG), applies o.Migrate (see Options) and, with jobs.backend =
 // "postgres", the job backend's migrations (on control, and on every shard
-// with jobs.postgres.shard_local: pgjobs.Runtime.Migrate), opens
+// with jobs.postgres.shard_local: pgjobs.Backend.Migrate), opens
 // them as cfg's shard set and registers their cleanup. cfg is typically
 // the spec's defaults, gen/spec.Config(). A database that cannot be
 // created or migrated fails the test.
@@ -103,39 +103,36 @@ func Start(t testing.TB, cfg config.Config, o Options) *Cell {
 	c.Shards = set
 
 	jcfg := jobs.Config{Workers: cfg.Jobs.Workers}.WithDefaults()
-	opts := jobs.Options{Logger: o.Log}
+	var backend jobs.Backend
 	switch cfg.Jobs.Backend {
 	case "postgres":
-		rt, err := pgjobs.NewRuntime(ctx, set, pgjobs.FromConfig(cfg.Jobs.Postgres), jcfg, nil, opts)
+		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: o.Log})
 		if err != nil {
-			t.Fatalf("celltest: job runtime: %v", err)
+			t.Fatalf("celltest: job backend: %v", err)
 		}
-		t.Cleanup(func() { stop(rt) })
-		// The jobs tables, now: the runtime is never started.
-		if err := rt.Migrate(ctx); err != nil {
+		// The jobs tables, now: the client is never started.
+		if err := b.Migrate(ctx); err != nil {
 			t.Fatalf("celltest: %v", err)
 		}
-		c.Jobs = rt
+		jcfg.Workers *= len(b.Databases()) // jobs.workers counts per database
+		backend = b
 	case "local":
-		client, err := jobs.NewClient(ctx, jcfg, local.New(), nil, opts)
-		if err != nil {
-			t.Fatalf("celltest: job runtime: %v", err)
-		}
-		t.Cleanup(func() { stop(client) })
-		c.Jobs = client
+		backend = local.New()
 	default:
 		t.Fatalf("celltest: jobs.backend: unknown backend %q", cfg.Jobs.Backend)
 	}
+	client, err := jobs.NewClient(ctx, jcfg, backend, nil, jobs.Options{Logger: o.Log})
+	if err != nil {
+		t.Fatalf("celltest: job client: %v", err)
+	}
+	t.Cleanup(func() {
+		// Nothing runs, so nothing drains.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = client.Stop(ctx)
+	})
+	c.Jobs = client
 	return c
-}
-
-// stop ends an enqueue-only job runtime (nothing runs, so nothing drains).
-func stop(rt interface {
-	Stop(context.Context) (jobs.StopReport, error)
-}) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, _ = rt.Stop(ctx)
 }
 
 // Getenv answers the cell's DSN variables (the spec's dsn_env names) with

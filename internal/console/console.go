@@ -16,7 +16,7 @@ import (
 )
 
 // Database is one jobs database as the console reads and changes it. A
-// *pgjobs.Backend is one. A Database that also implements
+// *pgjobs.DB is one. A Database that also implements
 // jobs.QueuePauser can have its queues paused and resumed from the console;
 // for one that does not, those actions answer 501.
 type Database interface {

@@ -33,5 +33,5 @@
 // fixed after New, every request works on its own values, the count cache
 // and the bulk actions guard their own state, and the series the sampler
 // writes are under a lock the pages take to copy them. The databases'
-// methods must be safe for concurrent use (a *pgjobs.Backend is).
+// methods must be safe for concurrent use (a *pgjobs.DB is).
 package console

@@ -387,4 +387,4 @@ func (c *Console) tenantCharts() map[string]template.HTML {
 }
 
 // compile-time check: the backends the console reads are Databases.
-var _ Database = (*pgjobs.Backend)(nil)
+var _ Database = (*pgjobs.DB)(nil)

@@ -5,10 +5,19 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // ErrClosed is returned by a Backend after Close, and by Enqueue after Stop.
 var ErrClosed = errors.New("jobs: closed")
+
+// ErrNoTxEnqueue is the answer of EnqueueTx and EnqueueManyTx (a Backend's
+// InsertTx and InsertManyTx) on a backend that keeps jobs outside the
+// cell's databases, the local, in-memory one: it cannot join a
+// transaction, and pretending to would lose the atomicity the caller asked
+// for.
+var ErrNoTxEnqueue = errors.New("jobs: an in-transaction enqueue needs jobs.backend = \"postgres\"; the local backend keeps jobs in memory")
 
 // Backend stores jobs and decides which job each worker runs next. The Client
 // owns everything else (encoding, handlers, retries and their delays,
@@ -33,6 +42,26 @@ type Backend interface {
 	// scheduled for a retry), Insert adds nothing and returns that job's id
 	// with Duplicate set.
 	Insert(ctx context.Context, p InsertParams) (EnqueueResult, error)
+
+	// InsertTx is Insert written with the caller's transaction tx, behind
+	// Client.EnqueueTx: it returns once the row is written, and the job
+	// exists if and only if tx commits. A backend that keeps jobs outside
+	// the cell's databases answers ErrNoTxEnqueue.
+	InsertTx(ctx context.Context, tx shards.Tx, p InsertParams) (EnqueueResult, error)
+
+	// InsertMany is Insert for every element of ps, behind
+	// Client.EnqueueMany: one result per element, in ps's order, each as
+	// Insert would give it (a duplicate of an active job, or of an earlier
+	// element with the same Kind, Tenant and UniqueKey, has Duplicate set
+	// and that job's id). A backend that stores jobs in a database inserts
+	// them all or none, with one round trip; one that cannot may insert
+	// them one by one and stop at the first error with the results so far.
+	InsertMany(ctx context.Context, ps []InsertParams) ([]EnqueueResult, error)
+
+	// InsertManyTx is InsertMany written with tx, behind
+	// Client.EnqueueManyTx; whether the jobs exist is up to tx's commit.
+	// A backend without InsertTx answers ErrNoTxEnqueue here too.
+	InsertManyTx(ctx context.Context, tx shards.Tx, ps []InsertParams) ([]EnqueueResult, error)
 
 	// Claim blocks until a job is available to worker (0 ≤ worker <
 	// OpenParams.Workers), marks it running, increments its Attempt and
@@ -173,9 +202,11 @@ func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.Afte
 // operator console's pause and resume). A paused queue's waiting jobs are
 // not claimed until it is resumed; its running jobs finish. The pause is
 // stored by the backend, so it holds for every process sharing the store
-// and across restarts. The PostgreSQL backend (pgjobs, one pause per jobs
-// database) implements it; the local backend, whose jobs live in one
-// process's memory, does not.
+// and across restarts. The PostgreSQL backend implements it (pgjobs.DB for
+// one database, the console's unit; pgjobs.Backend for all of a cell's);
+// the local backend, whose jobs live in one process's memory, does not, and
+// the console answers 501 for it. It stays apart from Backend because the
+// console pauses per database, below any Backend.
 type QueuePauser interface {
 	// PauseQueue pauses queue; it reports whether the queue was running
 	// before (pausing a paused queue changes nothing).

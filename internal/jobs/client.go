@@ -241,9 +241,9 @@ func (c *Client) Completed() uint64 {
 
 // Enqueuer is how application code adds jobs: on their own (committed at
 // once) or inside a transaction of one of the cell's databases, so the job
-// exists if and only if that transaction commits. *Client implements it, and
-// so does the PostgreSQL runtime (pgjobs.Runtime), which picks the database
-// from the transaction. Handlers depend on this interface only.
+// exists if and only if that transaction commits. *Client implements it;
+// with the PostgreSQL backend (pgjobs.Backend) the job goes to the
+// transaction's database. Handlers depend on this interface only.
 type Enqueuer interface {
 	// Enqueue commits a job of args' kind; see Client.Enqueue.
 	Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) (EnqueueResult, error)
@@ -258,42 +258,6 @@ type Enqueuer interface {
 }
 
 var _ Enqueuer = (*Client)(nil)
-
-// TxInserter is the optional Backend method behind Client.EnqueueTx: a
-// backend that stores jobs in the cell's databases writes the job with the
-// caller's transaction instead of committing it itself.
-type TxInserter interface {
-	// InsertTx is Insert through tx. It returns once the row is written;
-	// whether the job exists is then up to tx's commit.
-	InsertTx(ctx context.Context, tx shards.Tx, p InsertParams) (EnqueueResult, error)
-}
-
-// BatchInserter is the optional Backend method behind Client.EnqueueMany: a
-// backend that can insert many jobs at the cost of one (one round trip, one
-// commit) implements it. Without it EnqueueMany calls Insert per job.
-type BatchInserter interface {
-	// InsertMany is Insert for every element of ps, all or none: it
-	// returns one result per element, in ps's order, each as Insert would
-	// (a duplicate of an active job, or of an earlier element of ps with
-	// the same Kind, Tenant and UniqueKey, has Duplicate set and that
-	// job's id), or an error and no job inserted.
-	InsertMany(ctx context.Context, ps []InsertParams) ([]EnqueueResult, error)
-}
-
-// TxBatchInserter is the optional Backend method behind
-// Client.EnqueueManyTx: InsertMany through the caller's transaction. A
-// TxInserter without it gets one InsertTx per job.
-type TxBatchInserter interface {
-	// InsertManyTx is InsertMany through tx; whether the jobs exist is then
-	// up to tx's commit.
-	InsertManyTx(ctx context.Context, tx shards.Tx, ps []InsertParams) ([]EnqueueResult, error)
-}
-
-// ErrNoTxEnqueue is EnqueueTx's answer on a backend that keeps jobs outside
-// the cell's databases (the local, in-memory one): it cannot join a
-// transaction, and pretending to would lose the atomicity the caller asked
-// for.
-var ErrNoTxEnqueue = errors.New("jobs: an in-transaction enqueue needs jobs.backend = \"postgres\"; the local backend keeps jobs in memory")
 
 // Enqueue inserts a job of args' kind. Its tenant is the tenant carried by ctx
 // (tenant.From), or none; WithoutTenant forces none. For a kind with UniqueBy,
@@ -310,80 +274,41 @@ func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) 
 
 // EnqueueTx is Enqueue written with the caller's transaction tx: the job
 // exists if and only if tx commits, so a data write and the job it implies
-// cannot part. The backend must implement TxInserter (the PostgreSQL one
-// does); otherwise EnqueueTx returns ErrNoTxEnqueue.
+// cannot part. The PostgreSQL backend writes the job to tx's database; the
+// local backend answers ErrNoTxEnqueue.
 func (c *Client) EnqueueTx(ctx context.Context, tx shards.Tx, args Args, opts ...EnqueueOption) (EnqueueResult, error) {
-	ti, ok := c.backend.(TxInserter)
-	if !ok {
-		return EnqueueResult{}, ErrNoTxEnqueue
-	}
-	if tx.Tx == nil {
-		return EnqueueResult{}, errors.New("jobs: EnqueueTx: no transaction")
-	}
 	var p InsertParams
 	if err := c.insertParams(ctx, "EnqueueTx", args, opts, &p); err != nil {
 		return EnqueueResult{}, err
 	}
-	return ti.InsertTx(ctx, tx, p)
+	return c.backend.InsertTx(ctx, tx, p)
 }
 
 // EnqueueMany is Enqueue for every element of args, with the same ctx (so
 // the same tenant) and opts for all: it returns one result per element, in
 // args's order. Every element is validated and encoded before anything is
-// inserted. On a backend with BatchInserter (the PostgreSQL one) the jobs
-// are inserted with one round trip and one commit, all or none, and keep
-// their order in the tenant's fair order; duplicates (UniqueBy) of an
-// active job or of an earlier element report Duplicate. Other backends (the
-// local one) insert them one by one; on an error the jobs before the
-// failing one stay inserted.
+// inserted. The PostgreSQL backend inserts the jobs with one round trip
+// and one commit, all or none, and keeps their order in the tenant's fair
+// order; duplicates (UniqueBy) of an active job or of an earlier element
+// report Duplicate. The local backend inserts them one by one (in memory,
+// nothing can fail half-way but a Stop).
 func (c *Client) EnqueueMany(ctx context.Context, args []Args, opts ...EnqueueOption) ([]EnqueueResult, error) {
 	ps, err := c.manyParams(ctx, "EnqueueMany", args, opts)
 	if err != nil || len(ps) == 0 {
 		return nil, err
 	}
-	if bi, ok := c.backend.(BatchInserter); ok {
-		return bi.InsertMany(ctx, ps)
-	}
-	return insertEach(ctx, ps, c.backend.Insert)
+	return c.backend.InsertMany(ctx, ps)
 }
 
 // EnqueueManyTx is EnqueueMany written with the caller's transaction tx:
-// the jobs exist if and only if tx commits. The backend must implement
-// TxInserter; with TxBatchInserter (the PostgreSQL one) the jobs cost one
-// round trip, otherwise one InsertTx each. Without TxInserter it returns
-// ErrNoTxEnqueue.
+// the jobs exist if and only if tx commits, at the cost of one round trip
+// on the PostgreSQL backend. The local backend answers ErrNoTxEnqueue.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, opts ...EnqueueOption) ([]EnqueueResult, error) {
-	ti, ok := c.backend.(TxInserter)
-	if !ok {
-		return nil, ErrNoTxEnqueue
-	}
-	if tx.Tx == nil {
-		return nil, errors.New("jobs: EnqueueManyTx: no transaction")
-	}
 	ps, err := c.manyParams(ctx, "EnqueueManyTx", args, opts)
 	if err != nil || len(ps) == 0 {
 		return nil, err
 	}
-	if bi, ok := c.backend.(TxBatchInserter); ok {
-		return bi.InsertManyTx(ctx, tx, ps)
-	}
-	return insertEach(ctx, ps, func(ctx context.Context, p InsertParams) (EnqueueResult, error) {
-		return ti.InsertTx(ctx, tx, p)
-	})
-}
-
-// insertEach is the bulk enqueue of a backend without a batch insert: one
-// insert per job, stopping at the first error with the results so far.
-func insertEach(ctx context.Context, ps []InsertParams, insert func(context.Context, InsertParams) (EnqueueResult, error)) ([]EnqueueResult, error) {
-	out := make([]EnqueueResult, 0, len(ps))
-	for i := range ps {
-		r, err := insert(ctx, ps[i])
-		if err != nil {
-			return out, err
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return c.backend.InsertManyTx(ctx, tx, ps)
 }
 
 // manyParams validates and encodes every element of args.

@@ -42,7 +42,7 @@ type Env struct {
 	// Console is the console under test.
 	Console *console.Console
 	// Databases are control, shard-0 and shard-1 (and "slow" when asked).
-	Databases []*pgjobs.Backend
+	Databases []*pgjobs.DB
 	// Audit holds the log lines the console wrote.
 	Audit *Log
 	// Rejections feeds the tenants view (as the bulkhead does in a cell).
@@ -167,7 +167,7 @@ func (e *Env) addBackend(name, dsn string) {
 		e.tb.Fatal(err)
 	}
 	e.tb.Cleanup(pool.Close)
-	b, err := pgjobs.New(pool, pgjobs.Config{}, pgjobs.Options{Name: name})
+	b, err := pgjobs.NewDB(pool, pgjobs.Config{}, pgjobs.Options{Name: name})
 	if err != nil {
 		e.tb.Fatal(err)
 	}

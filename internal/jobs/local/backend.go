@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // Backend is the in-memory jobs.Backend. The zero value is not usable; call New.
@@ -170,6 +171,32 @@ func (b *Backend) usable() error {
 		return jobs.ErrClosed
 	}
 	return nil
+}
+
+// InsertTx answers jobs.ErrNoTxEnqueue: jobs in memory cannot join a
+// database transaction.
+func (b *Backend) InsertTx(context.Context, shards.Tx, jobs.InsertParams) (jobs.EnqueueResult, error) {
+	return jobs.EnqueueResult{}, jobs.ErrNoTxEnqueue
+}
+
+// InsertManyTx answers jobs.ErrNoTxEnqueue, as InsertTx.
+func (b *Backend) InsertManyTx(context.Context, shards.Tx, []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	return nil, jobs.ErrNoTxEnqueue
+}
+
+// InsertMany inserts the jobs one by one, in ps's order, so a tenant's
+// batch keeps its order in the fair order. It stops at the first error
+// (the backend closed) with the results so far: the jobs before it stay.
+func (b *Backend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	out := make([]jobs.EnqueueResult, 0, len(ps))
+	for i := range ps {
+		r, err := b.Insert(ctx, ps[i])
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // Insert adds a job; see jobs.Backend. A job that is neither unique nor

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/jobstest"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 func open(t testing.TB, p jobs.OpenParams) *Backend {
@@ -135,6 +136,12 @@ func TestMisuse(t *testing.T) {
 	}
 	if err := New().Open(ctx, jobs.OpenParams{Workers: 2, Tenants: jobs.TenantConfig{Lanes: 4, LanesPerTenant: 2}}); err == nil {
 		t.Error("Open with more lanes than workers succeeded")
+	}
+	if _, err := b.InsertTx(ctx, shards.Tx{}, jobs.InsertParams{Kind: "k"}); !errors.Is(err, jobs.ErrNoTxEnqueue) {
+		t.Errorf("InsertTx = %v, want ErrNoTxEnqueue", err)
+	}
+	if _, err := b.InsertManyTx(ctx, shards.Tx{}, []jobs.InsertParams{{Kind: "k"}}); !errors.Is(err, jobs.ErrNoTxEnqueue) {
+		t.Errorf("InsertManyTx = %v, want ErrNoTxEnqueue", err)
 	}
 	insert(t, b, jobs.InsertParams{})
 	row := claimNow(t, b, 0)

@@ -5,471 +5,498 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellgate/cellgate/internal/dbmigrate"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
-// Options are a Backend's collaborators; every field may be left zero.
-type Options struct {
-	// Name names the database in logs and in List ("control" or a shard's
-	// name). "" means "control".
-	Name string
-	// Logger receives the backend's diagnostics. nil means the Logger the
-	// Client passes to Open.
-	Logger *slog.Logger
-	// Breaker guards plain enqueues with a circuit breaker
-	// (Config.BreakerFailures, Config.BreakerCooldown). Runtime turns it on
-	// for the control database.
-	Breaker bool
-	// Registry receives the breaker's metrics when Breaker is set. nil
-	// means they are kept but not registered (never the global registry).
-	Registry *prometheus.Registry
-}
+// ErrNotShardLocal is returned by EnqueueTx on a shard when
+// jobs.postgres.shard_local is off: shards then have no jobs table.
+var ErrNotShardLocal = errors.New("jobs: enqueue in a shard transaction needs jobs.postgres.shard_local = true; without it jobs live in the control database only")
 
-// Backend is the PostgreSQL jobs.Backend over one database's cellgate_jobs
-// table. Build it with New; a jobs.Client opens and closes it.
+// Backend is the PostgreSQL jobs.Backend of a cell: the jobs table of the
+// control database and, with Config.ShardLocal, of every shard (one DB
+// each), served to one jobs.Client whose workers are split evenly among
+// the databases (worker i serves database i / (Workers / databases)). Each
+// database has its own fetcher, LISTEN connection and maintenance leader,
+// so a database that is down stops only its own workers. Plain enqueues go
+// to the control database (through its circuit breaker); an enqueue in a
+// transaction goes to the transaction's database; an outcome goes to the
+// database its job came from.
 type Backend struct {
-	pool      *pgxpool.Pool
-	cfg       Config
-	name      string
-	fair      bool
-	brk       *breaker
-	claimedBy string
-	optLogger *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	dbs   []*DB    // control first, then the shards in spec order
+	dsns  []string // of dbs; "" for a database given migrated (NewPool)
+	per   int      // workers per database, set by Open
+	ready *prometheus.GaugeVec
+	logs  logLimiter
 
-	ready     chan struct{} // closed once the table exists
-	readyOnce sync.Once
+	// migrate applies the job backend's migrations to one database;
+	// Migrate outside tests.
+	migrate    func(ctx context.Context, dsn string) error
+	migrateGo  sync.Once // the first Claim starts the background migrations
+	cancelMigr context.CancelFunc
+	migrations sync.WaitGroup
 
-	// Set by Open, read-only afterwards.
-	openCalled  atomic.Bool
-	opened      atomic.Bool
-	clock       jobs.Clock
-	log         *slog.Logger
-	capKinds    []string
-	caps        []int32
-	capped      map[string]bool
-	maxPrefetch int
-	queues      []string // of the registered kinds, reported by Stats even when empty
-	waiters     []waiter
-
-	quit    chan struct{} // closed by Close
-	closeMu sync.Mutex
-	closed  bool
-	wg      sync.WaitGroup
-
-	// Claim hand-off, guarded by mu.
-	mu       sync.Mutex
-	queue    []*waiter            // workers blocked in Claim, oldest first
-	reserved int                  // jobs the claim in flight is for
-	stash    jobStash             // claimed jobs no worker has taken yet
-	returned uint64               // Claims by workers back from a job (see landedLocked)
-	prefetch int                  // jobs to keep claimed ahead of the workers (see fetch.go)
-	running  map[jobs.JobID]int32 // claimed by this backend: id → attempt
-	claims   uint64               // claim statements sent (for benchmarks: jobs per claim)
-	claimed  uint64               // jobs they returned
-
-	demand chan struct{} // a worker started waiting
-	wake   chan struct{} // there may be new work
-
-	// Wake-ups at the run_at of jobs scheduled by this process.
-	tmu     sync.Mutex
-	wakeAts timeHeap
-	timer   jobs.Timer
-	timerAt time.Time
-
-	// Buffered completions, guarded by cmu.
-	cmu        sync.Mutex
-	done       []doneRec
-	doneSince  time.Time // when the buffer's oldest completion was added
-	doneClosed bool      // Close has written the buffer; write each completion at once
-	flushKick  chan struct{}
-	flushFull  chan struct{}
-
-	insCh chan *insertReq
-	ntf   notifier
-	// Plain-enqueue statements the inserter sent and the jobs they wrote
-	// (for benchmarks: jobs per insert).
-	inserts, insertedJobs atomic.Uint64
-
-	// The maintenance connection's loop.
-	lastAnalyze time.Time // of the table, by this backend's vacuum check
-	leader      atomic.Bool
-	mmu         sync.Mutex
-	mreqs       []chan MaintenanceReport
-	waitCancel  context.CancelFunc
-
-	logs logLimiter
+	mu     sync.Mutex
+	failed map[string]error // by database: a migration that failed in it
 }
 
-// waiter is one worker blocked in Claim. Its channel has room for the one
-// row the fetcher hands it, sent under mu.
-type waiter struct {
-	ch     chan *jobs.JobRow
-	queued bool
-	called bool // Claim was called before: the worker comes back from a job
-}
-
-type doneRec struct {
-	id      int64
-	attempt int32
-}
-
-// New returns an unopened Backend over pool, whose database must already
-// have the job backend's migrations applied (Migrate). It validates cfg.
-func New(pool *pgxpool.Pool, cfg Config, o Options) (*Backend, error) {
-	b, err := newBackend(pool, cfg, o)
+// New returns the Backend of set's databases (see Backend): o's Registry
+// receives the control database's breaker metrics and
+// cellgate_jobs_database_ready. Nothing touches a database until the
+// Client's workers first claim: then the jobs tables are created in the
+// background (retrying while a database is down), and each database's
+// workers and maintenance start once its table exists. A process that only
+// enqueues calls Migrate instead.
+func New(set *shards.Set, cfg Config, o Options) (*Backend, error) {
+	if set == nil {
+		return nil, errors.New("pgjobs: New: nil shard set")
+	}
+	b, err := newBackend(cfg, o)
 	if err != nil {
 		return nil, err
 	}
-	b.markReady()
-	return b, nil
-}
-
-// newBackend returns a Backend whose table may not exist yet: claims,
-// maintenance and in-transaction enqueues wait for markReady.
-func newBackend(pool *pgxpool.Pool, cfg Config, o Options) (*Backend, error) {
-	if pool == nil {
-		return nil, errors.New("pgjobs: New: nil pool")
+	add := func(pool *pgxpool.Pool, dsn string, oo Options) error {
+		db, err := newTableDB(pool, cfg, oo)
+		if err != nil {
+			return err
+		}
+		b.dbs, b.dsns = append(b.dbs, db), append(b.dsns, dsn)
+		return nil
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := add(set.Control(), set.ControlDSN(), Options{Name: shards.ControlName, Logger: o.Logger, Breaker: true, Registry: o.Registry}); err != nil {
 		return nil, err
 	}
-	cfg = cfg.WithDefaults()
-	name := o.Name
-	if name == "" {
-		name = "control"
-	}
-	host, _ := os.Hostname()
-	b := &Backend{
-		pool:      pool,
-		cfg:       cfg,
-		name:      name,
-		fair:      cfg.Claim == ClaimFair,
-		claimedBy: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), name),
-		optLogger: o.Logger,
-		ready:     make(chan struct{}),
-		clock:     jobs.SystemClock{},
-		quit:      make(chan struct{}),
-		running:   make(map[jobs.JobID]int32),
-		demand:    make(chan struct{}, 1),
-		wake:      make(chan struct{}, 1),
-		flushKick: make(chan struct{}, 1),
-		flushFull: make(chan struct{}, 1),
-		insCh:     make(chan *insertReq),
-		ntf:       notifier{kick: make(chan struct{}, 1)},
-	}
-	if o.Breaker {
-		b.brk = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, b.now)
-		if o.Registry != nil {
-			if err := b.brk.register(o.Registry); err != nil {
-				return nil, fmt.Errorf("pgjobs: register breaker metrics: %w", err)
+	if cfg.ShardLocal {
+		for _, sh := range set.Shards() {
+			if err := add(sh.Pool, sh.DSN, Options{Name: sh.Name, Logger: o.Logger}); err != nil {
+				return nil, err
 			}
 		}
 	}
-	return b, nil
+	return b, b.registerReady(o.Registry)
 }
 
-func (b *Backend) markReady() { b.readyOnce.Do(func() { close(b.ready) }) }
-
-// Ready reports whether the database's jobs table exists (always true for
-// a Backend from New).
-func (b *Backend) Ready() bool {
-	select {
-	case <-b.ready:
-		return true
-	default:
-		return false
+// NewPool returns a Backend over one database, pool's, whose jobs table
+// must already exist (Migrate): a service without shards, a benchmark, a
+// test. o's Name, Breaker and Registry apply to it as to NewDB.
+func NewPool(pool *pgxpool.Pool, cfg Config, o Options) (*Backend, error) {
+	b, err := newBackend(cfg, o)
+	if err != nil {
+		return nil, err
 	}
+	db, err := NewDB(pool, cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	b.dbs, b.dsns = []*DB{db}, []string{""}
+	return b, b.registerReady(o.Registry)
 }
 
-// Name is the database's name in logs and listings.
-func (b *Backend) Name() string { return b.name }
-
-// IsLeader reports whether this backend currently runs its database's
-// maintenance (holds the table's advisory lock).
-func (b *Backend) IsLeader() bool { return b.leader.Load() }
-
-// BreakerState reports the enqueue breaker: 0 closed, 1 half-open, 2 open;
-// always 0 without a breaker.
-func (b *Backend) BreakerState() int {
-	if b.brk == nil {
-		return breakerClosed
+func newBackend(cfg Config, o Options) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	return b.brk.current()
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Backend{
+		cfg:     cfg,
+		log:     log,
+		migrate: Migrate,
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cellgate_jobs_database_ready",
+			Help: "1 once the job backend has migrated the database's jobs table, by database (control or shard name).",
+		}, []string{"database"}),
+	}, nil
 }
 
-func (b *Backend) now() time.Time { return b.clock.Now() }
-
-// Capabilities: the backend has no tenant slots or lanes. Its fair claim
-// order (Config.Claim) works without them.
-func (b *Backend) Capabilities() jobs.Capabilities { return jobs.Capabilities{} }
-
-// Open prepares the backend for p and starts its goroutines. It may be
-// called once.
-func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
-	if p.Workers < 1 {
-		return fmt.Errorf("pgjobs: Open: workers must be >= 1, got %d", p.Workers)
-	}
-	if !b.openCalled.CompareAndSwap(false, true) {
-		return errors.New("pgjobs: Open called twice")
-	}
-	if p.Clock != nil {
-		b.clock = p.Clock
-	}
-	b.log = b.optLogger
-	if b.log == nil {
-		b.log = p.Logger
-	}
-	if b.log == nil {
-		b.log = slog.Default()
-	}
-	b.log = b.log.With("jobs_db", b.name)
-	b.capped = make(map[string]bool)
-	seen := map[string]bool{}
-	for _, k := range p.Kinds {
-		if k.Concurrency > 0 {
-			b.capKinds = append(b.capKinds, k.Name)
-			b.caps = append(b.caps, int32(k.Concurrency))
-			b.capped[k.Name] = true
-		}
-		q := k.Queue
-		if q == "" {
-			q = jobs.DefaultQueue
-		}
-		if !seen[q] {
-			seen[q] = true
-			b.queues = append(b.queues, q)
+func (b *Backend) registerReady(reg *prometheus.Registry) error {
+	for _, db := range b.dbs {
+		if db.Ready() {
+			b.ready.WithLabelValues(db.name).Set(1)
+		} else {
+			b.ready.WithLabelValues(db.name).Set(0)
 		}
 	}
-	if b.capKinds == nil {
-		b.capKinds, b.caps = []string{}, []int32{}
+	if reg != nil {
+		if err := reg.Register(b.ready); err != nil {
+			return fmt.Errorf("pgjobs: register metrics: %w", err)
+		}
 	}
-	b.waiters = make([]waiter, p.Workers)
-	for i := range b.waiters {
-		b.waiters[i].ch = make(chan *jobs.JobRow, 1)
-	}
-	switch b.cfg.Prefetch {
-	case 0:
-		b.maxPrefetch = p.Workers
-	case PrefetchOff:
-		b.maxPrefetch = 0
-	default:
-		b.maxPrefetch = b.cfg.Prefetch
-	}
-	b.wg.Add(4 + b.cfg.Inserters)
-	go b.notifyLoop()
-	go b.fetchLoop()
-	go b.flushLoop()
-	go b.connLoop()
-	for range b.cfg.Inserters {
-		go b.insertLoop()
-	}
-	b.opened.Store(true) // last: usable() then sees every field above
 	return nil
 }
 
-// usable reports why the backend cannot serve a call, if it cannot.
-func (b *Backend) usable() error {
-	if !b.opened.Load() {
-		return errors.New("pgjobs: backend not opened")
-	}
-	select {
-	case <-b.quit:
-		return jobs.ErrClosed
-	default:
-		return nil
-	}
-}
+// Databases returns the databases, control first: the console's view of
+// each jobs table.
+func (b *Backend) Databases() []*DB { return append([]*DB(nil), b.dbs...) }
 
-func (b *Backend) isClosed() bool {
-	select {
-	case <-b.quit:
-		return true
-	default:
-		return false
-	}
-}
+// Control is the control database's DB.
+func (b *Backend) Control() *DB { return b.dbs[0] }
 
-// Close stops the backend's goroutines, writes the buffered completions and
-// hands back the jobs it claimed but gave to no worker. Claims blocked in it
-// return jobs.ErrClosed. Jobs still running stay 'running' and are rescued
-// by the maintenance leader once their heartbeats are older than
-// RescueAfter (or completed if their worker reports before then: the
-// outcome of a job that finishes after Close is still written).
-func (b *Backend) Close(ctx context.Context) error {
-	b.closeMu.Lock()
-	if b.closed {
-		b.closeMu.Unlock()
-		return nil
-	}
-	b.closed = true
-	b.closeMu.Unlock()
-	b.mu.Lock()
-	close(b.quit)
-	b.mu.Unlock()
-	b.mmu.Lock()
-	if b.waitCancel != nil {
-		b.waitCancel()
-	}
-	b.mmu.Unlock()
-	b.tmu.Lock()
-	if b.timer != nil {
-		b.timer.Stop()
-		b.timer = nil
-	}
-	b.tmu.Unlock()
-	if !b.opened.Load() {
-		return nil
-	}
-	stopped := make(chan struct{})
-	go func() {
-		b.wg.Wait()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done():
-		return fmt.Errorf("pgjobs: close %s: %w", b.name, ctx.Err())
-	}
-	var errs []error
-	if err := b.closeDone(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("pgjobs: close %s: write completions (those jobs will be rescued and run again): %w", b.name, err))
-	}
-	b.mu.Lock()
-	stash := b.stash.drain()
-	b.mu.Unlock()
-	if err := b.release(ctx, stash); err != nil {
-		errs = append(errs, fmt.Errorf("pgjobs: close %s: hand back unstarted jobs: %w", b.name, err))
-	}
-	return errors.Join(errs...)
-}
-
-// Stats counts the waiting and running jobs per queue in the table (all
-// processes), after writing this backend's buffered completions. Queues of
-// the registered kinds are reported even when empty.
-func (b *Backend) Stats(ctx context.Context) ([]jobs.QueueStats, error) {
-	if !b.Ready() {
-		return b.emptyStats(), nil
-	}
-	if err := b.flushDone(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := b.pool.Query(ctx, sqlStats, pgx.QueryExecModeExec)
-	if err != nil {
-		return nil, fmt.Errorf("pgjobs: stats of %s: %w", b.name, err)
-	}
-	byQueue := map[string]*jobs.QueueStats{}
-	var out []jobs.QueueStats
-	for rows.Next() {
-		var s jobs.QueueStats
-		if err := rows.Scan(&s.Queue, &s.Waiting, &s.Running); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("pgjobs: stats of %s: %w", b.name, err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgjobs: stats of %s: %w", b.name, err)
-	}
-	for i := range out {
-		byQueue[out[i].Queue] = &out[i]
-	}
-	for _, q := range b.queues {
-		if byQueue[q] == nil {
-			out = append(out, jobs.QueueStats{Queue: q})
+// Shard returns the DB of the shard named name, or nil (always nil without
+// ShardLocal).
+func (b *Backend) Shard(name string) *DB {
+	for _, db := range b.dbs[1:] {
+		if db.name == name {
+			return db
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Queue < out[j].Queue })
-	return out, nil
+	return nil
 }
 
-func (b *Backend) emptyStats() []jobs.QueueStats {
-	out := make([]jobs.QueueStats, len(b.queues))
-	for i, q := range b.queues {
-		out[i] = jobs.QueueStats{Queue: q}
+// migrateInBackground starts one goroutine per database not yet ready that
+// migrates it until it works, fails in the database, or Close.
+func (b *Backend) migrateInBackground() {
+	ctx, cancel := context.WithCancel(context.Background())
+	b.mu.Lock()
+	b.cancelMigr = cancel
+	b.mu.Unlock()
+	for i, db := range b.dbs {
+		if db.Ready() {
+			continue
+		}
+		b.migrations.Add(1)
+		go func() {
+			defer b.migrations.Done()
+			b.migrateUntilReady(ctx, db, b.dsns[i])
+		}()
+	}
+}
+
+// migrateUntilReady applies the migrations to one database until it works
+// or ctx ends, then marks it ready.
+func (b *Backend) migrateUntilReady(ctx context.Context, db *DB, dsn string) {
+	retry := newBackoff(200*time.Millisecond, 10*time.Second)
+	for {
+		err := b.migrate(ctx, dsn)
+		if err == nil {
+			b.markReady(db)
+			b.log.Info("pgjobs: jobs table ready", "jobs_db", db.name)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if dbmigrate.IsFailed(err) {
+			// PostgreSQL rejected a file or the database is dirty: trying
+			// again cannot help, an operator must repair it.
+			b.mu.Lock()
+			if b.failed == nil {
+				b.failed = map[string]error{}
+			}
+			b.failed[db.name] = err
+			b.mu.Unlock()
+			b.log.Error("pgjobs: the jobs migrations failed; this database's jobs stay stopped until it is repaired", "jobs_db", db.name, "err", err)
+			return
+		}
+		b.log.Warn("pgjobs: migrating the jobs table failed; retrying", "jobs_db", db.name, "err", err, "in", retry.next)
+		if !retry.wait(ctx.Done()) {
+			return
+		}
+	}
+}
+
+func (b *Backend) markReady(db *DB) {
+	db.markReady()
+	b.ready.WithLabelValues(db.name).Set(1)
+}
+
+// Migrate applies the job backend's migrations to every database now, in
+// order (control first), and marks each ready, so in-transaction enqueues
+// work without workers. It is for a process that enqueues but runs no
+// workers (tests, operator tools); the workers' first Claim migrates in the
+// background by itself. The first failure is returned, naming its
+// database; the databases before it stay ready.
+func (b *Backend) Migrate(ctx context.Context) error {
+	for i, db := range b.dbs {
+		if db.Ready() {
+			continue
+		}
+		if err := b.migrate(ctx, b.dsns[i]); err != nil {
+			return fmt.Errorf("%s: jobs: %w", db.name, err)
+		}
+		b.markReady(db)
+	}
+	return nil
+}
+
+// MigrationFailures returns, by database name, the job backend's
+// migrations that failed in the database (a *dbmigrate.Error): the backend
+// does not retry those, so the databases stay in NotReady until an
+// operator repairs them and restarts the process.
+func (b *Backend) MigrationFailures() map[string]error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]error, len(b.failed))
+	for k, v := range b.failed {
+		out[k] = v
 	}
 	return out
 }
 
-// sqlStats counts through the partial indexes of the two active states, so
-// its cost follows the active jobs, not the finished ones kept for
-// retention.
-const sqlStats = `
-SELECT queue, sum(w)::int, sum(r)::int
-FROM (SELECT queue, 1 AS w, 0 AS r FROM cellgate_jobs WHERE state = 'available' AND queue IS NOT NULL
-      UNION ALL
-      SELECT queue, 0, 1 FROM cellgate_jobs WHERE state = 'running' AND attempt > 0) s
-GROUP BY queue`
+// NotReady lists the databases whose jobs table does not exist yet.
+func (b *Backend) NotReady() []string {
+	var out []string
+	for _, db := range b.dbs {
+		if !db.Ready() {
+			out = append(out, db.name)
+		}
+	}
+	return out
+}
 
-// signal does a non-blocking send on a capacity-1 channel: the receiver sees
-// at least one signal after the last of any number of sends.
-func signal(ch chan struct{}) {
+// Capabilities: no tenant slots or lanes. The fair claim order
+// (Config.Claim) works without them.
+func (b *Backend) Capabilities() jobs.Capabilities { return jobs.Capabilities{} }
+
+// Open splits p.Workers evenly among the databases (jobs.workers counts
+// per database: pass it times len(Databases())) and opens each.
+func (b *Backend) Open(ctx context.Context, p jobs.OpenParams) error {
+	n := len(b.dbs)
+	if p.Workers < n || p.Workers%n != 0 {
+		return fmt.Errorf("pgjobs: Open: %d workers do not split evenly over %d databases (jobs.workers counts per database)", p.Workers, n)
+	}
+	b.per = p.Workers / n
+	sub := p
+	sub.Workers = b.per
+	for i, db := range b.dbs {
+		if err := db.open(ctx, sub); err != nil {
+			for _, o := range b.dbs[:i] {
+				_ = o.close(ctx)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Insert commits a job to the control database, through its circuit
+// breaker (ErrBreakerOpen while it is open).
+func (b *Backend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	return b.dbs[0].insert(ctx, p)
+}
+
+// InsertMany commits the jobs to the control database with one round trip
+// and one commit, all or none, through its circuit breaker.
+func (b *Backend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	return b.dbs[0].insertMany(ctx, ps)
+}
+
+// InsertTx writes the job with tx to the jobs table of tx's database
+// (tx.Shard(), or the control database for a control transaction), without
+// the circuit breaker. On a shard whose jobs table does not exist yet it
+// returns an error wrapping ErrShardJobsNotReady, and on a shard without
+// ShardLocal ErrNotShardLocal.
+func (b *Backend) InsertTx(ctx context.Context, tx shards.Tx, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	db, err := b.dbOf(tx)
+	if err != nil {
+		return jobs.EnqueueResult{}, err
+	}
+	return db.insertTx(ctx, tx, p)
+}
+
+// InsertManyTx writes the jobs with tx in one round trip, to tx's database
+// as InsertTx does (and with its errors).
+func (b *Backend) InsertManyTx(ctx context.Context, tx shards.Tx, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	db, err := b.dbOf(tx)
+	if err != nil {
+		return nil, err
+	}
+	return db.insertManyTx(ctx, tx, ps)
+}
+
+// dbOf returns the DB of tx's database, ready for an insert.
+func (b *Backend) dbOf(tx shards.Tx) (*DB, error) {
+	if tx.Tx == nil {
+		return nil, errors.New("pgjobs: enqueue in a transaction: no transaction")
+	}
+	sh := tx.Shard()
+	if sh == nil {
+		return b.dbs[0], nil
+	}
+	if !b.cfg.ShardLocal {
+		return nil, ErrNotShardLocal
+	}
+	// A cell opens only its own shards, so look the shard up by name: its
+	// spec index is not its position in dbs.
+	db := b.Shard(sh.Name)
+	if db == nil {
+		return nil, fmt.Errorf("pgjobs: enqueue in a transaction: shard %q (index %d) is not one of this backend's", sh.Name, sh.Index)
+	}
+	if !db.Ready() {
+		return nil, fmt.Errorf("%w (shard %s)", ErrShardJobsNotReady, sh.Name)
+	}
+	return db, nil
+}
+
+// Claim waits for a job of worker's database. The first Claim starts the
+// background migrations of the databases not ready yet.
+func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
+	if worker < 0 || b.per == 0 || worker >= b.per*len(b.dbs) {
+		return nil, fmt.Errorf("pgjobs: Claim: worker %d out of range", worker)
+	}
+	b.migrateGo.Do(b.migrateInBackground)
+	return b.dbs[worker/b.per].claim(ctx, worker%b.per)
+}
+
+func owner(row *jobs.JobRow) (*DB, error) {
+	if row != nil {
+		if db, ok := row.Handle.(*DB); ok {
+			return db, nil
+		}
+	}
+	return nil, errors.New("pgjobs: row was not claimed from this backend")
+}
+
+// Complete records success in the job's database; see DB's buffering.
+func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
+	db, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return db.complete(ctx, row)
+}
+
+// Retry makes the job available again after delay, in its database.
+func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, errMsg string) error {
+	db, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return db.retry(ctx, row, delay, errMsg)
+}
+
+// Fail records that the job failed for good, in its database.
+func (b *Backend) Fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
+	db, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return db.fail(ctx, row, errMsg)
+}
+
+// Stats sums the queues over the databases. A database that cannot answer
+// is left out (and logged) so one database that is down does not blank the
+// queue-depth gauges of the others; only if none answers is it an error.
+func (b *Backend) Stats(ctx context.Context) ([]jobs.QueueStats, error) {
+	sum := map[string]*jobs.QueueStats{}
+	var order []string
+	var errs []error
+	for _, db := range b.dbs {
+		st, err := db.Stats(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			if ok, _ := b.logs.allow("stats:" + db.name); ok {
+				b.log.Warn("pgjobs: queue depth of a database unavailable", "jobs_db", db.name, "err", err)
+			}
+			continue
+		}
+		for _, s := range st {
+			t := sum[s.Queue]
+			if t == nil {
+				t = &jobs.QueueStats{Queue: s.Queue}
+				sum[s.Queue] = t
+				order = append(order, s.Queue)
+			}
+			t.Waiting += s.Waiting
+			t.Running += s.Running
+		}
+	}
+	if len(errs) == len(b.dbs) {
+		return nil, errors.Join(errs...)
+	}
+	sort.Strings(order)
+	out := make([]jobs.QueueStats, len(order))
+	for i, q := range order {
+		out[i] = *sum[q]
+	}
+	return out, nil
+}
+
+// PauseQueue pauses queue in every database (see DB.PauseQueue); it
+// reports whether it was running in any. The first error stops it.
+func (b *Backend) PauseQueue(ctx context.Context, queue string) (bool, error) {
+	return b.eachDB(func(db *DB) (bool, error) { return db.PauseQueue(ctx, queue) })
+}
+
+// ResumeQueue resumes queue in every database; it reports whether it was
+// paused in any.
+func (b *Backend) ResumeQueue(ctx context.Context, queue string) (bool, error) {
+	return b.eachDB(func(db *DB) (bool, error) { return db.ResumeQueue(ctx, queue) })
+}
+
+func (b *Backend) eachDB(f func(*DB) (bool, error)) (bool, error) {
+	changed := false
+	for _, db := range b.dbs {
+		c, err := f(db)
+		if err != nil {
+			return changed, err
+		}
+		changed = changed || c
+	}
+	return changed, nil
+}
+
+// PausedQueues lists the queues paused in any database, by name.
+func (b *Backend) PausedQueues(ctx context.Context) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, db := range b.dbs {
+		qs, err := db.PausedQueues(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range qs {
+			if !seen[q] {
+				seen[q] = true
+				out = append(out, q)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Close stops the background migrations and closes every database (see
+// DB's Close); it waits for the migrations until ctx is done.
+func (b *Backend) Close(ctx context.Context) error {
+	b.migrateGo.Do(func() {}) // no migrations start from now on
+	b.mu.Lock()
+	cancel := b.cancelMigr
+	b.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	var errs []error
+	for _, db := range b.dbs {
+		if err := db.close(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		b.migrations.Wait()
+		close(done)
+	}()
 	select {
-	case ch <- struct{}{}:
-	default:
+	case <-done:
+	case <-ctx.Done():
 	}
+	return errors.Join(errs...)
 }
-
-// logLimiter lets an error through once per logEvery per key, so a database
-// that is down does not flood the log.
-type logLimiter struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-	skip map[string]int
-}
-
-const logEvery = 30 * time.Second
-
-func (l *logLimiter) allow(key string) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil {
-		l.last, l.skip = map[string]time.Time{}, map[string]int{}
-	}
-	now := time.Now()
-	if t, ok := l.last[key]; ok && now.Sub(t) < logEvery {
-		l.skip[key]++
-		return false, 0
-	}
-	l.last[key] = now
-	n := l.skip[key]
-	l.skip[key] = 0
-	return true, n
-}
-
-func (b *Backend) logErr(key, msg string, err error) {
-	if ok, skipped := b.logs.allow(key); ok {
-		b.log.Error(msg, "err", err, "suppressed_since_last", skipped)
-	}
-}
-
-// timeHeap is a min-heap of wake-up times.
-type timeHeap []time.Time
-
-func (h timeHeap) Len() int           { return len(h) }
-func (h timeHeap) Less(i, j int) bool { return h[i].Before(h[j]) }
-func (h timeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *timeHeap) Push(x any)        { *h = append(*h, x.(time.Time)) }
-func (h *timeHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return t
-}
-
-var _ jobs.Backend = (*Backend)(nil)
 
 var (
-	_ jobs.TxInserter      = (*Backend)(nil)
-	_ jobs.BatchInserter   = (*Backend)(nil)
-	_ jobs.TxBatchInserter = (*Backend)(nil)
+	_ jobs.Backend     = (*Backend)(nil)
+	_ jobs.QueuePauser = (*Backend)(nil)
 )

@@ -56,10 +56,10 @@ type plainArgs struct {
 
 func (plainArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "plain"} }
 
-// newClient opens a Client with w on a new Backend over pool.
-func newClient(tb testing.TB, pool *pgxpool.Pool, cfg Config, workers int, w *jobs.Workers) (*jobs.Client, *Backend) {
+// newClient opens a Client with w on a new DB over pool.
+func newClient(tb testing.TB, pool *pgxpool.Pool, cfg Config, workers int, w *jobs.Workers) (*jobs.Client, *DB) {
 	tb.Helper()
-	b, err := New(pool, cfg, Options{Logger: quietLogger()})
+	b, err := NewPool(pool, cfg, Options{Logger: quietLogger()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func newClient(tb testing.TB, pool *pgxpool.Pool, cfg Config, workers int, w *jo
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _, _ = c.Stop(context.Background()) })
-	return c, b
+	return c, b.Control()
 }
 
 // TestCapAndUniquenessUnderConcurrency: 16 workers on 4 backends (four
@@ -322,19 +322,19 @@ func TestMaintenance(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, dsn, "", 4)
 	cfg := Config{RescueAfter: time.Minute, Retention: time.Hour, PollInterval: time.Hour}
-	b1, err := New(pool, cfg, Options{Logger: quietLogger()})
+	b1, err := NewDB(pool, cfg, Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b2, err := New(newPool(t, dsn, "", 2), cfg, Options{Logger: quietLogger(), Name: "other"})
+	b2, err := NewDB(newPool(t, dsn, "", 2), cfg, Options{Logger: quietLogger(), Name: "other"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []*Backend{b1, b2} {
-		if err := b.Open(ctx, jobs.OpenParams{Workers: 1}); err != nil {
+	for _, b := range []*DB{b1, b2} {
+		if err := b.open(ctx, jobs.OpenParams{Workers: 1}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = b.Close(context.Background()) })
+		t.Cleanup(func() { _ = b.close(context.Background()) })
 	}
 	r1, err1 := b1.RunMaintenance(ctx)
 	r2, err2 := b2.RunMaintenance(ctx)
@@ -379,7 +379,7 @@ VALUES ('k', 'default', '{}', 2, 'running',   2, $1, $1, $1, $1, NULL, 'dead/1')
 		t.Fatalf("states after maintenance = %v, want %v", states, want)
 	}
 	// The leader's connection going away hands leadership over.
-	if err := leader.Close(ctx); err != nil {
+	if err := leader.close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	other := b1
@@ -403,7 +403,7 @@ func TestRetryAndFailRecordErrors(t *testing.T) {
 		}
 		return jobs.Permanent(errors.New("second"))
 	})
-	b, err := New(pool, Config{PollInterval: 20 * time.Millisecond}, Options{Logger: quietLogger()})
+	b, err := NewPool(pool, Config{PollInterval: 20 * time.Millisecond}, Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +422,7 @@ func TestRetryAndFailRecordErrors(t *testing.T) {
 	}
 	var js []JobInfo
 	eventually(t, 10*time.Second, "the job to fail for good", func() bool {
-		js, err = b.List(context.Background(), ListFilter{State: StateFailed})
+		js, err = b.Control().List(context.Background(), ListFilter{State: StateFailed})
 		return err == nil && len(js) == 1
 	})
 	j := js[0]
@@ -478,8 +478,11 @@ func TestConfig(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", bad, err, field)
 		}
 	}
+	if _, err := NewPool(nil, Config{}, Options{}); err == nil {
+		t.Error("NewPool(nil pool) succeeded")
+	}
 	if _, err := New(nil, Config{}, Options{}); err == nil {
-		t.Error("New(nil pool) succeeded")
+		t.Error("New(nil set) succeeded")
 	}
 	got := FromConfig(config.JobsPostgres{ShardLocal: true, Claim: "fifo", RescueAfter: config.Duration(time.Second),
 		Retention: config.Duration(time.Hour), BreakerFailures: 3, BreakerCooldown: config.Duration(time.Minute)})

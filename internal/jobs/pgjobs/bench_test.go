@@ -46,7 +46,7 @@ const (
 var benchRound int
 
 // BenchmarkPostgresJobs measures end-to-end throughput (enqueue, claim, run a
-// no-op handler, complete) of one Backend with 32 workers:
+// no-op handler, complete) of one DB with 32 workers:
 //
 //   - continuous: 64 producers enqueue, each job with its own Enqueue call
 //     (plain enqueues, coalesced by the backend), round-robin over 100
@@ -113,13 +113,13 @@ func benchOnce(b *testing.B, pool *pgxpool.Pool, scenario string, mode ClaimMode
 	return benchBacklog(b, pool, mode)
 }
 
-// benchClient returns a Client over a new Backend whose no-op handler counts
+// benchClient returns a Client over a new DB whose no-op handler counts
 // the jobs it runs in done and, if slots is not nil, frees one of them per
 // job.
-func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64, slots chan struct{}) (*jobs.Client, *Backend) {
+func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64, slots chan struct{}) (*jobs.Client, *DB) {
 	b.Helper()
 	cfg := Config{Claim: mode}
-	be, err := New(pool, cfg, Options{Logger: quietLogger()})
+	be, err := NewPool(pool, cfg, Options{Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.
 	if err != nil {
 		b.Fatal(err)
 	}
-	return c, be
+	return c, be.Control()
 }
 
 // benchResult is one measured run, or the sum of several.
@@ -163,7 +163,7 @@ func (r *benchResult) add(o benchResult) {
 }
 
 // roundTrips copies be's claim and insert counters into r.
-func (r *benchResult) roundTrips(be *Backend) {
+func (r *benchResult) roundTrips(be *DB) {
 	be.mu.Lock()
 	r.claims, r.claimed = be.claims, be.claimed
 	be.mu.Unlock()

@@ -16,9 +16,9 @@ import (
 // maintenance), which run on no caller's context.
 const dbTimeout = 30 * time.Second
 
-// Claim blocks until the fetcher hands worker a job; see jobs.Backend. One
+// claim blocks until the fetcher hands worker a job; see jobs.Backend. One
 // goroutine per worker index may call it at a time.
-func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
+func (b *DB) claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 	if err := b.usable(); err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (b *Backend) Claim(ctx context.Context, worker int) (*jobs.JobRow, error) {
 }
 
 // dequeue removes w from the wait queue. b.mu must be held.
-func (b *Backend) dequeue(w *waiter) {
+func (b *DB) dequeue(w *waiter) {
 	for i, x := range b.queue {
 		if x == w {
 			copy(b.queue[i:], b.queue[i+1:])
@@ -101,7 +101,7 @@ func (b *Backend) dequeue(w *waiter) {
 
 // handOffLocked gives row to the longest-waiting worker, or stashes it for
 // the next Claim. b.mu must be held.
-func (b *Backend) handOffLocked(row *jobs.JobRow) {
+func (b *DB) handOffLocked(row *jobs.JobRow) {
 	if len(b.queue) == 0 {
 		b.stash.push(row)
 		return
@@ -119,7 +119,7 @@ func (b *Backend) handOffLocked(row *jobs.JobRow) {
 // waiting workers and stashes the rest. n was reserved at mark (see
 // fetchLoop); claimBatch gives the reservation back. It returns how many
 // jobs it claimed.
-func (b *Backend) claimBatch(n int, mark flightMark) (int, error) {
+func (b *DB) claimBatch(n int, mark flightMark) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	done := b.takeDone()
@@ -134,6 +134,8 @@ func (b *Backend) claimBatch(n int, mark flightMark) (int, error) {
 		// The statement's transaction rolled back: the completions are
 		// still to be written, and no job was claimed.
 		b.putBackDone(done)
+	} else {
+		b.noteWritten(done)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -157,7 +159,7 @@ func (b *Backend) claimBatch(n int, mark flightMark) (int, error) {
 // stays short (placing costs about as much per job as claiming).
 const placePerClaim = 2
 
-func (b *Backend) readClaim(rows pgx.Rows) ([]*jobs.JobRow, error) {
+func (b *DB) readClaim(rows pgx.Rows) ([]*jobs.JobRow, error) {
 	defer rows.Close()
 	type ordered struct {
 		row *jobs.JobRow
@@ -191,7 +193,7 @@ FROM cellgate_jobs_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
 
 // release hands claimed jobs that never started back to the queue, without
 // counting the attempt.
-func (b *Backend) release(ctx context.Context, rows []*jobs.JobRow) error {
+func (b *DB) release(ctx context.Context, rows []*jobs.JobRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -219,7 +221,7 @@ WHERE id = ANY ($1::bigint[]) AND state = 'running'
 // wakeAt makes the fetcher look for work at t (a job scheduled by this
 // process becomes due). Times are kept in a heap so each scheduled job gets
 // its own wake-up; the poll interval covers those of other processes.
-func (b *Backend) wakeAt(t time.Time) {
+func (b *DB) wakeAt(t time.Time) {
 	b.tmu.Lock()
 	defer b.tmu.Unlock()
 	if b.isClosed() {
@@ -231,7 +233,7 @@ func (b *Backend) wakeAt(t time.Time) {
 
 // armLocked points the timer at the earliest pending wake-up. b.tmu must be
 // held.
-func (b *Backend) armLocked() {
+func (b *DB) armLocked() {
 	if len(b.wakeAts) == 0 {
 		return
 	}
@@ -246,7 +248,7 @@ func (b *Backend) armLocked() {
 	b.timer = b.clock.AfterFunc(next.Sub(b.clock.Now()), b.fireWake)
 }
 
-func (b *Backend) fireWake() {
+func (b *DB) fireWake() {
 	b.tmu.Lock()
 	now := b.clock.Now()
 	b.timer = nil

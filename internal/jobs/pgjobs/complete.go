@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 )
@@ -19,24 +20,26 @@ const maxErrorLen = 2000
 // longer running as this attempt (rescued, then claimed again).
 var errNotRunning = errors.New("pgjobs: the job is no longer running as this attempt (rescued after its heartbeats stopped?); outcome dropped")
 
-func (b *Backend) own(row *jobs.JobRow) error {
+func (b *DB) own(row *jobs.JobRow) error {
 	if row == nil || row.Handle != b {
 		return errors.New("pgjobs: row was not claimed from this backend")
 	}
 	return nil
 }
 
-func (b *Backend) untrack(id jobs.JobID) {
+func (b *DB) untrack(id jobs.JobID) {
 	b.mu.Lock()
 	delete(b.running, id)
 	b.mu.Unlock()
 }
 
-// Complete records success. The write is buffered (see the package doc):
-// it reaches the table with the next claim or within CompleteFlush, so a
-// crash in between leaves the job 'running' until it is rescued and run
-// again. After Close it is written at once.
-func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
+// complete records success. The write is buffered (see the package doc):
+// it reaches the table with the next claim or within CompleteFlush, without
+// waiting for the WAL flush, and confirmLoop makes it durable within
+// CompleteConfirm, writing it again until that succeeds. Only a crash of
+// this process in between leaves the job 'running' until it is rescued and
+// run again. After Close it is written at once, durably.
+func (b *DB) complete(ctx context.Context, row *jobs.JobRow) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
@@ -45,8 +48,7 @@ func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
 	if b.doneClosed {
 		// Close has written the buffer for the last time.
 		b.cmu.Unlock()
-		_, err := b.pool.Exec(ctx, sqlComplete, []int64{int64(row.ID)}, []int32{int32(row.Attempt)}, b.now())
-		return b.closedErr(err)
+		return b.closedErr(b.writeDurably(ctx, []doneRec{{id: int64(row.ID), attempt: int32(row.Attempt)}}))
 	}
 	b.done = append(b.done, doneRec{id: int64(row.ID), attempt: int32(row.Attempt)})
 	n := len(b.done)
@@ -69,23 +71,23 @@ func (b *Backend) Complete(ctx context.Context, row *jobs.JobRow) error {
 
 // closedErr marks the error of a write after Close (its pool may be closed
 // too) as jobs.ErrClosed, which the Client does not report.
-func (b *Backend) closedErr(err error) error {
+func (b *DB) closedErr(err error) error {
 	if err != nil && b.isClosed() {
 		return fmt.Errorf("%w: %w", jobs.ErrClosed, err)
 	}
 	return err
 }
 
-// Retry records the failed attempt and makes the job available at
+// retry records the failed attempt and makes the job available at
 // now+delay.
-func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, errMsg string) error {
+func (b *DB) retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, errMsg string) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
 	b.untrack(row.ID)
 	now := b.now()
 	runAt := now.Add(max(delay, 0))
-	tag, err := b.pool.Exec(ctx, sqlRetry, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now, truncate(errMsg))
+	tag, err := b.writeOutcome(ctx, sqlRetry, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now, truncate(errMsg))
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: retry job %d: %w", row.ID, err))
 	}
@@ -103,14 +105,14 @@ func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Durati
 	return nil
 }
 
-// Fail records the final failure; the job stays in the table, 'failed',
+// fail records the final failure; the job stays in the table, 'failed',
 // for the retention period.
-func (b *Backend) Fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
+func (b *DB) fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
 	b.untrack(row.ID)
-	tag, err := b.pool.Exec(ctx, sqlFail, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), b.now(), truncate(errMsg))
+	tag, err := b.writeOutcome(ctx, sqlFail, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), b.now(), truncate(errMsg))
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: fail job %d: %w", row.ID, err))
 	}
@@ -121,6 +123,44 @@ func (b *Backend) Fail(ctx context.Context, row *jobs.JobRow, errMsg string) err
 		signal(b.wake)
 	}
 	return nil
+}
+
+// writeOutcome runs a retry's or a failure's UPDATE, and again after every
+// error that says the database could not be reached (see unreachable),
+// with backoff (50 ms doubling to 5 s, logged at most every 30 s), until
+// the database answers or the backend closes: otherwise the job would sit
+// 'running' until it is rescued. The job's worker waits meanwhile; it
+// could not claim from a database that is down anyway.
+func (b *DB) writeOutcome(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, dbTimeout)
+		tag, err := b.pool.Exec(wctx, sql, args...)
+		cancel()
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return tag, err
+		}
+		b.logErr("outcome", "pgjobs: recording a job's outcome failed; retrying", err)
+		if !retry.wait(b.quit) {
+			return tag, err
+		}
+	}
+}
+
+// unreachable reports whether err says the database could not be reached
+// or went away mid-statement (a connection error, a shutdown or crash of
+// the server, too many connections) rather than that it refused the
+// statement, which trying again would not change.
+func unreachable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "57", "53": // connection exception, operator intervention, insufficient resources
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled)
 }
 
 func truncate(s string) string {
@@ -153,13 +193,13 @@ const sqlNotify = `SELECT pg_notify('cellgate_jobs', '')`
 // guard, no wait for the WAL flush).
 const sqlComplete = `SELECT cellgate_jobs_complete($1, $2, $3)`
 
-func (b *Backend) takeDone() []doneRec {
+func (b *DB) takeDone() []doneRec {
 	b.cmu.Lock()
 	defer b.cmu.Unlock()
 	return b.takeDoneLocked()
 }
 
-func (b *Backend) takeDoneLocked() []doneRec {
+func (b *DB) takeDoneLocked() []doneRec {
 	if len(b.done) == 0 {
 		return nil
 	}
@@ -168,7 +208,7 @@ func (b *Backend) takeDoneLocked() []doneRec {
 	return d
 }
 
-func (b *Backend) putBackDone(d []doneRec) {
+func (b *DB) putBackDone(d []doneRec) {
 	if len(d) == 0 {
 		return
 	}
@@ -194,11 +234,11 @@ func splitDone(d []doneRec) ([]int64, []int32) {
 }
 
 // flushDone writes the buffered completions now.
-func (b *Backend) flushDone(ctx context.Context) error {
+func (b *DB) flushDone(ctx context.Context) error {
 	return b.writeDone(ctx, b.takeDone())
 }
 
-func (b *Backend) writeDone(ctx context.Context, d []doneRec) error {
+func (b *DB) writeDone(ctx context.Context, d []doneRec) error {
 	if len(d) == 0 {
 		return nil
 	}
@@ -206,22 +246,105 @@ func (b *Backend) writeDone(ctx context.Context, d []doneRec) error {
 	_, err := b.pool.Exec(ctx, sqlComplete, ids, attempts, b.now())
 	if err != nil {
 		b.putBackDone(d)
+	} else {
+		b.noteWritten(d)
 	}
 	return err
 }
 
-// closeDone writes the buffer for the last time; later completions are
-// written one by one (Complete after Close).
-func (b *Backend) closeDone(ctx context.Context) error {
+// noteWritten keeps completions committed without waiting for the WAL
+// flush until confirmLoop has made them durable.
+func (b *DB) noteWritten(d []doneRec) {
+	if len(d) == 0 {
+		return
+	}
 	b.cmu.Lock()
-	d := b.takeDoneLocked()
+	b.written = append(b.written, d...)
+	b.cmu.Unlock()
+}
+
+// writeDurably completes d (again: a job already completed, or no longer
+// running as that attempt, is left alone) in a transaction that waits for
+// its WAL flush. PostgreSQL flushes its WAL in order, so once it commits,
+// every completion this process wrote before it is durable too.
+func (b *DB) writeDurably(ctx context.Context, d []doneRec) error {
+	ids, attempts := splitDone(d)
+	var batch pgx.Batch
+	batch.Queue("BEGIN")
+	batch.Queue(sqlComplete, ids, attempts, b.now())
+	// cellgate_jobs_complete turned synchronous_commit off for the
+	// transaction; the last setting counts at commit. PostgreSQL waits for
+	// the flush only at the commit of a transaction that wrote WAL, and
+	// when every completion survived the UPDATE wrote none: a transactional
+	// logical message (an empty WAL record, allowed to any role at any
+	// wal_level) makes sure it did.
+	batch.Queue(`SELECT set_config('synchronous_commit', 'on', true), pg_logical_emit_message(true, 'cellgate_jobs', '')`)
+	batch.Queue("COMMIT")
+	return b.pool.SendBatch(ctx, &batch).Close()
+}
+
+// confirmLoop makes the completions written since its last pass durable,
+// every CompleteConfirm. A database that crashed after acknowledging a
+// completion may have lost it, and the job would sit 'running' until it is
+// rescued and run a second time; writing the completion again instead is a
+// no-op where it survived. A pass that fails keeps its completions and is
+// retried with backoff until the database answers or Close.
+func (b *DB) confirmLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.CompleteConfirm)
+	defer t.Stop()
+	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	for {
+		select {
+		case <-t.C:
+		case <-b.quit:
+			return // Close confirms what is left
+		}
+		b.cmu.Lock()
+		d := b.written
+		b.written = nil
+		b.cmu.Unlock()
+		for len(d) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+			err := b.writeDurably(ctx, d)
+			cancel()
+			if err == nil {
+				retry.reset()
+				break
+			}
+			b.logErr("confirm", fmt.Sprintf("pgjobs: confirming %d completions failed; retrying", len(d)), err)
+			if !retry.wait(b.quit) {
+				b.noteWritten(d) // for Close
+				return
+			}
+		}
+	}
+}
+
+// closeDone writes the buffered completions and confirms those written
+// before, for the last time, durably; later completions are written one by
+// one (Complete after Close). Completions it cannot record are logged by
+// job id: those jobs will be rescued and run again.
+func (b *DB) closeDone(ctx context.Context) error {
+	b.cmu.Lock()
+	d := append(b.takeDoneLocked(), b.written...)
+	b.written = nil
 	b.doneClosed = true
 	b.cmu.Unlock()
 	if len(d) == 0 {
 		return nil
 	}
-	ids, attempts := splitDone(d)
-	_, err := b.pool.Exec(ctx, sqlComplete, ids, attempts, b.now())
+	wctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	err := b.writeDurably(wctx, d)
+	if err != nil {
+		ids := make([]int64, len(d))
+		for i := range d {
+			ids[i] = d[i].id
+		}
+		b.log.Error("pgjobs: completions not recorded at shutdown; these jobs stay 'running' until they are rescued and run again",
+			"ids", ids, "err", err)
+	}
 	return err
 }
 
@@ -229,7 +352,7 @@ func (b *Backend) closeDone(ctx context.Context) error {
 // once when CompleteBatch are buffered. Claims take the buffer along as they
 // go, so while workers are busy the completions ride on claims and the loop
 // rarely has anything old enough to write.
-func (b *Backend) flushLoop() {
+func (b *DB) flushLoop() {
 	defer b.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
@@ -273,7 +396,7 @@ func (b *Backend) flushLoop() {
 
 // flushWait is how long the oldest buffered completion may still wait: 0
 // to write the buffer now, negative when it is empty.
-func (b *Backend) flushWait() time.Duration {
+func (b *DB) flushWait() time.Duration {
 	b.cmu.Lock()
 	defer b.cmu.Unlock()
 	if len(b.done) == 0 {

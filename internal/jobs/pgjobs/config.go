@@ -33,6 +33,7 @@ const (
 	DefaultClaimBatch      = 128
 	DefaultCompleteBatch   = 512
 	DefaultCompleteFlush   = 5 * time.Millisecond
+	DefaultCompleteConfirm = time.Second
 	DefaultInsertBatch     = 256
 	DefaultInserters       = 1
 	DefaultCapLookahead    = 256
@@ -50,8 +51,8 @@ const PrefetchOff = -1
 // every zero field takes its default.
 type Config struct {
 	// ShardLocal makes a jobs table on every shard and runs workers and a
-	// maintenance loop per shard (`jobs.postgres.shard_local`). Runtime
-	// reads it; a lone Backend ignores it.
+	// maintenance loop per shard (`jobs.postgres.shard_local`). New reads
+	// it; NewPool and NewDB ignore it.
 	ShardLocal bool
 	// Claim is the claim order (`jobs.postgres.claim`). "" means ClaimFair.
 	Claim ClaimMode
@@ -91,6 +92,14 @@ type Config struct {
 	// CompleteFlush is the longest a completion waits in the buffer.
 	// 0 means DefaultCompleteFlush.
 	CompleteFlush time.Duration
+	// CompleteConfirm is how often the completions written since the last
+	// confirmation are made durable: completions are committed without
+	// waiting for the WAL flush, so a database crash can lose the last of
+	// them; a confirmation writes them again in one transaction that does
+	// wait (a no-op for those already recorded), and one that fails is
+	// retried with backoff until it succeeds or the backend closes.
+	// 0 means DefaultCompleteConfirm.
+	CompleteConfirm time.Duration
 	// InsertBatch caps the plain enqueues written by one INSERT.
 	// 0 means DefaultInsertBatch.
 	InsertBatch int
@@ -136,6 +145,7 @@ func (c Config) WithDefaults() Config {
 	c.ClaimBatch = cmp.Or(c.ClaimBatch, DefaultClaimBatch)
 	c.CompleteBatch = cmp.Or(c.CompleteBatch, DefaultCompleteBatch)
 	c.CompleteFlush = cmp.Or(c.CompleteFlush, DefaultCompleteFlush)
+	c.CompleteConfirm = cmp.Or(c.CompleteConfirm, DefaultCompleteConfirm)
 	c.InsertBatch = cmp.Or(c.InsertBatch, DefaultInsertBatch)
 	c.Inserters = cmp.Or(c.Inserters, DefaultInserters)
 	c.CapLookahead = cmp.Or(c.CapLookahead, DefaultCapLookahead)
@@ -174,6 +184,7 @@ func (c Config) Validate() error {
 	}
 	posInt("jobs.postgres.complete_batch", c.CompleteBatch)
 	pos("jobs.postgres.complete_flush", c.CompleteFlush)
+	pos("jobs.postgres.complete_confirm", c.CompleteConfirm)
 	posInt("jobs.postgres.insert_batch", c.InsertBatch)
 	posInt("jobs.postgres.inserters", c.Inserters)
 	posInt("jobs.postgres.cap_lookahead", c.CapLookahead)

@@ -18,7 +18,7 @@ func TestConformance(t *testing.T) {
 			jobstest.RunConformance(t, jobstest.Harness{
 				NewBackend: func(tb testing.TB) jobs.Backend {
 					pool := newSchema(tb, dsn, 4)
-					b, err := New(pool, Config{Claim: mode, PollInterval: 50 * time.Millisecond}, Options{Logger: quietLogger()})
+					b, err := NewPool(pool, Config{Claim: mode, PollInterval: 50 * time.Millisecond}, Options{Logger: quietLogger()})
 					if err != nil {
 						tb.Fatal(err)
 					}

@@ -1,19 +1,20 @@
-// Package pgjobs is the PostgreSQL job backend: a jobs.Backend over the
-// cellgate_jobs table, and Runtime, which runs one such backend on the
-// control database and, with shard_local, one per shard behind a single
-// jobs.Client. The package owns its schema: migrations/ holds its
-// golang-migrate files, which Migrate applies under their own migrations
-// table (cellgate_jobs_schema_migrations), apart from the app's.
+// Package pgjobs is the PostgreSQL job backend: Backend, the jobs.Backend
+// of a cell, serves the cellgate_jobs table of the control database and,
+// with shard_local, of every shard (one DB each) to one jobs.Client. The
+// package owns its schema: migrations/ holds its golang-migrate files,
+// which Migrate applies under their own migrations table
+// (cellgate_jobs_schema_migrations), apart from the app's.
 //
-// What one Backend does, and where (docs/jobs-postgres.md has the SQL):
+// What one DB does, and where (docs/jobs-postgres.md has the SQL):
 //
 //   - Insert: plain enqueues are coalesced, so concurrent callers share one
 //     multi-row INSERT (one commit, one WAL flush) and each still waits for
 //     its own commit; an enqueue carried in a caller's transaction
-//     (Runtime.EnqueueTx, Backend.InsertTx) is one statement in that transaction.
+//     (jobs.Client.EnqueueTx, which Backend.InsertTx sends to the
+//     transaction's database) is one statement in that transaction.
 //     Uniqueness is a partial unique index over active jobs. On the control
 //     database plain enqueues pass a circuit breaker.
-//   - Claim: one goroutine per Backend (the fetcher) claims, in one round
+//   - Claim: one goroutine per DB (the fetcher) claims, in one round
 //     trip, a job for every worker waiting in Claim plus a prefetch sized
 //     to what the workers asked for during the previous round trip
 //     (cellgate_jobs_claim: FOR UPDATE SKIP LOCKED, fair or FIFO order,
@@ -25,14 +26,18 @@
 //     (jobs.QueuePauser; pause.go); every claim reads that table once and
 //     skips the queue's jobs until ResumeQueue, which NOTIFYs.
 //   - Complete is buffered and written in batches (piggybacked on the next
-//     claim, or after CompleteFlush): at-least-once, a completion lost in a
-//     crash means the job runs again after it is rescued.
-//   - One dedicated connection per Backend listens for notifications, sends
+//     claim, or after CompleteFlush) without waiting for the WAL flush;
+//     every CompleteConfirm the completions written since are written again
+//     durably (retried with backoff while the database is down), so a
+//     database crash does not make a finished job run again. A completion
+//     lost with this process is: the job is rescued and runs again.
+//   - One dedicated connection per DB listens for notifications, sends
 //     the heartbeats of the jobs this process runs, and, when it holds the
 //     table's advisory lock (one leader per table), rescues jobs whose
 //     heartbeats stopped and deletes finished jobs past their retention.
 //
-// Concurrency: every exported method of Backend and Runtime is safe for
+// Concurrency: every exported method of Backend and DB is safe for
 // concurrent use. A Backend follows the jobs.Backend life cycle (Open once,
-// Close once, the rest concurrently); its goroutines stop in Close.
+// Close once, the rest concurrently); its goroutines and those of its DBs
+// stop in Close.
 package pgjobs

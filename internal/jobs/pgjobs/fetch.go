@@ -6,7 +6,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 )
 
-// The fetcher: one goroutine per Backend claims jobs for the workers, one
+// The fetcher: one goroutine per DB claims jobs for the workers, one
 // claim in flight at a time. A claim takes a job for every worker waiting
 // in Claim plus a prefetch: as many jobs as the workers asked for while the
 // previous claim was in flight (at most Config.Prefetch, one per worker by
@@ -66,7 +66,7 @@ type flightMark struct {
 // wantLocked is how many jobs to claim now: enough for every waiting worker
 // plus the prefetch when a worker waits, else a top-up once the stash (and
 // the claims in flight) fell below half the prefetch. b.mu must be held.
-func (b *Backend) wantLocked() int {
+func (b *DB) wantLocked() int {
 	have := b.stash.len() + b.reserved
 	var n int
 	if waiting := len(b.queue); waiting > 0 {
@@ -78,7 +78,7 @@ func (b *Backend) wantLocked() int {
 }
 
 // lowLocked reports whether the stash needs a top-up. b.mu must be held.
-func (b *Backend) lowLocked() bool {
+func (b *DB) lowLocked() bool {
 	return 2*(b.stash.len()+b.reserved) < b.prefetch
 }
 
@@ -90,14 +90,14 @@ func (b *Backend) lowLocked() bool {
 // jobs finish, and counting it would claim ahead of workers that are about
 // to be busy for a long time (TestLongJobsAreNotPrefetched). b.mu must be
 // held, and the claim's jobs not handed out yet.
-func (b *Backend) landedLocked(n int, mark flightMark) {
+func (b *DB) landedLocked(n int, mark flightMark) {
 	b.reserved -= n
 	asked := int(b.returned - mark.returned)
 	b.prefetch = min(max(asked, b.prefetch-(b.prefetch+3)/4, 0), b.maxPrefetch)
 }
 
 // fetchLoop claims jobs while workers want them, until Close.
-func (b *Backend) fetchLoop() {
+func (b *DB) fetchLoop() {
 	defer b.wg.Done()
 	select {
 	case <-b.ready:

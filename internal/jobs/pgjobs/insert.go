@@ -20,7 +20,7 @@ import (
 // in the background after boot, retrying while a shard is down).
 var ErrShardJobsNotReady = errors.New("jobs: the shard's jobs table is still being created (the job runtime migrates shards in the background after boot); retry shortly")
 
-// Insert adds a job; see jobs.Backend. Plain enqueues without a uniqueness
+// insert adds a job; see jobs.Backend. Plain enqueues without a uniqueness
 // key are coalesced with concurrent ones into one INSERT, and every plain
 // enqueue passes the circuit breaker when the backend has one. Insert
 // returns once the job is committed. InsertTx writes one with the caller's
@@ -29,7 +29,7 @@ var ErrShardJobsNotReady = errors.New("jobs: the shard's jobs table is still bei
 // If ctx ends while a coalesced insert is in flight, Insert returns
 // ctx.Err() and the job may still have been inserted, as with any write
 // whose caller stopped waiting.
-func (b *Backend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+func (b *DB) insert(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
 	if err := b.usable(); err != nil {
 		return jobs.EnqueueResult{}, err
 	}
@@ -48,12 +48,12 @@ func (b *Backend) Insert(ctx context.Context, p jobs.InsertParams) (jobs.Enqueue
 	return r, err
 }
 
-// InsertTx writes one job with the caller's transaction tx, which must run
-// on this backend's database (jobs.TxInserter): one statement, so the job
+// insertTx writes one job with the caller's transaction tx, which must run
+// on this database: one statement, so the job
 // exists if and only if tx commits. It does not use the circuit breaker: the
 // caller's own transaction already proves the database answers. The NOTIFY
 // follows after the caller has (probably) committed; see notify.go.
-func (b *Backend) InsertTx(ctx context.Context, stx shards.Tx, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+func (b *DB) insertTx(ctx context.Context, stx shards.Tx, p jobs.InsertParams) (jobs.EnqueueResult, error) {
 	if err := b.usable(); err != nil {
 		return jobs.EnqueueResult{}, err
 	}
@@ -102,7 +102,7 @@ const sqlInsertOne = `SELECT job_id, duplicate FROM cellgate_jobs_insert($1, $2,
 // calling goroutine after this process's completions are written (so a job
 // that completed here no longer counts as active); other jobs go through
 // the coalescer.
-func (b *Backend) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+func (b *DB) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
 	if p.UniqueKey != "" {
 		if err := b.flushDone(ctx); err != nil {
 			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
@@ -149,7 +149,7 @@ func (b *Backend) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.En
 }
 
 // inserted wakes the workers (of every process) for a job it committed.
-func (b *Backend) inserted(runAt, now time.Time) {
+func (b *DB) inserted(runAt, now time.Time) {
 	if runAt.After(now) {
 		b.wakeAt(runAt)
 	} else {
@@ -173,7 +173,7 @@ var reqPool = sync.Pool{New: func() any { return &insertReq{res: make(chan inser
 // InsertBatch) and commits them with one statement. While it waits for the
 // commit, new enqueues queue up for the next inserter, so batches grow with
 // load and an idle system inserts each job at once.
-func (b *Backend) insertLoop() {
+func (b *DB) insertLoop() {
 	defer b.wg.Done()
 	batch := make([]*insertReq, 0, b.cfg.InsertBatch)
 	for {
@@ -200,7 +200,7 @@ func (b *Backend) insertLoop() {
 	}
 }
 
-func (b *Backend) insertBatch(batch []*insertReq) {
+func (b *DB) insertBatch(batch []*insertReq) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	now := b.now()
@@ -291,14 +291,14 @@ func readIDs(rows pgx.Rows, n int) ([]int64, error) {
 // order (cellgate_jobs_insert_many); ids come back in input order.
 const sqlInsertMany = `SELECT job_id FROM cellgate_jobs_insert_many($1, $2, $3, $4, $5, $6, $7)`
 
-// InsertMany inserts ps with one round trip and one commit, all or none
-// (jobs.BatchInserter), through the circuit breaker like Insert. The runs
+// insertMany inserts ps with one round trip and one commit, all or none
+// (Backend.InsertMany), through the circuit breaker like insert. The runs
 // of jobs without a uniqueness key go through cellgate_jobs_insert_many,
 // each unique job through cellgate_jobs_insert, all as one pipelined batch
 // in ps's order, so the fair order places the jobs of a tenant in ps's
 // order and a unique job sees the jobs before it (an earlier element with
 // its key makes it a Duplicate of that element's job).
-func (b *Backend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+func (b *DB) insertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
 	if err := b.usable(); err != nil {
 		return nil, err
 	}
@@ -307,7 +307,7 @@ func (b *Backend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]job
 			return nil, err
 		}
 	}
-	out, err := b.insertMany(ctx, ps)
+	out, err := b.insertManyNow(ctx, ps)
 	if b.brk != nil {
 		if errors.Is(err, jobs.ErrClosed) {
 			b.brk.done(context.Canceled)
@@ -318,7 +318,7 @@ func (b *Backend) InsertMany(ctx context.Context, ps []jobs.InsertParams) ([]job
 	return out, err
 }
 
-func (b *Backend) insertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+func (b *DB) insertManyNow(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
 	for i := range ps {
 		if ps[i].UniqueKey != "" {
 			// As insertPlain: a job that completed here no longer counts
@@ -346,10 +346,10 @@ func (b *Backend) insertMany(ctx context.Context, ps []jobs.InsertParams) ([]job
 	return out, nil
 }
 
-// InsertManyTx writes ps with the caller's transaction tx in one round trip
-// (jobs.TxBatchInserter), as InsertMany does, and like InsertTx without the
+// insertManyTx writes ps with the caller's transaction tx in one round trip
+// (Backend.InsertManyTx), as insertMany does, and like insertTx without the
 // circuit breaker; the jobs exist if and only if tx commits.
-func (b *Backend) InsertManyTx(ctx context.Context, stx shards.Tx, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+func (b *DB) insertManyTx(ctx context.Context, stx shards.Tx, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
 	if err := b.usable(); err != nil {
 		return nil, err
 	}

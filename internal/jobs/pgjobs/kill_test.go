@@ -54,7 +54,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 		fmt.Printf("started %d attempt %d\n", j.ID, j.Attempt)
 		select {} // until SIGKILL
 	})
-	r, err := NewRuntime(context.Background(), set, Config{ShardLocal: true, PollInterval: 50 * time.Millisecond},
+	r, err := newRuntime(context.Background(), set, Config{ShardLocal: true, PollInterval: 50 * time.Millisecond},
 		jobs.Config{Workers: 1}, w, jobs.Options{Logger: quietLogger()})
 	if err == nil {
 		err = r.Start(context.Background())
@@ -81,11 +81,11 @@ func TestWorkerKilledMidJob(t *testing.T) {
 
 	// Enqueue the job in a shard transaction, with a runtime that runs no
 	// workers of its own.
-	enq, err := NewRuntime(ctx, c.set, Config{ShardLocal: true}, jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
+	enq, err := newRuntime(ctx, c.set, Config{ShardLocal: true}, jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	enq.shards[0].markReady()
+	enq.Databases()[1].markReady()
 	var id jobs.JobID
 	tctx := tenant.With(ctx, "acme")
 	err = sh.Tx(tctx, func(tx shards.Tx) error {
@@ -153,7 +153,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 		ran <- j
 		return nil
 	})
-	r, err := NewRuntime(ctx, c.set, Config{ShardLocal: true, RescueAfter: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
+	r, err := newRuntime(ctx, c.set, Config{ShardLocal: true, RescueAfter: 400 * time.Millisecond, PollInterval: 50 * time.Millisecond},
 		jobs.Config{Workers: 1}, w, jobs.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestWorkerKilledMidJob(t *testing.T) {
 	eventually(t, 10*time.Second, "the rescued job to be completed", func() bool {
 		return count(t, sh.Pool, `SELECT count(*) FROM cellgate_jobs WHERE id = $1 AND state = 'completed'`, int64(id)) == 1
 	})
-	js, err := r.List(ctx, ListFilter{Database: "shard-0"})
+	js, err := r.Shard("shard-0").List(ctx, ListFilter{})
 	if err != nil || len(js) != 1 {
 		t.Fatalf("List = %+v, %v", js, err)
 	}

@@ -105,7 +105,7 @@ func (f ListFilter) limit() int {
 
 // List returns the jobs of this backend's database that match f, newest
 // first. f.Database, if set, must be this backend's name.
-func (b *Backend) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
+func (b *DB) List(ctx context.Context, f ListFilter) ([]JobInfo, error) {
 	if f.Database != "" && f.Database != b.name {
 		return nil, nil
 	}
@@ -145,7 +145,7 @@ func timeBound(t time.Time) *time.Time {
 }
 
 // scanJob reads one row of jobColumns.
-func (b *Backend) scanJob(row pgx.Row) (JobInfo, error) {
+func (b *DB) scanJob(row pgx.Row) (JobInfo, error) {
 	j := JobInfo{Database: b.name}
 	var id int64
 	var attempt, maxAttempts int32

@@ -54,7 +54,7 @@ FROM generate_series(1, 60) g`); err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	b := &Backend{name: "control"}
+	b := &DB{name: "control"}
 	var all []JobInfo
 	for rows.Next() {
 		j, err := b.scanJob(rows)
@@ -76,7 +76,7 @@ FROM generate_series(1, 60) g`); err != nil {
 // guards drop only branches that cannot match.
 func TestListMatchesFilters(t *testing.T) {
 	pool := newSchema(t, newDB(t), 4)
-	b, err := New(pool, Config{}, Options{})
+	b, err := NewDB(pool, Config{}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ type MaintenanceReport struct {
 // then, if this backend is or becomes the leader, rescue and retention) and
 // reports it. The loop runs passes on its own every RescueAfter/4; tests
 // call this instead of waiting.
-func (b *Backend) RunMaintenance(ctx context.Context) (MaintenanceReport, error) {
+func (b *DB) RunMaintenance(ctx context.Context) (MaintenanceReport, error) {
 	if err := b.usable(); err != nil {
 		return MaintenanceReport{}, err
 	}
@@ -58,7 +58,7 @@ func (b *Backend) RunMaintenance(ctx context.Context) (MaintenanceReport, error)
 // heartbeats, and, while it holds the table's advisory lock, maintenance.
 // A lost connection drops the lock (PostgreSQL releases it), so another
 // process takes over; this loop reconnects with backoff.
-func (b *Backend) connLoop() {
+func (b *DB) connLoop() {
 	defer b.wg.Done()
 	select {
 	case <-b.ready:
@@ -88,7 +88,7 @@ func (b *Backend) connLoop() {
 	}
 }
 
-func (b *Backend) connect() (*pgx.Conn, error) {
+func (b *DB) connect() (*pgx.Conn, error) {
 	cc := b.pool.Config().ConnConfig.Copy()
 	// Plan every statement afresh: the table's size swings too much for a
 	// plan cached on this long-lived connection to stay good.
@@ -99,7 +99,7 @@ func (b *Backend) connect() (*pgx.Conn, error) {
 	return pgx.ConnectConfig(ctx, cc)
 }
 
-func (b *Backend) serveConn(conn *pgx.Conn) error {
+func (b *DB) serveConn(conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	_, err := conn.Exec(ctx, "LISTEN cellgate_jobs")
 	cancel()
@@ -184,7 +184,7 @@ const maintenanceLockClass = 1667723882
 // pass runs one maintenance pass on conn: with full, heartbeats, leader
 // election and rescue (and retention, with retention); with vacuum, the
 // leader's vacuum check.
-func (b *Backend) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep MaintenanceReport) {
+func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep MaintenanceReport) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	now := b.now()
@@ -290,7 +290,7 @@ func (b *Backend) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Mainte
 // at the head of the claim indexes, so claims slow down as jobs go through;
 // autovacuum visits a table at most once per autovacuum_naptime (a minute by
 // default), and may be off.
-func (b *Backend) vacuum(ctx context.Context, conn *pgx.Conn) (bool, error) {
+func (b *DB) vacuum(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	var dead int64
 	if err := conn.QueryRow(ctx, sqlDeadRows).Scan(&dead); err != nil {
 		return false, fmt.Errorf("pgjobs: dead rows of %s: %w", b.name, err)

@@ -77,13 +77,13 @@ func TestEnqueueManyAllOrNone(t *testing.T) {
 		{Kind: "once", Queue: "default", EncodedArgs: []byte(`{}`), MaxAttempts: 3, UniqueKey: "k"},
 		{Kind: "plain", Queue: "default", EncodedArgs: []byte(`{}`), MaxAttempts: 0}, // violates max_attempts >= 1
 	}
-	if _, err := b.InsertMany(ctx, ps); err == nil {
+	if _, err := b.insertMany(ctx, ps); err == nil {
 		t.Fatal("InsertMany with an invalid job succeeded")
 	}
 	if n := count(t, pool, `SELECT count(*) FROM cellgate_jobs`); n != 0 {
 		t.Fatalf("%d jobs after a failed batch, want 0", n)
 	}
-	rs, err := b.InsertMany(ctx, ps[:2])
+	rs, err := b.insertMany(ctx, ps[:2])
 	if err != nil || len(rs) != 2 || rs[0].Duplicate || rs[1].Duplicate || rs[0].ID >= rs[1].ID {
 		t.Fatalf("InsertMany = %v, %v; want two new jobs in order", rs, err)
 	}
@@ -165,7 +165,7 @@ func BenchmarkEnqueueMany(b *testing.B) {
 // its EnqueueMany to the control database's.
 func TestRuntimeEnqueueMany(t *testing.T) {
 	c := newCell(t, 2, 4)
-	r, err := NewRuntime(context.Background(), c.set, Config{ShardLocal: true, PollInterval: 50 * time.Millisecond},
+	r, err := newRuntime(context.Background(), c.set, Config{ShardLocal: true, PollInterval: 50 * time.Millisecond},
 		jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

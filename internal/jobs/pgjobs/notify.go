@@ -34,7 +34,7 @@ type notifier struct {
 }
 
 // notifyNow asks for a NOTIFY as soon as possible (coalesced with others).
-func (b *Backend) notifyNow() {
+func (b *DB) notifyNow() {
 	signal(b.wake) // this process's fetcher needs no round trip
 	b.ntf.mu.Lock()
 	b.ntf.now = true
@@ -45,7 +45,7 @@ func (b *Backend) notifyNow() {
 // notifyAfterTx arms the delayed NOTIFYs for a job written in a caller's
 // transaction. An armed delay is never postponed, so a steady stream of
 // enqueues still notifies every few milliseconds.
-func (b *Backend) notifyAfterTx() {
+func (b *DB) notifyAfterTx() {
 	now := time.Now()
 	b.ntf.mu.Lock()
 	for i, d := range txNotifyDelays {
@@ -58,7 +58,7 @@ func (b *Backend) notifyAfterTx() {
 }
 
 // notifyLoop sends the NOTIFYs that are due, one statement for all of them.
-func (b *Backend) notifyLoop() {
+func (b *DB) notifyLoop() {
 	defer b.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()

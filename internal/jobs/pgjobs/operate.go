@@ -25,7 +25,7 @@ var (
 )
 
 // Job returns one job of this backend's database.
-func (b *Backend) Job(ctx context.Context, id jobs.JobID) (JobInfo, error) {
+func (b *DB) Job(ctx context.Context, id jobs.JobID) (JobInfo, error) {
 	if !b.Ready() {
 		return JobInfo{}, ErrNotReady
 	}
@@ -42,18 +42,18 @@ func (b *Backend) Job(ctx context.Context, id jobs.JobID) (JobInfo, error) {
 // RetryJob makes a completed, failed or waiting job available now, with
 // one more attempt if its budget is spent. A job whose uniqueness key is
 // held by another active job cannot come back (ErrJobState).
-func (b *Backend) RetryJob(ctx context.Context, id jobs.JobID) error {
+func (b *DB) RetryJob(ctx context.Context, id jobs.JobID) error {
 	return b.operateOne(ctx, ActRetry, id)
 }
 
 // CancelJob fails a waiting job for good, recording "cancelled by an
 // operator" as its last error. A running job cannot be cancelled.
-func (b *Backend) CancelJob(ctx context.Context, id jobs.JobID) error {
+func (b *DB) CancelJob(ctx context.Context, id jobs.JobID) error {
 	return b.operateOne(ctx, ActCancel, id)
 }
 
 // DeleteJob removes a job that is not running.
-func (b *Backend) DeleteJob(ctx context.Context, id jobs.JobID) error {
+func (b *DB) DeleteJob(ctx context.Context, id jobs.JobID) error {
 	return b.operateOne(ctx, ActDelete, id)
 }
 
@@ -73,7 +73,7 @@ var actSQL = map[Act]string{ActRetry: sqlRetryJobs, ActCancel: sqlCancelJobs, Ac
 // many it changed; jobs whose state does not allow it are left alone. A
 // batch retry that collides on a uniqueness key falls back to one job at a
 // time, so the other jobs still come back.
-func (b *Backend) Operate(ctx context.Context, act Act, ids []jobs.JobID) (int, error) {
+func (b *DB) Operate(ctx context.Context, act Act, ids []jobs.JobID) (int, error) {
 	if !b.Ready() {
 		return 0, ErrNotReady
 	}
@@ -115,13 +115,13 @@ func isUniqueViolation(err error) bool {
 }
 
 // wakeAfter tells this process's fetcher that retried jobs are ready.
-func (b *Backend) wakeAfter(act Act, n int) {
+func (b *DB) wakeAfter(act Act, n int) {
 	if act == ActRetry && n > 0 {
 		signal(b.wake)
 	}
 }
 
-func (b *Backend) operateOne(ctx context.Context, act Act, id jobs.JobID) error {
+func (b *DB) operateOne(ctx context.Context, act Act, id jobs.JobID) error {
 	n, err := b.Operate(ctx, act, []jobs.JobID{id})
 	if err != nil || n == 1 {
 		return err
@@ -178,7 +178,7 @@ type QueueDepth struct {
 
 // Depths counts the jobs of every queue by state. It reads the whole
 // table's finished jobs too, so its cost follows the retention window.
-func (b *Backend) Depths(ctx context.Context) ([]QueueDepth, error) {
+func (b *DB) Depths(ctx context.Context) ([]QueueDepth, error) {
 	if !b.Ready() {
 		return nil, ErrNotReady
 	}
@@ -218,10 +218,6 @@ FROM cellgate_jobs
 GROUP BY queue
 ORDER BY queue`
 
-// Databases returns the backend of every database the runtime serves,
-// the control database first, then the shards in spec order.
-func (r *Runtime) Databases() []*Backend { return append([]*Backend(nil), r.all...) }
-
 // TenantBacklog is one tenant's jobs in one database.
 type TenantBacklog struct {
 	// Tenant is the tenant id.
@@ -247,7 +243,7 @@ type JobTotals struct {
 
 // Backlogs returns the jobs of the given tenants by state, and the
 // database's totals. The totals read the whole table.
-func (b *Backend) Backlogs(ctx context.Context, tenants []string) ([]TenantBacklog, JobTotals, error) {
+func (b *DB) Backlogs(ctx context.Context, tenants []string) ([]TenantBacklog, JobTotals, error) {
 	if !b.Ready() {
 		return nil, JobTotals{}, ErrNotReady
 	}
@@ -262,7 +258,7 @@ func (b *Backend) Backlogs(ctx context.Context, tenants []string) ([]TenantBackl
 
 // TenantBacklogs returns the jobs of the given tenants by state, reading
 // only their rows (no totals): what a periodic sampler can afford.
-func (b *Backend) TenantBacklogs(ctx context.Context, tenants []string) ([]TenantBacklog, error) {
+func (b *DB) TenantBacklogs(ctx context.Context, tenants []string) ([]TenantBacklog, error) {
 	if !b.Ready() {
 		return nil, ErrNotReady
 	}

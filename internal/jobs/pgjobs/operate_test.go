@@ -15,7 +15,7 @@ import (
 // and delete actions on one database, each refusing what it must.
 func TestOperatorCalls(t *testing.T) {
 	c := newCell(t, 1, 3)
-	r, err := NewRuntime(context.Background(), c.set, Config{}, jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
+	r, err := newRuntime(context.Background(), c.set, Config{}, jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestOperateBatch(t *testing.T) {
 	if err := Migrate(context.Background(), c.dsns["control"]); err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(c.set.Control(), Config{}, Options{Name: "control"})
+	b, err := NewDB(c.set.Control(), Config{}, Options{Name: "control"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 )
 
-var _ jobs.QueuePauser = (*Backend)(nil)
+var _ jobs.QueuePauser = (*DB)(nil)
 
 // errNoQueue refuses an empty queue name: no job has one, so pausing it
 // would hold nothing and only litter the table.
@@ -23,7 +23,7 @@ var errNoQueue = errors.New("pgjobs: the queue name is empty")
 // restarts until ResumeQueue. It reports whether the queue was running
 // before; pausing a paused queue changes nothing. A queue with no jobs yet
 // may be paused: its jobs wait from their first enqueue.
-func (b *Backend) PauseQueue(ctx context.Context, queue string) (bool, error) {
+func (b *DB) PauseQueue(ctx context.Context, queue string) (bool, error) {
 	if queue == "" {
 		return false, errNoQueue
 	}
@@ -42,7 +42,7 @@ const sqlPause = `INSERT INTO cellgate_jobs_paused (queue, paused_at) VALUES ($1
 // ResumeQueue resumes a paused queue and wakes every process listening on
 // the database, so idle workers elsewhere claim its backlog at once rather
 // than at their next poll. It reports whether the queue was paused.
-func (b *Backend) ResumeQueue(ctx context.Context, queue string) (bool, error) {
+func (b *DB) ResumeQueue(ctx context.Context, queue string) (bool, error) {
 	if queue == "" {
 		return false, errNoQueue
 	}
@@ -75,7 +75,7 @@ SELECT CASE WHEN EXISTS (SELECT FROM gone) THEN (SELECT true FROM pg_notify('cel
 
 // PausedQueues lists the paused queues of this database, by name (in byte
 // order).
-func (b *Backend) PausedQueues(ctx context.Context) ([]string, error) {
+func (b *DB) PausedQueues(ctx context.Context) ([]string, error) {
 	if !b.Ready() {
 		return nil, ErrNotReady
 	}

@@ -138,10 +138,10 @@ FROM generate_series(1, $1) g`, held, mode == ClaimFair); err != nil {
 	}
 }
 
-// TestPauseSurvivesRestart: a pause made through one Backend and Client
-// holds for a new Backend and Client on the same database (a restarted
+// TestPauseSurvivesRestart: a pause made through one DB and Client
+// holds for a new DB and Client on the same database (a restarted
 // process), a job of the queue running at the pause finishes, and a
-// resume through the new Backend lets the queue run.
+// resume through the new DB lets the queue run.
 func TestPauseSurvivesRestart(t *testing.T) {
 	dsn := newMigratedDB(t)
 	ctx := context.Background()
@@ -206,7 +206,7 @@ func TestPauseSurvivesRestart(t *testing.T) {
 }
 
 // TestResumeWakesIdleWorkers: a resume made by another process (here a
-// Backend that runs no workers, as the console's may) wakes an idle
+// DB that runs no workers, as the console's may) wakes an idle
 // process at once, though its poll interval is a minute: the resume
 // NOTIFYs.
 func TestResumeWakesIdleWorkers(t *testing.T) {
@@ -219,7 +219,7 @@ func TestResumeWakesIdleWorkers(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	other, err := New(newPool(t, dsn, "", 2), Config{}, Options{Logger: quietLogger()})
+	other, err := NewDB(newPool(t, dsn, "", 2), Config{}, Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestResumeWakesIdleWorkers(t *testing.T) {
 
 // TestPauseRefusals: an empty queue name is refused.
 func TestPauseRefusals(t *testing.T) {
-	b, err := New(newMigratedPool(t, 2), Config{}, Options{Logger: quietLogger()})
+	b, err := NewDB(newMigratedPool(t, 2), Config{}, Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
@@ -157,7 +158,7 @@ func count(tb testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 
 // cell is a test cell: a control database and shards with the app's
 // migrations applied, as the server applies them at boot; the jobs tables
-// are not there yet (the Runtime migrates them).
+// are not there yet (the Backend migrates them).
 type cell struct {
 	set  *shards.Set
 	dsns map[string]string // by database name in the runtime: control, shard-0, …
@@ -190,8 +191,30 @@ func newCell(tb testing.TB, nShards, maxConns int) *cell {
 	return c
 }
 
+// cellRuntime is a cell's job runtime as the server builds it: a Backend over
+// the cell's databases and the Client that drives it.
+type cellRuntime struct {
+	*jobs.Client
+	*Backend
+}
+
+// newRuntime builds a runtime over set; jcfg.Workers is per database, as
+// the spec's jobs.workers.
+func newRuntime(ctx context.Context, set *shards.Set, cfg Config, jcfg jobs.Config, w *jobs.Workers, o jobs.Options) (*cellRuntime, error) {
+	b, err := New(set, cfg, Options{Logger: o.Logger, Registry: o.Registry})
+	if err != nil {
+		return nil, err
+	}
+	jcfg.Workers = jcfg.WithDefaults().Workers * len(b.Databases())
+	c, err := jobs.NewClient(ctx, jcfg, b, w, o)
+	if err != nil {
+		return nil, err
+	}
+	return &cellRuntime{c, b}, nil
+}
+
 // waitReady waits until the runtime has migrated every database.
-func waitReady(tb testing.TB, r *Runtime) {
+func waitReady(tb testing.TB, r *cellRuntime) {
 	tb.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for len(r.NotReady()) > 0 {

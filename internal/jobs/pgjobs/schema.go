@@ -23,8 +23,8 @@ const MigrationsTable = "cellgate_jobs_schema_migrations"
 
 // Migrate applies the job backend's embedded migrations to the database at
 // dsn (a postgres:// URL) up to the newest version, under MigrationsTable.
-// Runtime.Start calls it for every database the runtime uses; call it
-// yourself before using a Backend built with New. Concurrent calls on one
+// A Backend from New calls it for each of its databases; call it yourself
+// before NewPool or NewDB. Concurrent calls on one
 // database take turns on golang-migrate's advisory lock.
 func Migrate(ctx context.Context, dsn string) error {
 	return Files.Up(ctx, dsn)

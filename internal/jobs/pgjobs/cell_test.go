@@ -45,7 +45,7 @@ func TestSignupsEnqueueAtomically(t *testing.T) {
 		runs.Add(1)
 		return nil
 	})
-	r, err := NewRuntime(context.Background(), c.set, Config{ShardLocal: true, PollInterval: 50 * time.Millisecond},
+	r, err := newRuntime(context.Background(), c.set, Config{ShardLocal: true, PollInterval: 50 * time.Millisecond},
 		jobs.Config{Workers: 8}, w, jobs.Options{Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +200,7 @@ func TestControlDatabaseDown(t *testing.T) {
 		done.Add(1)
 		return nil
 	})
-	r, err := NewRuntime(context.Background(), c.set,
+	r, err := newRuntime(context.Background(), c.set,
 		Config{ShardLocal: true, PollInterval: 50 * time.Millisecond, BreakerFailures: 3, BreakerCooldown: time.Minute},
 		jobs.Config{Workers: 2}, w, jobs.Options{Logger: quietLogger(), Registry: reg, Clock: clock})
 	if err != nil {
@@ -257,10 +257,10 @@ func TestControlDatabaseDown(t *testing.T) {
 	if failures != 3 || rejections != 3 {
 		t.Fatalf("%d failures and %d rejections, want 3 failures (breaker_failures) then 3 rejections", failures, rejections)
 	}
-	if got := testutil.ToFloat64(r.control.brk.state); got != breakerOpen {
+	if got := testutil.ToFloat64(r.Control().brk.state); got != breakerOpen {
 		t.Errorf("cellgate_jobs_breaker_state = %v, want %d (open)", got, breakerOpen)
 	}
-	if got := testutil.ToFloat64(r.control.brk.rejects); got != 3 {
+	if got := testutil.ToFloat64(r.Control().brk.rejects); got != 3 {
 		t.Errorf("cellgate_jobs_breaker_rejections_total = %v, want 3", got)
 	}
 	t0 := time.Now()
@@ -278,7 +278,7 @@ func TestControlDatabaseDown(t *testing.T) {
 		_, err := r.Enqueue(ctx, welcomeArgs{Email: "back@x"})
 		return err == nil
 	})
-	if st := r.control.BreakerState(); st != breakerClosed {
+	if st := r.Control().BreakerState(); st != breakerClosed {
 		t.Errorf("breaker state after a good probe = %d, want closed", st)
 	}
 	eventually(t, 15*time.Second, "the control job to run after recovery", func() bool { return done.Load() == 24 })
@@ -304,12 +304,12 @@ func TestControlDatabaseDown(t *testing.T) {
 	}
 }
 
-// TestRuntimeListAndStats: the job listing and the queue depth cover the
-// control database and every shard.
-func TestRuntimeListAndStats(t *testing.T) {
+// TestCellListAndStats: the databases' job listings and the queue depth
+// cover the control database and every shard.
+func TestCellListAndStats(t *testing.T) {
 	c := newCell(t, 2, 3)
 	reg := prometheus.NewRegistry()
-	r, err := NewRuntime(context.Background(), c.set, Config{ShardLocal: true}, jobs.Config{Workers: 1}, nil,
+	r, err := newRuntime(context.Background(), c.set, Config{ShardLocal: true}, jobs.Config{Workers: 1}, nil,
 		jobs.Options{Logger: quietLogger(), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -343,9 +343,13 @@ func TestRuntimeListAndStats(t *testing.T) {
 		}
 		want[sh.Name]++
 	}
-	all, err := r.List(ctx, ListFilter{})
-	if err != nil {
-		t.Fatal(err)
+	var all []JobInfo
+	for _, db := range r.Databases() {
+		js, err := db.List(ctx, ListFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, js...)
 	}
 	got := map[string]int{}
 	for _, j := range all {
@@ -357,15 +361,10 @@ func TestRuntimeListAndStats(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("jobs per database = %v, want %v", got, want)
 	}
-	one, err := r.List(ctx, ListFilter{Tenant: "t3", Limit: 5})
-	if err != nil || len(one) != 1 || one[0].Tenant != "t3" {
-		t.Errorf("List(tenant t3) = %+v, %v", one, err)
-	}
-	if sh, _, _ := c.set.ForTenant("t3"); one[0].Database != sh.Name {
-		t.Errorf("t3's job listed in %s, want %s", one[0].Database, sh.Name)
-	}
-	if lim, _ := r.List(ctx, ListFilter{Limit: 2}); len(lim) != 2 {
-		t.Errorf("List(limit 2) returned %d jobs", len(lim))
+	sh, _, _ := c.set.ForTenant("t3")
+	one, err := r.Shard(sh.Name).List(ctx, ListFilter{Tenant: "t3", Limit: 5})
+	if err != nil || len(one) != 1 || one[0].Tenant != "t3" || one[0].Database != sh.Name {
+		t.Errorf("List(tenant t3) on %s = %+v, %v", sh.Name, one, err)
 	}
 	if v := testutil.ToFloat64(collectorOf(t, reg, "cellgate_jobs_queue_depth")); v != 7 {
 		t.Errorf("cellgate_jobs_queue_depth = %v, want 7 (control + shards)", v)
@@ -409,7 +408,7 @@ func (g gatheredCollector) Collect(ch chan<- prometheus.Metric) {
 // it and the database stays not ready, while the others come up.
 func TestRuntimeStopsRetryingFailedMigration(t *testing.T) {
 	c := newCell(t, 1, 3)
-	r, err := NewRuntime(context.Background(), c.set, Config{ShardLocal: true}, jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
+	r, err := newRuntime(context.Background(), c.set, Config{ShardLocal: true}, jobs.Config{Workers: 1}, nil, jobs.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
