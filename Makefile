@@ -11,7 +11,7 @@ TOOL  := $(GO) tool -modfile=tools/go.mod
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all help arch test-deps generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
+.PHONY: all help arch test-deps new generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
 
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
@@ -101,6 +101,12 @@ conftest:
 	@if $(CONFTEST) test --policy $(CURDIR)/policy $(CURDIR)/bin/denied.json >bin/denied.out 2>&1; then \
 		echo "conftest passed a denied config:"; cat bin/denied.out; exit 1; fi
 	@grep -q "jobs.tenants.lanes" bin/denied.out && echo "conftest: denied config fails as it must"
+
+## new: a new service from this template: make new MODULE=example.com/acme/billing DIR=../billing
+## (its module path everywhere, cellgate.lock with the template commit, one git commit)
+new:
+	@test -n "$(MODULE)" -a -n "$(DIR)" || { echo "usage: make new MODULE=example.com/acme/billing DIR=../billing"; exit 2; }
+	$(GO) run ./cmd/newservice -module $(MODULE) -dir $(DIR)
 
 ## plan: effective-config difference per cell and operator actions since BASE (default: merge base with main); exit 2 when an action is needed
 plan:

@@ -13,7 +13,7 @@ import (
 func TestCommandsAnswerHelp(t *testing.T) {
 	dir := t.TempDir()
 	build := exec.Command("go", "build", "-o", dir+"/",
-		"../cmd/router", "../cmd/slotmove", "../cmd/plan", "../cmd/generate", "../cmd/benchtable")
+		"../cmd/router", "../cmd/slotmove", "../cmd/plan", "../cmd/generate", "../cmd/benchtable", "../cmd/newservice")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the commands: %v\n%s", err, out)
 	}
@@ -36,6 +36,7 @@ func TestCommandsAnswerHelp(t *testing.T) {
 		{bin("plan"), nil, []string{"-base", "-spec"}},
 		{bin("generate"), nil, []string{"-spec", "-check"}},
 		{bin("benchtable"), nil, []string{"usage: benchtable", "-strict"}},
+		{bin("newservice"), nil, []string{"-module", "-dir"}},
 	}
 	for _, c := range cases {
 		for _, h := range []string{"-h", "--help"} {
