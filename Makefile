@@ -11,7 +11,7 @@ TOOL  := $(GO) tool -modfile=tools/go.mod
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
+.PHONY: all help arch test-deps new generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
 
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
@@ -23,19 +23,37 @@ CONFTEST     := $(POLICY_TOOLS) conftest
 
 all: build
 
-## generate: CUE spec → OPA policy → gen/ (templates + sqlc)
+## help: the targets and what they do
+help:
+	@awk '/^## [a-z][a-z-]*: / { t = $$2; sub(/:$$/, "", t); sub(/^## [a-z][a-z-]*: /, ""); printf "  %-14s %s\n", t, $$0; next } \
+	     /^## / { sub(/^## /, ""); printf "  %-14s %s\n", "", $$0 }' $(firstword $(MAKEFILE_LIST))
+
+## generate: CUE spec → OPA policy → gen/ (templates + sqlc), then the stamp of its inputs (gen/.inputs.sha256)
 generate:
 	$(GO) run ./cmd/generate
+	@scripts/genstamp.sh write
 
-# Regenerate only when the spec, templates or queries changed gen/'s output.
+# gen/ is fresh when gen/.inputs.sha256 matches the generator's inputs
+# (sha256sum, nothing compiled); otherwise the generator runs, in view.
 gen-if-needed:
-	@$(GO) run ./cmd/generate -check >/dev/null 2>&1 || $(GO) run ./cmd/generate
+	@if scripts/genstamp.sh check 2>/dev/null; then \
+	  echo "make: gen/ is up to date with its inputs (gen/.inputs.sha256); the generator is not needed"; \
+	else \
+	  scripts/genstamp.sh check || true; \
+	  echo "make: running the generator (go run ./cmd/generate; its first build takes minutes on a cold cache)"; \
+	  $(MAKE) --no-print-directory generate; \
+	fi
 
-## check: drift check of gen/, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet, cue fmt / opa fmt, opa check and opa test, conftest
-check: drift policy vet vet-bench tidy staticcheck sqlc-vet fmt-check opa-check conftest
+## check: import rules, drift check of gen/ and its input stamp, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet, cue fmt / opa fmt, opa check and opa test, conftest
+check: arch drift policy vet vet-bench tidy staticcheck sqlc-vet fmt-check opa-check conftest
 
 drift:
 	$(GO) run ./cmd/generate -check
+	scripts/genstamp.sh verify
+
+## arch: the import rules of docs/architecture.md against `go list -deps` (builds no binary)
+arch:
+	$(GO) test -count=1 ./internal/archtest/
 
 policy:
 	$(GO) test -count=1 ./policy/
@@ -84,27 +102,38 @@ conftest:
 		echo "conftest passed a denied config:"; cat bin/denied.out; exit 1; fi
 	@grep -q "jobs.tenants.lanes" bin/denied.out && echo "conftest: denied config fails as it must"
 
+## new: a new service from this template: make new MODULE=example.com/acme/billing DIR=../billing
+## (its module path everywhere, cellgate.lock with the template commit, one git commit)
+new:
+	@test -n "$(MODULE)" -a -n "$(DIR)" || { echo "usage: make new MODULE=example.com/acme/billing DIR=../billing"; exit 2; }
+	$(GO) run ./cmd/newservice -module $(MODULE) -dir $(DIR)
+
 ## plan: effective-config difference per cell and operator actions since BASE (default: merge base with main); exit 2 when an action is needed
 plan:
 	$(GO) run ./cmd/plan $(if $(BASE),-base $(BASE))
 
 ## build: the cell server
 build: gen-if-needed
+	@echo "make: building the cell server: go build -o $(BIN) ./cmd/server"
 	$(GO) build -o $(BIN) ./cmd/server
 
 ## run: a single cell on local PostgreSQL, in databases of this checkout (see scripts/devdb.sh)
 # devdb.sh's exports are taken first, so a failing devdb.sh stops here with
 # its own message (eval "$$(…)" would succeed on empty output).
 run: build
-	@exports=$$(scripts/devdb.sh $(BIN)) || exit $$?; eval "$$exports"; exec $(BIN) serve
+	@echo "make: finding PostgreSQL and creating this checkout's databases (scripts/devdb.sh)"
+	@exports=$$(scripts/devdb.sh $(BIN)) || exit $$?; eval "$$exports"; \
+	  printf '%s\n' "$$exports" | sed -n "s/^export \([A-Za-z0-9_]*\)='\(.*\)'$$/make: database \1 = \2/p" | sed 's#://\([^:@/]*\):[^@]*@#://\1:***@#'; \
+	  echo "make: starting the cell: $(BIN) serve"; \
+	  exec $(BIN) serve
 
 ## devdb-stop: stop the private PostgreSQL cluster make run may have started in .devdb/
 devdb-stop:
 	@scripts/devdb.sh --stop
 
 ## test: every test, with the race detector, then the deploy output checks
-## and the image tool's module
-test: test-deploy
+## and the image tool's module; first installs what the tests need (test-deps)
+test: test-deps test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	cd tests/browser && $(GO) test -count=1 -timeout 5m ./...
 	cd tools/image && $(GO) test -race -count=1 -timeout 10m ./...
@@ -112,6 +141,11 @@ test: test-deploy
 ## screenshots: the console's browser test, writing the screenshots docs/console.md shows
 screenshots:
 	cd tests/browser && $(GO) test -count=1 -timeout 5m ./... -shots ../../docs/console
+
+## test-deps: chromium, podman + runc, kubectl, promtool, redis-server: installed
+## with apt where missing (Debian family), else named with how to get them
+test-deps:
+	@scripts/test-deps.sh
 
 ## test-deploy: gen/deploy through k8s.io/api, kustomize, kubectl, promtool and the PromQL parser (own module)
 test-deploy:

@@ -28,7 +28,7 @@ import (
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/kube"
-	"github.com/cellgate/cellgate/schema"
+	"github.com/cellgate/cellgate/schema/specload"
 )
 
 // tree is one generated output and the spec it came from: the repository's
@@ -61,7 +61,7 @@ func specOf(tb testing.TB, tr tree) config.Config {
 		}
 		dir = tmp
 	}
-	raw, err := schema.Load(dir)
+	raw, err := specload.Load(dir)
 	if err != nil {
 		tb.Fatal(err)
 	}

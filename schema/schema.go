@@ -1,9 +1,11 @@
-// Package schema loads a cellgate spec written in CUE and checks a config
-// against the same definitions.
+// Package schema checks a cellgate spec written in CUE, and a config given
+// as JSON, against the same definitions.
 //
 // The definitions (cellgate.cue) are embedded so the server can re-check its
-// final config at boot with exactly the rules the generator used. Load and
-// Check are pure functions of their inputs and safe for concurrent use.
+// final config at boot with exactly the rules the generator used. Reading a
+// spec's files from disk is schema/specload's part, which only the generator
+// and the operator tools link. Check, Complete, Unify and FromInstance are
+// pure functions of their inputs and safe for concurrent use.
 package schema
 
 import (
@@ -20,20 +22,6 @@ var Definitions string
 
 // SpecField is the top-level field of the app spec that holds the config.
 const SpecField = "config"
-
-// Load reads every .cue file in dir (one package), unifies them, checks that
-// the `config` value is complete and valid, and returns it as JSON.
-// Errors carry file:line positions (LoadSpec has the details).
-func Load(dir string) ([]byte, error) {
-	s, err := LoadSpec(dir)
-	if err != nil {
-		return nil, err
-	}
-	if len(s.Issues) > 0 {
-		return nil, &Error{Issues: s.Issues}
-	}
-	return s.Complete, nil
-}
 
 // userPart is the user's own struct of `config: #Config & {...}`, built
 // from the source alone (without #Config), so a failing path can be read

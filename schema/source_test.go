@@ -1,10 +1,7 @@
 package schema
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 )
 
@@ -50,48 +47,6 @@ func TestJSONSource(t *testing.T) {
 	none.Place(is) // a nil Source places nothing and does not panic
 }
 
-// TestLoadSpecPlacesInConfigBlock: a spec's CUE problems are placed at the
-// user's field in the config block, by spec path.
-func TestLoadSpecPlacesInConfigBlock(t *testing.T) {
-	sp := loadApp(t, "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n\tjobs: {\n\t\tworkers: 0\n\t\tkinds: [{name: \"a\", timeout: \"5 s\"}]\n\t}\n}\n")
-	var got []string
-	for _, is := range sp.Issues {
-		got = append(got, is.Path+" "+filepath.Base(is.File)+":"+itoa(is.Line)+":"+itoa(is.Col))
-	}
-	want := []string{"jobs.workers app.cue:6:12", "jobs.kinds[0].timeout app.cue:7:32"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("issues %q, want %q", got, want)
-	}
-	if len(sp.Partial) == 0 || sp.Complete != nil {
-		t.Fatalf("a refused spec has a partial config and no complete one")
-	}
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }
-
-// appDir writes a spec directory of cellgate.cue and app.cue (the source
-// given).
-func appDir(tb testing.TB, app string) string {
-	tb.Helper()
-	dir := tb.TempDir()
-	for name, s := range map[string]string{"cellgate.cue": Definitions, "app.cue": app} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	return dir
-}
-
-// loadApp loads the spec of app.cue beside cellgate.cue (appDir).
-func loadApp(tb testing.TB, app string) *Spec {
-	tb.Helper()
-	sp, err := LoadSpec(appDir(tb, app))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return sp
-}
-
 // TestPaths: the spec path helpers.
 func TestPaths(t *testing.T) {
 	if got := SplitPath("jobs.kinds[1].args[2].type"); !slices.Equal(got, []string{"jobs", "kinds", "1", "args", "2", "type"}) {
@@ -121,31 +76,5 @@ func TestIssueOneLine(t *testing.T) {
 	}
 	if len(out.Issues) != 1 || out.Issues[0].Path != "database.shards" || out.Issues[0].Msg != "must be a list; got an object" {
 		t.Fatalf("issues %+v", out.Issues)
-	}
-}
-
-// TestLoadSpecOtherDeclaration: a field set by a declaration other than
-// the config block's literal keeps CUE's position (it is not a default).
-func TestLoadSpecOtherDeclaration(t *testing.T) {
-	sp := loadApp(t, "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n}\n\nconfig: jobs: workers: 0\n")
-	if len(sp.Issues) != 1 {
-		t.Fatalf("issues %+v", sp.Issues)
-	}
-	is := sp.Issues[0]
-	if is.Path != "jobs.workers" || is.Default || filepath.Base(is.File) != "app.cue" || is.Line != 7 {
-		t.Fatalf("issue %s, want jobs.workers at app.cue:7", is)
-	}
-}
-
-// TestLoadSpecWholeConfigPlaced: a problem with the config value as a whole
-// (another declaration gives it another type) keeps CUE's position in the
-// spec; placing by path would have nothing to place it with.
-func TestLoadSpecWholeConfigPlaced(t *testing.T) {
-	sp := loadApp(t, "package cellgate\n\nconfig: #Config & {\n\tservice: name: \"s\"\n}\n\nconfig: 5\n")
-	if len(sp.Issues) != 1 {
-		t.Fatalf("issues %+v", sp.Issues)
-	}
-	if is := sp.Issues[0]; is.Path != "" || filepath.Base(is.File) != "app.cue" || is.Line == 0 {
-		t.Fatalf("issue %s, want one placed in app.cue", is)
 	}
 }

@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
+	"cuelang.org/go/cue/build"
 	"cuelang.org/go/cue/cuecontext"
 	cueerrors "cuelang.org/go/cue/errors"
-	"cuelang.org/go/cue/load"
 )
 
 // Outcome is what the CUE definitions say about a config.
@@ -198,38 +197,20 @@ type Spec struct {
 	Source *Source
 }
 
-// LoadSpec reads every .cue file in dir (one package) and checks its
-// config value against the definitions: Complete when every field is
-// right, otherwise every problem (inside the config block placed by its
-// Source, outside it at CUE's position) and the Partial config. The
-// error is for a spec that cannot be read at all.
-func LoadSpec(dir string) (*Spec, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.cue"))
-	if err != nil {
-		return nil, err
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("%s: no .cue files", dir)
-	}
-	sort.Strings(files)
-	args := make([]string, len(files))
-	for i, f := range files {
-		args[i] = "./" + filepath.Base(f)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, err
-	}
-	insts := load.Instances(args, &load.Config{Dir: abs})
-	if len(insts) != 1 {
-		return nil, fmt.Errorf("%s: expected one CUE package, found %d", dir, len(insts))
-	}
-	if err := insts[0].Err; err != nil {
+// FromInstance checks the config value of a loaded CUE spec (one
+// package; dir names it in errors) against the definitions: Complete when
+// every field is right, otherwise every problem (inside the config block
+// placed by its Source, outside it at CUE's position) and the Partial
+// config. The error is for a spec that cannot be read at all. Loading the
+// files is schema/specload's part: it links CUE's loader and module
+// client, which the processes that only check a JSON config do not.
+func FromInstance(dir string, inst *build.Instance) (*Spec, error) {
+	if err := inst.Err; err != nil {
 		return nil, describe(err, cue.Value{})
 	}
 	ctx := cuecontext.New()
-	root := ctx.BuildInstance(insts[0])
-	user, lit, file := userPart(ctx, insts[0].Files)
+	root := ctx.BuildInstance(inst)
+	user, lit, file := userPart(ctx, inst.Files)
 	v := root.LookupPath(cue.ParsePath(SpecField))
 	if !v.Exists() {
 		if err := root.Err(); err != nil {

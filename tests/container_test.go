@@ -30,12 +30,12 @@ const containerShutdownTimeout = 15 * time.Second
 type podman struct{ conf string }
 
 // needPodman returns the podman runner. Without podman and runc the test
-// fails in CI (.ci/run installs them) and is skipped elsewhere.
+// fails in CI (make test installs them: scripts/test-deps.sh) and is skipped elsewhere.
 func needPodman(t *testing.T) podman {
 	t.Helper()
 	for _, bin := range []string{"podman", "runc"} {
 		if _, err := exec.LookPath(bin); err != nil {
-			msg := bin + " not found: `make podman` (or .ci/run) installs podman and runc"
+			msg := bin + " not found: `make podman` (or make test) installs podman and runc"
 			if os.Getenv("CI") != "" {
 				t.Fatal(msg)
 			}

@@ -31,6 +31,7 @@ import (
 	"github.com/cellgate/cellgate/internal/kube"
 	"github.com/cellgate/cellgate/internal/mixin"
 	"github.com/cellgate/cellgate/schema"
+	"github.com/cellgate/cellgate/schema/specload"
 )
 
 func main() {
@@ -56,6 +57,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.check, "check", false, "write nothing; exit 1 when the output directory is stale")
 	fs.BoolVar(&o.sqlc, "sqlc", true, "compile sql/queries with sqlc into <out>/db")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the usage is printed
+		}
 		return 2
 	}
 	files, warns, err := generate(context.Background(), o)
@@ -79,7 +83,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // generate runs the pipeline up to (not including) writing files.
 func generate(ctx context.Context, o options) (map[string][]byte, []string, error) {
-	cfg, raw, warns, err := configload.ValidateSpec(ctx, o.specDir, configload.Spec)
+	sp, err := specload.LoadSpec(o.specDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
+	}
+	cfg, raw, warns, err := configload.ValidateSpec(ctx, sp, configload.Spec)
 	if err != nil {
 		var ce *configload.Error
 		if errors.As(err, &ce) {

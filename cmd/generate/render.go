@@ -122,6 +122,11 @@ func usesTime(kinds []config.JobKind) bool {
 	return false
 }
 
+// stampName is the stamp of the generator's inputs in the output directory
+// (scripts/genstamp.sh): make generate writes it after the generator, which
+// neither renders nor removes it.
+const stampName = ".inputs.sha256"
+
 // readTree loads the files of a generated tree into the same shape Render
 // returns, for -check. Only files the generator owns are read.
 func readTree(fsys fs.FS) (map[string][]byte, error) {
@@ -129,6 +134,9 @@ func readTree(fsys fs.FS) (map[string][]byte, error) {
 	err := fs.WalkDir(fsys, ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
+		}
+		if path == stampName {
+			return nil
 		}
 		b, err := fs.ReadFile(fsys, path)
 		if err != nil {

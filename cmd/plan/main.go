@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/configload"
+	"github.com/cellgate/cellgate/schema/specload"
 )
 
 func main() {
@@ -36,6 +38,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	base := fs.String("base", "", "base git revision (default: git merge-base HEAD main)")
 	specDir := fs.String("spec", "schema", "directory of the CUE spec in the working tree")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // the usage is printed
+		}
 		return 1
 	}
 	if *base == "" {
@@ -105,6 +110,10 @@ func specAt(rev, dir string) (config.Config, error) {
 
 // load reads a spec through the generator's validation path.
 func load(dir string) (config.Config, error) {
-	cfg, _, _, err := configload.ValidateSpec(context.Background(), dir, configload.Spec)
+	sp, err := specload.LoadSpec(dir)
+	if err != nil {
+		return config.Config{}, err
+	}
+	cfg, _, _, err := configload.ValidateSpec(context.Background(), sp, configload.Spec)
 	return cfg, err
 }

@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,9 @@ func main() {
 	defer stop()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if err := run(ctx, os.Args[1:], log); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the flag package has printed the usage
+		}
 		log.Error("exit", "error", err.Error())
 		os.Exit(1)
 	}

@@ -36,6 +36,9 @@ func main() {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := run(ctx, os.Args[1:], log, os.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the flag package has printed the usage
+		}
 		log.Error("slot move failed", "error", err.Error())
 		os.Exit(1)
 	}

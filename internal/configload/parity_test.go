@@ -19,7 +19,7 @@ import (
 func generateVerdict(tb testing.TB, full []byte) ([]string, error) {
 	tb.Helper()
 	dir := writeSpec(tb, "package cellgate\n\nconfig: #Config & "+string(full)+"\n")
-	_, _, _, err := ValidateSpec(context.Background(), dir, Final)
+	_, _, _, err := validateSpecDir(dir, Final)
 	var ce *Error
 	if errors.As(err, &ce) {
 		return ce.Paths(), err

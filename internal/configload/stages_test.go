@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/configload/corpus"
 	"github.com/cellgate/cellgate/schema"
+	"github.com/cellgate/cellgate/schema/specload"
 )
 
 // writeFile writes a per-cell file into a fresh directory and returns its
@@ -169,6 +171,16 @@ func writeSpec(tb testing.TB, app string) string {
 	return dir
 }
 
+// validateSpecDir is the generator's two calls: load the spec in dir, then
+// ValidateSpec.
+func validateSpecDir(dir string, mode Mode) (config.Config, []byte, []string, error) {
+	sp, err := specload.LoadSpec(dir)
+	if err != nil {
+		return config.Config{}, nil, nil, err
+	}
+	return ValidateSpec(context.Background(), sp, mode)
+}
+
 // TestValidateSpecKeepsErrorsOutsideConfig: a CUE error outside the spec's
 // config block is reported with the config's own problems from the later
 // stages, not lost when they refuse too.
@@ -183,7 +195,7 @@ config: #Config & {
 	jobs: workers: 0
 }
 `)
-	_, _, _, err := ValidateSpec(context.Background(), dir, Spec)
+	_, _, _, err := validateSpecDir(dir, Spec)
 	ce := refusal(t, err)
 	got := schema.FormatIssues(ce.Issues)
 	for _, want := range []string{"extra: ", "app.cue:3:", "server.address: ", "app.cue:7:19)", "jobs.workers: must be ≥ 1; got 0", "app.cue:8:17)"} {
@@ -210,7 +222,7 @@ config: #Config & {
 	}
 }
 `)
-	_, _, _, err := ValidateSpec(context.Background(), dir, Spec)
+	_, _, _, err := validateSpecDir(dir, Spec)
 	ce := refusal(t, err)
 	var got []string
 	for _, is := range ce.Issues {

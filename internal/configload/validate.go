@@ -65,17 +65,13 @@ func Validate(ctx context.Context, raw []byte, name string, mode Mode) (config.C
 	return validate(ctx, in)
 }
 
-// ValidateSpec is the generator's check of the CUE spec in dir (mode Spec;
-// the parity tests judge a spec in mode Final as a process would): the
-// same stages as Validate, after CUE's own load of the spec, so every
-// problem is named at once with its line in the spec. It returns the
-// typed config, the complete config as JSON (what the generator renders)
-// and the policy's warnings.
-func ValidateSpec(ctx context.Context, dir string, mode Mode) (config.Config, []byte, []string, error) {
-	sp, err := schema.LoadSpec(dir)
-	if err != nil {
-		return config.Config{}, nil, nil, err
-	}
+// ValidateSpec is the generator's check of a CUE spec as loaded
+// (specload.LoadSpec; mode Spec, while the parity tests judge a spec in
+// mode Final as a process would): the same stages as Validate, after CUE's
+// own check of the spec, so every problem is named at once with its line
+// in the spec. It returns the typed config, the complete config as JSON
+// (what the generator renders) and the policy's warnings.
+func ValidateSpec(ctx context.Context, sp *schema.Spec, mode Mode) (config.Config, []byte, []string, error) {
 	cfg, warns, complete, err := run(ctx, input{spec: sp, src: sp.Source, mode: mode})
 	return cfg, complete, warns, err
 }

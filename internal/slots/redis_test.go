@@ -115,7 +115,7 @@ func startRedisCluster(tb testing.TB) string {
 	if err != nil {
 		if _, statErr := os.Stat("/usr/bin/redis-server"); statErr != nil {
 			tb.Fatalf("redis-server is not installed (not on PATH, not /usr/bin/redis-server); "+
-				"install it with `apt-get install redis-server` (.ci/run does this): %v", err)
+				"install it with `apt-get install redis-server` (make test does this: scripts/test-deps.sh): %v", err)
 		}
 		bin = "/usr/bin/redis-server"
 	}

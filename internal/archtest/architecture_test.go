@@ -1,4 +1,4 @@
-package tests
+package archtest
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 
 const (
 	module      = "github.com/cellgate/cellgate"
-	rulesDoc    = "../docs/architecture.md"
+	rulesDoc    = "../../docs/architecture.md"
 	rulesBegin  = "<!-- import-rules:begin -->"
 	rulesEnd    = "<!-- import-rules:end -->"
 	anyPackages = "anything"
@@ -45,7 +45,7 @@ func TestArchitecture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, own, err := loadImportGraph("..")
+	g, own, err := loadImportGraph("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
