@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -213,21 +212,6 @@ func checkKeySetURL(raw string) error {
 		return configErr("JWT.KeySetURL", "%q has a fragment, which is never sent", raw)
 	}
 	return nil
-}
-
-// IsLoopbackURL reports whether raw names a loopback host (localhost,
-// 127.0.0.0/8, ::1), where plain http exposes nothing to the network.
-func IsLoopbackURL(raw string) bool {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return false
-	}
-	h := u.Hostname()
-	if strings.EqualFold(h, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
 }
 
 // fetchClient is c (default: http.DefaultTransport) with every answer
