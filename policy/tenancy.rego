@@ -90,7 +90,12 @@ deny contains msg if {
 	msg := "tenancy.jwt.algorithms: empty while tenancy.source is \"jwt\"; list the signing algorithms to accept (no token could be verified)"
 }
 
-alg_family := {"HS256": "HMAC", "RS256": "RSA", "ES256": "ECDSA"}
+alg_family := {
+	"HS256": "HMAC", "HS384": "HMAC", "HS512": "HMAC",
+	"RS256": "RSA", "RS384": "RSA", "RS512": "RSA",
+	"PS256": "RSA", "PS384": "RSA", "PS512": "RSA",
+	"ES256": "ECDSA", "ES384": "ECDSA", "ES512": "ECDSA",
+}
 
 # One verification key serves one family. Accepting HMAC beside a public-key
 # family is the classic key-confusion hole (a token "signed" with the public
@@ -102,12 +107,79 @@ deny contains msg if {
 	msg := sprintf("tenancy.jwt.algorithms: %s mixes key families (%s); one key serves one family, and HMAC beside RSA/ECDSA invites key confusion (a public key used as HMAC secret); list one family", [json.marshal(jwt_algorithms), concat(", ", sort(families))])
 }
 
-# jwks_file wins over key_file: the key file would silently not be read.
+# Exactly one setting names the keys: with two, one would silently not be
+# read (the server refuses the same at boot).
+jwt_key_settings := ["jwks_url", "jwks_file", "key_file", "key_env"]
+
+jwt_keys_given := [k |
+	some k in jwt_key_settings
+	object.get(input.tenancy.jwt, k, "") != ""
+]
+
+deny contains msg if {
+	jwt_source
+	count(jwt_keys_given) == 0
+	msg := "tenancy.jwt: no verification keys while tenancy.source is \"jwt\"; set exactly one of tenancy.jwt.jwks_url (the identity provider's JWKS URL), jwks_file, key_file or key_env"
+}
+
+deny contains msg if {
+	jwt_source
+	n := count(jwt_keys_given)
+	n > 1
+	msg := sprintf("tenancy.jwt.%s: set beside tenancy.jwt.%s; set exactly one of jwks_url, jwks_file, key_file and key_env (the others would not be read)", [jwt_keys_given[n - 1], concat(", tenancy.jwt.", array.slice(jwt_keys_given, 0, n - 1))])
+}
+
+jwks_url := object.get(input.tenancy.jwt, "jwks_url", "")
+
+# A JWKS URL publishes keys to anyone: an HMAC secret there is no secret.
+deny contains msg if {
+	jwt_source
+	jwks_url != ""
+	hmac := [a | some a in jwt_algorithms; alg_family[a] == "HMAC"]
+	count(hmac) > 0
+	msg := sprintf("tenancy.jwt.jwks_url: set with HMAC algorithms %s; a JWKS URL publishes its keys, and an HMAC secret must never be published; list RS*, PS* or ES* algorithms", [json.marshal(hmac)])
+}
+
+# Keys fetched over plain http can be swapped by anyone on the path, who
+# then signs tokens for every tenant. Loopback (a sidecar) is exempt.
 warn contains msg if {
 	jwt_source
-	object.get(input.tenancy.jwt, "jwks_file", "") != ""
-	input.tenancy.jwt.key_file != ""
-	msg := sprintf("tenancy.jwt.key_file: %s is not read while tenancy.jwt.jwks_file is set; put the key into the key set and drop key_file", [json.marshal(input.tenancy.jwt.key_file)])
+	startswith(lower(jwks_url), "http://")
+	not loopback_url(jwks_url)
+	msg := sprintf("tenancy.jwt.jwks_url: %s is plain http; anyone between the cell and the provider can swap the keys and sign tokens for any tenant; use https", [json.marshal(jwks_url)])
+}
+
+loopback_url(u) if loopback_host(url_host(u))
+
+url_host(u) := h if {
+	m := regex.find_all_string_submatch_n(`^[A-Za-z]+://([^/?#]+)`, u, 1)
+	h := regex.replace(lower(m[0][1]), `:[0-9]*$`, "")
+}
+
+loopback_host(h) if h in {"localhost", "[::1]"}
+
+loopback_host(h) if regex.match(`^127\.[0-9]+\.[0-9]+\.[0-9]+$`, h)
+
+# A provider signs tokens for every application (and, with keys shared by
+# all its customers, for every customer): without issuer and audience any
+# of those verifies here.
+warn contains msg if {
+	jwt_source
+	jwks_url != ""
+	unset := [k | some k in ["issuer", "audience"]; object.get(input.tenancy.jwt, k, "") == ""]
+	count(unset) > 0
+	msg := sprintf("tenancy.jwt.%s: empty with tenancy.jwt.jwks_url; every token the provider signs verifies, also those it issues to other applications or customers; set issuer and audience", [unset[0]])
+}
+
+# Each fetch an unknown kid causes is a request every process of every cell
+# may send; below a second, made-up kids turn the cells into a load source
+# against the provider.
+warn contains msg if {
+	jwt_source
+	jwks_url != ""
+	d := object.get(input.tenancy.jwt, "jwks_unknown_kid_interval", "10s")
+	duration_ns(d) < 1000000000
+	msg := sprintf("tenancy.jwt.jwks_unknown_kid_interval: %s lets tokens with made-up kids make every process fetch the key set more than once a second; use 1s or more (default 10s)", [d])
 }
 
 # key_file is documented as a PEM public key; an HMAC "secret" that is a

@@ -134,7 +134,8 @@ test_db_cap_below_pools_quiet if {
 
 # JWT
 
-jwt(ops) := cfg(array.concat([rep("/tenancy/source", "jwt")], ops))
+# jwt: the jwt source with its key in CELLGATE_JWT_KEY; ops may replace it.
+jwt(ops) := cfg(array.concat([rep("/tenancy/source", "jwt"), rep("/tenancy/jwt/key_env", "CELLGATE_JWT_KEY")], ops))
 
 test_jwt_without_algorithms_denied if {
 	c := jwt([rep("/tenancy/jwt/algorithms", [])])
@@ -162,28 +163,124 @@ test_jwt_mixed_rsa_and_ecdsa_denied if {
 	has(deny_of(c), "tenancy.jwt.algorithms: [\"ES256\",\"RS256\"] mixes key families (ECDSA, RSA);")
 }
 
+test_jwt_rsa_and_pss_one_family_allowed if {
+	c := jwt([rep("/tenancy/jwt/algorithms", ["RS256", "PS384", "RS512"])])
+	not has(deny_of(c), "tenancy.jwt")
+}
+
+test_jwt_mixed_es384_and_hs512_denied if {
+	c := jwt([rep("/tenancy/jwt/algorithms", ["ES384", "HS512"])])
+	has(deny_of(c), "tenancy.jwt.algorithms: [\"ES384\",\"HS512\"] mixes key families (ECDSA, HMAC);")
+}
+
 test_jwt_one_family_allowed if {
 	c := jwt([rep("/tenancy/jwt/algorithms", ["ES256"])])
 	not has(deny_of(c), "tenancy.jwt")
 }
 
 test_jwt_hmac_key_file_warned if {
-	c := jwt([rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem")])
+	c := jwt([rep("/tenancy/jwt/key_env", ""), rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem")])
 	has(warn_of(c), "tenancy.jwt.key_file: \"/etc/cellgate/jwt.pem\" is read as the HMAC secret of HS256;")
 }
 
-test_jwt_key_file_beside_jwks_file_warned if {
-	c := jwt([rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem"), rep("/tenancy/jwt/jwks_file", "/etc/cellgate/jwks.json")])
-	"tenancy.jwt.key_file: \"/etc/cellgate/jwt.pem\" is not read while tenancy.jwt.jwks_file is set; put the key into the key set and drop key_file" in warn_of(c)
-}
-
 test_jwt_jwks_file_quiet if {
-	c := jwt([rep("/tenancy/jwt/jwks_file", "/etc/cellgate/jwks.json")])
+	c := jwt([rep("/tenancy/jwt/key_env", ""), rep("/tenancy/jwt/jwks_file", "/etc/cellgate/jwks.json")])
+	count(deny_of(c)) == 0
 	count(warn_of(c)) == 0
 }
 
 test_jwt_rsa_key_file_quiet if {
-	c := jwt([rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem"), rep("/tenancy/jwt/algorithms", ["RS256"])])
+	c := jwt([rep("/tenancy/jwt/key_env", ""), rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem"), rep("/tenancy/jwt/algorithms", ["RS256"])])
+	count(deny_of(c)) == 0
+	count(warn_of(c)) == 0
+}
+
+# exactly one of jwks_url, jwks_file, key_file, key_env
+
+test_jwt_without_keys_denied if {
+	c := jwt([rep("/tenancy/jwt/key_env", "")])
+	"tenancy.jwt: no verification keys while tenancy.source is \"jwt\"; set exactly one of tenancy.jwt.jwks_url (the identity provider's JWKS URL), jwks_file, key_file or key_env" in deny_of(c)
+}
+
+test_jwt_key_file_beside_jwks_file_denied if {
+	c := jwt([rep("/tenancy/jwt/key_env", ""), rep("/tenancy/jwt/key_file", "/etc/cellgate/jwt.pem"), rep("/tenancy/jwt/jwks_file", "/etc/cellgate/jwks.json")])
+	"tenancy.jwt.key_file: set beside tenancy.jwt.jwks_file; set exactly one of jwks_url, jwks_file, key_file and key_env (the others would not be read)" in deny_of(c)
+}
+
+test_jwt_three_key_settings_denied if {
+	c := rsa_url("https://id.example.com/jwks", [rep("/tenancy/jwt/key_file", "/k.pem"), rep("/tenancy/jwt/key_env", "CELLGATE_JWT_KEY")])
+	"tenancy.jwt.key_env: set beside tenancy.jwt.jwks_url, tenancy.jwt.key_file; set exactly one of jwks_url, jwks_file, key_file and key_env (the others would not be read)" in deny_of(c)
+}
+
+test_jwt_keys_unused_by_header_source_allowed if {
+	c := cfg([rep("/tenancy/jwt/key_env", ""), rep("/tenancy/jwt/jwks_url", "https://id.example.com/jwks"), rep("/tenancy/jwt/key_file", "/k.pem")])
+	not has(deny_of(c), "tenancy.jwt")
+}
+
+# jwks_url
+
+# rsa_url: jwt source, RS256, keys from url, issuer and audience set.
+rsa_url(url, ops) := jwt(array.concat(
+	[
+		rep("/tenancy/jwt/key_env", ""),
+		rep("/tenancy/jwt/algorithms", ["RS256"]),
+		rep("/tenancy/jwt/jwks_url", url),
+		rep("/tenancy/jwt/issuer", "https://id.example.com/"),
+		rep("/tenancy/jwt/audience", "https://api.example.com"),
+	],
+	ops,
+))
+
+test_jwt_jwks_url_quiet if {
+	c := rsa_url("https://id.example.com/.well-known/jwks.json", [])
+	count(deny_of(c)) == 0
+	count(warn_of(c)) == 0
+}
+
+test_jwt_jwks_url_with_key_env_denied if {
+	c := rsa_url("https://id.example.com/jwks", [rep("/tenancy/jwt/key_env", "CELLGATE_JWT_KEY")])
+	"tenancy.jwt.key_env: set beside tenancy.jwt.jwks_url; set exactly one of jwks_url, jwks_file, key_file and key_env (the others would not be read)" in deny_of(c)
+}
+
+test_jwt_jwks_url_with_hmac_denied if {
+	c := rsa_url("https://id.example.com/jwks", [rep("/tenancy/jwt/algorithms", ["HS256", "HS512"])])
+	has(deny_of(c), "tenancy.jwt.jwks_url: set with HMAC algorithms [\"HS256\",\"HS512\"]; a JWKS URL publishes its keys")
+}
+
+test_jwt_jwks_url_plain_http_warned if {
+	c := rsa_url("http://id.example.com/jwks", [])
+	"tenancy.jwt.jwks_url: \"http://id.example.com/jwks\" is plain http; anyone between the cell and the provider can swap the keys and sign tokens for any tenant; use https" in warn_of(c)
+}
+
+test_jwt_jwks_url_plain_http_loopback_quiet if {
+	every u in ["http://127.0.0.1:8081/jwks", "http://localhost/jwks", "http://LOCALHOST:9000/k", "http://[::1]:8081/jwks", "http://127.9.8.7/jwks"] {
+		count(warn_of(rsa_url(u, []))) == 0
+	}
+}
+
+test_jwt_jwks_url_lookalike_hosts_warned if {
+	every u in ["http://localhost.evil.example/jwks", "http://127.0.0.1.nip.io/jwks", "http://[::1].example/jwks"] {
+		has(warn_of(rsa_url(u, [])), "tenancy.jwt.jwks_url: ")
+	}
+}
+
+test_jwt_jwks_url_without_issuer_warned if {
+	c := rsa_url("https://id.example.com/jwks", [rep("/tenancy/jwt/issuer", "")])
+	"tenancy.jwt.issuer: empty with tenancy.jwt.jwks_url; every token the provider signs verifies, also those it issues to other applications or customers; set issuer and audience" in warn_of(c)
+}
+
+test_jwt_jwks_url_without_audience_warned if {
+	c := rsa_url("https://id.example.com/jwks", [rep("/tenancy/jwt/audience", "")])
+	has(warn_of(c), "tenancy.jwt.audience: empty with tenancy.jwt.jwks_url;")
+}
+
+test_jwt_jwks_url_fast_unknown_kid_interval_warned if {
+	c := rsa_url("https://id.example.com/jwks", [rep("/tenancy/jwt/jwks_unknown_kid_interval", "200ms")])
+	"tenancy.jwt.jwks_unknown_kid_interval: 200ms lets tokens with made-up kids make every process fetch the key set more than once a second; use 1s or more (default 10s)" in warn_of(c)
+}
+
+test_jwt_jwks_url_one_second_unknown_kid_interval_quiet if {
+	c := rsa_url("https://id.example.com/jwks", [rep("/tenancy/jwt/jwks_unknown_kid_interval", "1s")])
 	count(warn_of(c)) == 0
 }
 

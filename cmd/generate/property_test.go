@@ -115,6 +115,12 @@ func randomSpec(r *rand.Rand) map[string]any {
 	}
 	tenancy := base["tenancy"].(map[string]any)
 	tenancy["source"] = []string{"header", "subdomain", "jwt", "session"}[r.IntN(4)]
+	if tenancy["source"] == "jwt" {
+		// The jwt source needs exactly one key setting; the base spec
+		// names none.
+		jwt := tenancy["jwt"].(map[string]any)
+		jwt["key_env"] = "CELLGATE_JWT_KEY"
+	}
 	if r.IntN(2) == 0 {
 		tenancy["rate_per_second"], tenancy["burst"] = 1+r.IntN(100), 1+r.IntN(100)
 	}

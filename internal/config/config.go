@@ -124,17 +124,32 @@ type SessionSource struct {
 	KeyEnv string `json:"key_env"`
 }
 
-// JWTSource reads the tenant from a verified bearer token's claim.
+// JWTSource reads the tenant from a verified bearer token's claim. Exactly
+// one of JWKSURL, JWKSFile, KeyFile and KeyEnv names the keys.
 type JWTSource struct {
 	// Algorithms the server accepts.
 	Algorithms []string `json:"algorithms"`
 	// KeyEnv names the env var holding the key.
 	KeyEnv string `json:"key_env"`
-	// KeyFile, when set, is read instead of KeyEnv.
+	// KeyFile names a file holding the key.
 	KeyFile string `json:"key_file"`
-	// JWKSFile, when set, is a JWKS file read instead of KeyFile and KeyEnv;
-	// tokens select its keys by kid.
+	// JWKSFile names a JWKS file read at boot; tokens select its keys by
+	// kid.
 	JWKSFile string `json:"jwks_file"`
+	// JWKSURL is the identity provider's JWKS URL, fetched at boot, every
+	// JWKSRefresh and on an unknown kid.
+	JWKSURL string `json:"jwks_url"`
+	// JWKSRefresh is how often JWKSURL is fetched on schedule.
+	JWKSRefresh Duration `json:"jwks_refresh"`
+	// JWKSUnknownKIDInterval is the least time between two fetches of
+	// JWKSURL that unknown kids cause.
+	JWKSUnknownKIDInterval Duration `json:"jwks_unknown_kid_interval"`
+	// JWKSTimeout bounds one fetch of JWKSURL.
+	JWKSTimeout Duration `json:"jwks_timeout"`
+	// Issuer, when set, must equal a token's iss.
+	Issuer string `json:"issuer"`
+	// Audience, when set, must be one of a token's aud values.
+	Audience string `json:"audience"`
 	// Claim holds the tenant id.
 	Claim string `json:"claim"`
 	// Leeway tolerated on exp, nbf and iat.

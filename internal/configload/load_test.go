@@ -41,6 +41,7 @@ func TestCheckConfigWarnsOnClientChosenTenantWithCaps(t *testing.T) {
 	}
 
 	cfg.Tenancy.Source = "jwt"
+	cfg.Tenancy.JWT.KeyEnv = "CELLGATE_JWT_KEY"
 	warns, err := Check(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

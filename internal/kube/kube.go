@@ -285,7 +285,9 @@ func (r *renderer) sharedEnv(cell bool) []string {
 		switch {
 		case t.Source == "session":
 			vs = append(vs, t.Session.KeyEnv)
-		case t.Source == "jwt" && t.JWT.KeyFile == "":
+		case t.Source == "jwt" && t.JWT.KeyEnv != "":
+			// The other key settings (jwks_url, jwks_file, key_file)
+			// need no secret: exactly one is set.
 			vs = append(vs, t.JWT.KeyEnv)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +26,10 @@ import (
 
 // ReadinessCheck reports whether a dependency can serve; nil means ready.
 type ReadinessCheck func(ctx context.Context) error
+
+// ReadinessDetail reports a degraded state that does not make the process
+// unready (a stale key set still verifies tokens); "" means nothing to say.
+type ReadinessDetail func() string
 
 // Options are the parts of a Server that are not in the spec.
 type Options struct {
@@ -51,9 +56,17 @@ type Server struct {
 	bulk     Bulkheads
 	metrics  *httpMetrics
 
-	mu     sync.Mutex
-	checks []namedCheck
-	ready  atomic.Bool // set once every check has passed once
+	mu      sync.Mutex
+	checks  []namedCheck
+	details []namedDetail
+	ready   atomic.Bool // set once every check has passed once
+
+	closers []func() error // background work of the tenancy extractor
+}
+
+type namedDetail struct {
+	name   string
+	detail ReadinessDetail
 }
 
 type namedCheck struct {
@@ -93,7 +106,23 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		mw, err := tenantmw.WithConfig(tenantmw.Config{Skipper: skip, Tenancy: tc})
+		tc.Logger, tc.Registerer = opts.Logger, opts.Registry
+		x, err := tenancy.NewExtractor(tc)
+		if err != nil {
+			return nil, fmt.Errorf("tenancy: %w", err)
+		}
+		if c, ok := x.(io.Closer); ok {
+			s.closers = append(s.closers, c.Close)
+		}
+		if r, ok := x.(tenancy.KeySetReporter); ok {
+			if _, on := r.KeySetStatus(); on {
+				s.AddReadinessDetail("tenancy.jwt.jwks_url", func() string {
+					st, _ := r.KeySetStatus()
+					return st.Problem()
+				})
+			}
+		}
+		mw, err := tenantmw.WithConfig(tenantmw.Config{Skipper: skip, Extractor: x})
 		if err != nil {
 			return nil, fmt.Errorf("tenancy: %w", err)
 		}
@@ -179,6 +208,14 @@ func (s *Server) AddReadiness(name string, check ReadinessCheck) {
 	s.checks = append(s.checks, namedCheck{name, check})
 }
 
+// AddReadinessDetail registers a detail /readyz reports under "details"
+// when it is not "", without making the process unready.
+func (s *Server) AddReadinessDetail(name string, d ReadinessDetail) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.details = append(s.details, namedDetail{name, d})
+}
+
 // readyz runs every check with a short deadline so a hung database makes the
 // probe fail rather than hang.
 func (s *Server) readyz(c echo.Context) error {
@@ -186,6 +223,7 @@ func (s *Server) readyz(c echo.Context) error {
 	defer cancel()
 	s.mu.Lock()
 	checks := append([]namedCheck(nil), s.checks...)
+	details := append([]namedDetail(nil), s.details...)
 	s.mu.Unlock()
 	failed := map[string]string{}
 	for _, nc := range checks {
@@ -193,11 +231,22 @@ func (s *Server) readyz(c echo.Context) error {
 			failed[nc.name] = err.Error()
 		}
 	}
+	body := map[string]any{"status": "ready"}
+	said := map[string]string{}
+	for _, nd := range details {
+		if d := nd.detail(); d != "" {
+			said[nd.name] = d
+		}
+	}
+	if len(said) > 0 {
+		body["details"] = said
+	}
 	if len(failed) > 0 {
-		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "not ready", "failed": failed})
+		body["status"], body["failed"] = "not ready", failed
+		return c.JSON(http.StatusServiceUnavailable, body)
 	}
 	s.ready.Store(true)
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	return c.JSON(http.StatusOK, body)
 }
 
 // Run serves on the configured address until ctx is done, then drains
@@ -255,5 +304,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	s.bulk.close() // drained: nothing admits any more
+	for _, c := range s.closers {
+		_ = c()
+	}
 	return nil
 }

@@ -49,6 +49,7 @@ type extractor struct {
 	parser  *jwt.Parser
 	keyFunc jwt.Keyfunc
 	claim   string
+	remote  *remoteSet // the key set of JWT.KeySetURL; nil without one
 }
 
 func newExtractor(cfg Config) (*extractor, error) {
@@ -82,7 +83,7 @@ func newExtractor(cfg Config) (*extractor, error) {
 		// Copy so a caller that reuses or zeroes its buffer can't change us.
 		x.sessionKey = append([]byte(nil), cfg.Session.Key...)
 	case SourceJWT:
-		if err := x.initJWT(cfg.JWT, cfg.Now); err != nil {
+		if err := x.initJWT(cfg); err != nil {
 			return nil, err
 		}
 	default:

@@ -209,15 +209,15 @@ func TestJWTIssuedInTheFuture(t *testing.T) {
 	wantKind(t, id, err, KindUnauthenticated)
 }
 
-// TestFromSpecReadsJWKSFile: tenancy.jwt.jwks_file wins over key_file and
-// key_env, and a missing file is named by its spec field.
+// TestFromSpecReadsJWKSFile: tenancy.jwt.jwks_file is read, and a missing
+// file is named by its spec field.
 func TestFromSpecReadsJWKSFile(t *testing.T) {
 	path := t.TempDir() + "/jwks.json"
 	if err := os.WriteFile(path, jwks(t, octJWK("h1", testHMACKey)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	spec := config.Tenancy{Source: "jwt", MaxIDBytes: 64, JWT: config.JWTSource{
-		Algorithms: []string{"HS256"}, Claim: "tenant", KeyEnv: "UNSET_KEY", JWKSFile: path,
+		Algorithms: []string{"HS256"}, Claim: "tenant", JWKSFile: path,
 	}}
 	cfg, err := FromSpec(spec, func(string) string { return "" })
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -50,7 +49,8 @@ var jwtAlgs = map[string]struct {
 
 // initJWT parses the key once and builds one parser shared by all requests
 // (a jwt.Parser is read-only after construction).
-func (x *extractor) initJWT(c JWTConfig, now func() time.Time) error {
+func (x *extractor) initJWT(cfg Config) error {
+	c := cfg.JWT
 	if len(c.Algorithms) == 0 {
 		return configErr("JWT.Algorithms", "required: list the allowed signing algorithms explicitly")
 	}
@@ -67,33 +67,49 @@ func (x *extractor) initJWT(c JWTConfig, now func() time.Time) error {
 		}
 		family = a.family
 	}
-	var key any
-	var keys map[string]setKey
-	switch {
-	case len(c.KeySet) > 0 && len(c.Key) > 0:
-		return configErr("JWT.KeySet", "set with JWT.Key; give one key or one key set")
-	case len(c.KeySet) > 0:
-		var err error
-		if keys, err = parseKeySet(c.KeySet, family, c.Algorithms); err != nil {
-			return err
-		}
-	case len(c.Key) == 0:
-		return configErr("JWT.Key", "required for source %q (or JWT.KeySet)", SourceJWT)
-	default:
-		var err error
-		if key, err = parseKey(c.Key, family, c.Algorithms); err != nil {
-			return err
-		}
-	}
 	if c.Leeway < 0 {
 		return configErr("JWT.Leeway", "must not be negative, got %s", c.Leeway)
 	}
+	if c.Issuer != "" && strings.TrimSpace(c.Issuer) != c.Issuer {
+		return configErr("JWT.Issuer", "%q has surrounding spaces; no token's iss would match", c.Issuer)
+	}
+	if c.Audience != "" && strings.TrimSpace(c.Audience) != c.Audience {
+		return configErr("JWT.Audience", "%q has surrounding spaces; no token's aud would match", c.Audience)
+	}
+	var given []string
+	for _, g := range []struct {
+		name string
+		set  bool
+	}{{"JWT.Key", len(c.Key) > 0}, {"JWT.KeySet", len(c.KeySet) > 0}, {"JWT.KeySetURL", c.KeySetURL != ""}} {
+		if g.set {
+			given = append(given, g.name)
+		}
+	}
+	if len(given) != 1 {
+		return configErr("JWT.Key", "give exactly one of JWT.Key, JWT.KeySet and JWT.KeySetURL for source %q, got %d (%s)", SourceJWT, len(given), strings.Join(given, ", "))
+	}
+	var key any
+	var keys map[string]setKey
+	var remote *remoteSet
+	var err error
+	switch {
+	case len(c.KeySet) > 0:
+		keys, err = parseKeySet(c.KeySet, family, c.Algorithms)
+	case c.KeySetURL != "":
+		remote, err = newRemoteSet(c, family, cfg.Now, cfg.Logger, cfg.Registerer)
+	default:
+		key, err = parseKey(c.Key, family, c.Algorithms)
+	}
+	if err != nil {
+		return err
+	}
+	x.remote = remote
 	opts := []jwt.ParserOption{
 		jwt.WithValidMethods(append([]string(nil), c.Algorithms...)),
 		jwt.WithExpirationRequired(),
 		jwt.WithIssuedAt(), // an iat in the future, beyond the leeway, is refused
 		jwt.WithLeeway(c.Leeway),
-		jwt.WithTimeFunc(now),
+		jwt.WithTimeFunc(cfg.Now),
 	}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
@@ -128,11 +144,17 @@ func (x *extractor) initJWT(c JWTConfig, now func() time.Time) error {
 			// understands none.
 			return nil, errCritical
 		}
-		if keys == nil {
+		if keys == nil && remote == nil {
 			return key, nil
 		}
 		kid, _ := t.Header["kid"].(string)
-		k, found := keys[kid]
+		var k setKey
+		var found bool
+		if remote != nil {
+			k, found = remote.key(kid)
+		} else {
+			k, found = keys[kid]
+		}
 		switch {
 		case !found:
 			return nil, errUnknownKid

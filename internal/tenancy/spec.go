@@ -31,26 +31,50 @@ func FromSpec(t config.Tenancy, getenv func(string) string) (Config, error) {
 		}
 		cfg.Session.Key = []byte(key)
 	case SourceJWT:
-		cfg.JWT.Algorithms = t.JWT.Algorithms
-		cfg.JWT.Claim = t.JWT.Claim
-		cfg.JWT.Leeway = t.JWT.Leeway.D()
+		j := t.JWT
+		cfg.JWT.Algorithms = j.Algorithms
+		cfg.JWT.Claim = j.Claim
+		cfg.JWT.Leeway = j.Leeway.D()
+		cfg.JWT.Issuer = j.Issuer
+		cfg.JWT.Audience = j.Audience
+		var given []string
+		for _, g := range []struct{ path, v string }{
+			{"tenancy.jwt.jwks_url", j.JWKSURL}, {"tenancy.jwt.jwks_file", j.JWKSFile},
+			{"tenancy.jwt.key_file", j.KeyFile}, {"tenancy.jwt.key_env", j.KeyEnv},
+		} {
+			if g.v != "" {
+				given = append(given, g.path)
+			}
+		}
+		switch len(given) {
+		case 0:
+			return cfg, fmt.Errorf("tenancy.jwt: no verification keys for source \"jwt\"; set one of jwks_url (the identity provider's JWKS URL), jwks_file, key_file and key_env")
+		case 1:
+		default:
+			return cfg, fmt.Errorf("tenancy.jwt: set exactly one of jwks_url, jwks_file, key_file and key_env for source \"jwt\", got %d (%s)", len(given), strings.Join(given, ", "))
+		}
 		switch {
-		case t.JWT.JWKSFile != "":
-			set, err := os.ReadFile(t.JWT.JWKSFile)
+		case j.JWKSURL != "":
+			cfg.JWT.KeySetURL = j.JWKSURL
+			cfg.JWT.KeySetRefresh = j.JWKSRefresh.D()
+			cfg.JWT.UnknownKIDInterval = j.JWKSUnknownKIDInterval.D()
+			cfg.JWT.KeySetTimeout = j.JWKSTimeout.D()
+		case j.JWKSFile != "":
+			set, err := os.ReadFile(j.JWKSFile)
 			if err != nil {
 				return cfg, fmt.Errorf("tenancy.jwt.jwks_file: %w", err)
 			}
 			cfg.JWT.KeySet = set
-		case t.JWT.KeyFile != "":
-			key, err := os.ReadFile(t.JWT.KeyFile)
+		case j.KeyFile != "":
+			key, err := os.ReadFile(j.KeyFile)
 			if err != nil {
 				return cfg, fmt.Errorf("tenancy.jwt.key_file: %w", err)
 			}
 			cfg.JWT.Key = key
 		default:
-			key := getenv(t.JWT.KeyEnv)
+			key := getenv(j.KeyEnv)
 			if strings.TrimSpace(key) == "" {
-				return cfg, fmt.Errorf("tenancy.jwt.key_env: environment variable %s is not set; it must hold the HMAC secret or the PEM public key", t.JWT.KeyEnv)
+				return cfg, fmt.Errorf("tenancy.jwt.key_env: environment variable %s is not set; it must hold the HMAC secret or the PEM public key", j.KeyEnv)
 			}
 			cfg.JWT.Key = []byte(key)
 		}

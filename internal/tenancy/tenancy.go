@@ -9,15 +9,22 @@
 // are built on top of this package elsewhere; nothing here counts or limits
 // requests.
 //
-// Concurrency contract: a Config is plain data and must not be mutated while
-// NewExtractor reads it. Everything this package returns (Extractor,
-// PublicPaths) is immutable after construction and safe for concurrent use
-// by any number of goroutines. The package holds no mutable global state.
+// Concurrency contract: a Config must not be mutated while NewExtractor
+// reads it. Everything this package returns (Extractor, PublicPaths) is safe
+// for concurrent use by any number of goroutines and immutable after
+// construction, with one exception: the key set of a JWKS URL
+// (JWTConfig.KeySetURL), which one background goroutine per Extractor
+// replaces whole, atomically, after each fetch (Close stops it). The package
+// holds no mutable global state.
 package tenancy
 
 import (
 	"fmt"
+	"log/slog"
+	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Source names where the tenant id of a request comes from.
@@ -96,9 +103,18 @@ type Config struct {
 	// JWT configures SourceJWT; ignored for other sources.
 	JWT JWTConfig
 
-	// Now is the clock used to check session and JWT expiry, injectable so
-	// tests don't sleep. Default: time.Now.
+	// Now is the clock used to check session and JWT expiry and to space
+	// the fetches of a JWKS URL, injectable so tests don't sleep. Default:
+	// time.Now.
 	Now func() time.Time
+
+	// Logger hears what the background work of a JWKS URL key set finds
+	// (failed fetches, skipped keys). Default: nothing is logged.
+	Logger *slog.Logger
+
+	// Registerer receives the cellgate_tenancy_jwks_* metrics of a JWKS URL
+	// key set. Default: none are kept.
+	Registerer prometheus.Registerer
 }
 
 // SessionConfig configures SourceSession.
@@ -120,12 +136,12 @@ type JWTConfig struct {
 	// other algorithm, "none" included, is rejected. Required for SourceJWT.
 	Algorithms []string
 
-	// Key verifies signatures. For HMAC it is the raw secret, at least as
+	// Key verifies signatures. Exactly one of Key, KeySet and KeySetURL is
+	// required for SourceJWT. For HMAC it is the raw secret, at least as
 	// long as the hash output (32 bytes for HS256). For RSA and ECDSA it is a
 	// PEM public key (PKIX or PKCS#1) or certificate; RSA keys must have at
 	// least 2048 bits and ECDSA curves must match every listed algorithm. The
-	// server reads it from an environment variable or a file. Required for
-	// SourceJWT.
+	// server reads it from an environment variable or a file.
 	Key []byte
 
 	// KeySet, instead of Key, is a JWKS document (RFC 7517: {"keys": [...]})
@@ -134,8 +150,37 @@ type JWTConfig struct {
 	// token without a kid, or naming a key not in the set, is refused. A
 	// JWK's alg, when set, is the only algorithm its key verifies. Rotation
 	// is adding the new key, switching the signers, then dropping the old
-	// key (docs/tenancy.md). Optional.
+	// key (docs/tenancy.md).
 	KeySet []byte
+
+	// KeySetURL, instead of Key or KeySet, is the identity provider's JWKS
+	// URL (the jwks_uri of its OpenID discovery document), https unless on
+	// loopback, for RSA or ECDSA algorithms. The set is fetched when the
+	// Extractor is built, every KeySetRefresh, and when a token names a kid
+	// not in it, at most once per UnknownKIDInterval. Its keys are checked
+	// as KeySet's are, but an unusable key (another family, use "enc") is
+	// skipped rather than refusing the set. A failed fetch keeps the last
+	// good set and marks it stale (KeySetReporter, the
+	// cellgate_tenancy_jwks_* metrics). A provider down at start does not
+	// fail NewExtractor: tokens are refused until a fetch succeeds.
+	KeySetURL string
+
+	// KeySetRefresh is how often KeySetURL is fetched on schedule. Default:
+	// 15m.
+	KeySetRefresh time.Duration
+
+	// UnknownKIDInterval is the least time between two fetches of
+	// KeySetURL that tokens with an unknown kid cause; a fetch for any other
+	// reason also starts it again. Default: 10s.
+	UnknownKIDInterval time.Duration
+
+	// KeySetTimeout bounds one fetch of KeySetURL. Default: 10s.
+	KeySetTimeout time.Duration
+
+	// KeySetClient fetches KeySetURL (a custom CA, a proxy); its answers
+	// are capped at 1 MiB and it never follows a redirect from https to
+	// http. Default: a client with http.DefaultTransport.
+	KeySetClient *http.Client
 
 	// Claim names the claim holding the tenant id; it must be a JSON string.
 	// Default: tenant.

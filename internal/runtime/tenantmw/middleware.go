@@ -28,6 +28,11 @@ type Config struct {
 	// from the spec). Zero fields take tenancy.DefaultConfig's values.
 	Tenancy tenancy.Config
 
+	// Extractor, when set, is used as it is and Tenancy is ignored: the
+	// server builds it to report its JWKS key set and stop its refresh.
+	// Default: one built from Tenancy.
+	Extractor tenancy.Extractor
+
 	// ErrorHandler writes the response for a request whose tenant could not
 	// be found. It is not called for skipped requests. Default: WriteError,
 	// which answers with the status of the error's Kind and a JSON body
@@ -77,9 +82,12 @@ func WithConfig(cfg Config) (echo.MiddlewareFunc, error) {
 	if cfg.ErrorHandler == nil {
 		cfg.ErrorHandler = DefaultConfig.ErrorHandler
 	}
-	x, err := tenancy.NewExtractor(cfg.Tenancy)
-	if err != nil {
-		return nil, err
+	x := cfg.Extractor
+	if x == nil {
+		var err error
+		if x, err = tenancy.NewExtractor(cfg.Tenancy); err != nil {
+			return nil, err
+		}
 	}
 	m := &tenancyMW{skip: cfg.Skipper, onError: cfg.ErrorHandler, x: x}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
