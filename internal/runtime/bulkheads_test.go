@@ -228,8 +228,8 @@ func TestServerChainAnswersAndCounts(t *testing.T) {
 		}
 	}
 	for k, code := range map[string]string{"acme again": "tenant_overloaded", "initech": "server_overloaded"} {
-		var body map[string]string
-		if err := json.Unmarshal(got[k].Body.Bytes(), &body); err != nil || body["code"] != code || got[k].Header().Get("Retry-After") != "1" {
+		var body problemBody
+		if err := json.Unmarshal(got[k].Body.Bytes(), &body); err != nil || body.Code != code || got[k].Header().Get("Retry-After") != "1" {
 			t.Errorf("%s: body %s Retry-After %q, want code %s and 1", k, got[k].Body, got[k].Header().Get("Retry-After"), code)
 		}
 	}

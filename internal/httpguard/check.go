@@ -1,0 +1,112 @@
+package httpguard
+
+import (
+	"net/http"
+	"net/textproto"
+	"strings"
+)
+
+// Rules are the refusals of a parsed request, before anything is spent on
+// it (Check).
+type Rules struct {
+	// identity are the headers a Connection header may not name, in
+	// canonical form.
+	identity []string
+	// known: refuse every method but those of RFC 9110 §9 and PATCH.
+	known bool
+}
+
+// NewRules returns the rules for a service whose tenant header is
+// tenantHeader ("" when tenancy reads no header). knownMethodsOnly refuses
+// extension methods too (the cell, which routes only known ones); without
+// it an upper-case extension method passes (the router forwards it, and
+// the cell answers it).
+func NewRules(tenantHeader string, knownMethodsOnly bool) Rules {
+	return Rules{identity: IdentityHeaders(tenantHeader), known: knownMethodsOnly}
+}
+
+// IdentityHeaders are the headers that carry who a request is: the tenant
+// header (when there is one), Authorization and Cookie. A Connection
+// header may not name them: a proxy drops what Connection names, so the
+// router and the cell would see different identities.
+func IdentityHeaders(tenantHeader string) []string {
+	h := []string{"Authorization", "Cookie"}
+	if tenantHeader != "" {
+		h = append([]string{http.CanonicalHeaderKey(tenantHeader)}, h...)
+	}
+	return h
+}
+
+// Check returns the refusal of r, or nil to serve it; a refusal is
+// answered with the connection closed. closeAfter asks to close the
+// connection after serving r. In order: the protocol version, the method,
+// the head's verdict (Conn), a Connection header naming an identity
+// header.
+func (rl Rules) Check(r *http.Request) (p *Problem, closeAfter bool) {
+	if r.ProtoMajor != 1 {
+		// "PRI * HTTP/2.0", the HTTP/2 preface, reaches handlers as a
+		// request when the server does not speak HTTP/2 in clear text.
+		return ErrVersion, true
+	}
+	switch {
+	case r.Method == http.MethodConnect || r.Method == http.MethodTrace:
+		return ErrMethodNotAllowed, true
+	case rl.known && !knownMethod(r.Method), !upperToken(r.Method):
+		return ErrMethodUnknown, true
+	}
+	switch headVerdictOf(r) {
+	case headObsFold:
+		return ErrObsFold, true
+	case headAmbiguous:
+		return ErrAmbiguousFraming, true
+	case headUnscanned:
+		return ErrUnscanned, true
+	}
+	if HopByHopIdentity(r.Header, rl.identity) {
+		return ErrHopByHopIdentity, true
+	}
+	return nil, false
+}
+
+// HopByHopIdentity reports whether a Connection header of h names one of
+// names (canonical form), in any case.
+func HopByHopIdentity(h http.Header, names []string) bool {
+	for _, v := range h["Connection"] {
+		for len(v) > 0 {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			tok = textproto.TrimString(tok)
+			for _, name := range names {
+				if strings.EqualFold(tok, name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// knownMethod reports the methods of RFC 9110 §9 and PATCH but CONNECT and
+// TRACE.
+func knownMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return true
+	}
+	return false
+}
+
+// upperToken reports whether m is a token of upper-case letters, digits,
+// '-' and '_' (every registered method is).
+func upperToken(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; !('A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
