@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/gen/spec"
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/configload"
 	"github.com/cellgate/cellgate/internal/routerconsole"
 )
@@ -53,7 +53,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, log *slog.Logger) error {
-	d := proxy.DefaultProxyConfig
+	d := router.DefaultProxyConfig
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "JSON config file applied over the spec's defaults (the cells' file works)")
 	addr := fs.String("addr", envOr("CELLGATE_ROUTER_ADDRESS", ":8090"), "listen address ($CELLGATE_ROUTER_ADDRESS)")
@@ -66,7 +66,6 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	maxPerTenant := fs.Int("max-in-flight-per-tenant", 0, "requests in flight per tenant before 503, checked before the per-cell cap (-1: no cap; 0: the spec's router.max_in_flight_per_tenant)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "longest a request body may take to arrive (0: the spec's router.body_timeout)")
 	headerTimeout := fs.Duration("response-header-timeout", d.ResponseHeaderTimeout, "longest wait for a cell's response head")
-	netHTTPOnly := fs.Bool("net-http-only", false, "turn the lean HTTP path off: net/http's server and httputil.ReverseProxy for every request, not the router's own loop and lean client (same answers, more thread wake-ups and allocations per request)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -77,14 +76,13 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	return proxy.RunRouter(ctx, cfg, proxy.RouterOptions{
+	return router.Run(ctx, cfg, router.Options{
 		Address:        *addr,
 		SlotMapFile:    *slotMap,
 		ReloadInterval: *reload,
 		Logger:         log,
-		NetHTTPOnly:    *netHTTPOnly,
 		Console:        consoleHook(cfg.Router.AdminTokenEnv, *slotMap, log),
-		Proxy: proxy.ProxyConfig{
+		Proxy: router.ProxyConfig{
 			HealthInterval:        *hInterval,
 			HealthTimeout:         *hTimeout,
 			FailAfter:             *failAfter,
@@ -99,7 +97,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 // consoleHook returns the hook that builds the router's console when the
 // variable router.admin_token_env names holds a token, else nil: then the
 // router has no console and forwards /admin/ to the cells as before.
-func consoleHook(tokenEnv, slotMapFile string, log *slog.Logger) func(*proxy.Proxy) (http.Handler, func(context.Context), error) {
+func consoleHook(tokenEnv, slotMapFile string, log *slog.Logger) func(*router.Proxy) (http.Handler, func(context.Context), error) {
 	token := ""
 	if tokenEnv != "" {
 		token = os.Getenv(tokenEnv)
@@ -107,7 +105,7 @@ func consoleHook(tokenEnv, slotMapFile string, log *slog.Logger) func(*proxy.Pro
 	if token == "" {
 		return nil
 	}
-	return func(p *proxy.Proxy) (http.Handler, func(context.Context), error) {
+	return func(p *router.Proxy) (http.Handler, func(context.Context), error) {
 		c, err := routerconsole.New(routerconsole.Config{AdminToken: token, Source: p, SlotMapFile: slotMapFile, Logger: log})
 		if err != nil {
 			return nil, nil, err

@@ -23,19 +23,31 @@ type BodyLimits struct {
 // Off reports whether the limits bound nothing.
 func (l BodyLimits) Off() bool { return l.Timeout <= 0 && l.Rate <= 0 }
 
-// errBodyTooSlow marks the read error of a body cut by its deadlines, so it
-// is not mistaken for another deadline (a database call's, which may wrap
-// the same os.ErrDeadlineExceeded).
-var errBodyTooSlow = errors.New("request body too slow")
+// The marks of a failed body read: errBodyTooSlow for a read cut by the
+// body's deadlines, so it is not mistaken for another deadline (a database
+// call's, which may wrap the same os.ErrDeadlineExceeded), and
+// errBodyMalformed for a body the client broke (a malformed chunk, a body
+// cut short).
+var (
+	errBodyTooSlow   = errors.New("request body too slow")
+	errBodyMalformed = errors.New("request body malformed or incomplete")
+)
 
-// BodyTooSlow reports whether err is a body read cut by Body's deadlines.
+// BodyTooSlow reports whether err is a body read cut by Body's deadlines:
+// answer it ErrBodyTooSlow.
 func BodyTooSlow(err error) bool { return errors.Is(err, errBodyTooSlow) }
 
-type tooSlowError struct{ err error }
+// BodyMalformed reports whether err is a Body read that failed by the
+// client's doing, other than by its deadlines or a size limit: answer it
+// ErrBodyMalformed.
+func BodyMalformed(err error) bool { return errors.Is(err, errBodyMalformed) }
 
-func (e *tooSlowError) Error() string        { return errBodyTooSlow.Error() + ": " + e.err.Error() }
-func (e *tooSlowError) Unwrap() error        { return e.err }
-func (e *tooSlowError) Is(target error) bool { return target == errBodyTooSlow }
+// bodyError is a failed read of a Body: the cause, marked.
+type bodyError struct{ mark, err error }
+
+func (e *bodyError) Error() string        { return e.mark.Error() + ": " + e.err.Error() }
+func (e *bodyError) Unwrap() error        { return e.err }
+func (e *bodyError) Is(target error) bool { return target == e.mark }
 
 // Body is a request body bounded by BodyLimits. Before every read it sets
 // the connection's read deadline (through w's ResponseController): the
@@ -44,7 +56,8 @@ func (e *tooSlowError) Is(target error) bool { return target == errBodyTooSlow }
 // that reads late (it waited for a permit or a database) is not mistaken
 // for a slow client: after n bytes and w spent waiting, the next read may
 // wait grace + n/rate - w. A read cut by the deadlines fails with an error
-// BodyTooSlow reports.
+// BodyTooSlow reports; any other failed read but a size limit's, with one
+// BodyMalformed reports.
 //
 // It remembers a read error (a malformed chunk, a stall, a connection that
 // ends early), so that a proxy whose transport read the body can tell the
@@ -91,8 +104,7 @@ func (b *Body) deadline(now time.Time) time.Time {
 func (b *Body) Read(p []byte) (int, error) {
 	if b.rc == nil || b.done.Load() {
 		n, err := b.body.Read(p)
-		b.note(err)
-		return n, err
+		return n, b.note(err)
 	}
 	now := time.Now()
 	if err := b.rc.SetReadDeadline(b.deadline(now)); errors.Is(err, http.ErrNotSupported) {
@@ -101,10 +113,6 @@ func (b *Body) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	b.waited += time.Since(now)
 	b.n += int64(n)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		b.timedOut.Store(true)
-		err = &tooSlowError{err}
-	}
 	if err == io.EOF && b.rc != nil {
 		// The whole body is in. Clear the deadline: net/http's reader of
 		// the connection keeps reading while the handler runs, and a
@@ -112,17 +120,28 @@ func (b *Body) Read(p []byte) (int, error) {
 		b.done.Store(true)
 		_ = b.rc.SetReadDeadline(time.Time{})
 	}
-	b.note(err)
-	return n, err
+	return n, b.note(err)
 }
 
-func (b *Body) note(err error) {
-	if err != nil {
-		b.done.Store(true)
-		if err != io.EOF {
-			b.failed.Store(true)
-		}
+// note records how a read ended and marks a failure.
+func (b *Body) note(err error) error {
+	if err == nil {
+		return nil
 	}
+	b.done.Store(true)
+	if err == io.EOF {
+		return err
+	}
+	b.failed.Store(true)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return err // the server's limit, answered ErrBodyTooLarge
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.timedOut.Store(true)
+		return &bodyError{errBodyTooSlow, err}
+	}
+	return &bodyError{errBodyMalformed, err}
 }
 
 // Close closes the body.

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+	"time"
 )
 
 // Rules are the refusals of a parsed request, before anything is spent on
@@ -110,3 +111,17 @@ func upperToken(m string) bool {
 	}
 	return true
 }
+
+// CloseAfter makes the connection close once the answer is written,
+// without reading what is left of the request: net/http drains up to 256
+// KiB of an unread body after the handler, even when it closes, so a
+// refused body would hold the connection until it arrived. The read
+// deadline set now ends that drain at once. Call it before the answer's
+// head is written.
+func CloseAfter(w http.ResponseWriter) {
+	w.Header()["Connection"] = closeValue
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
+// closeValue is shared by reference, never modified.
+var closeValue = []string{"close"}

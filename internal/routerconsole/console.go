@@ -12,15 +12,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/console/consolechart"
 )
 
-// Source is what the console reads: a *proxy.Proxy.
+// Source is what the console reads: a *router.Proxy.
 type Source interface {
-	Cells() []proxy.CellStatus
-	SlotMapStatus() proxy.SlotMapStatus
+	Cells() []router.CellStatus
+	SlotMapStatus() router.SlotMapStatus
 }
 
 // Config is what a Console shows and how it guards it.
@@ -62,7 +62,7 @@ const SessionCookie = "cellgate_router_console"
 
 // Prefix is where the pages live; APIPrefix the JSON.
 const (
-	Prefix    = proxy.AdminPath + "/"
+	Prefix    = router.AdminPath + "/"
 	APIPrefix = Prefix + "api/"
 )
 
@@ -140,7 +140,7 @@ func New(cfg Config) (*Console, error) {
 		log: cfg.Logger,
 		auth: consoleauth.New(consoleauth.Config{
 			AdminToken: cfg.AdminToken, Key: cfg.SessionKey, TTL: cfg.SessionTTL, Now: cfg.Now,
-			Cookie: SessionCookie, Path: proxy.AdminPath,
+			Cookie: SessionCookie, Path: router.AdminPath,
 		}),
 		traffic: map[string]*cellSeries{},
 	}
@@ -152,7 +152,7 @@ func New(cfg Config) (*Console, error) {
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
 
 // Run samples the traffic every SampleEvery until ctx ends: the router
-// runs it in its own wait group (proxy.RouterOptions.Console), so it stops
+// runs it in its own wait group (router.Options.Console), so it stops
 // with the router.
 func (c *Console) Run(ctx context.Context) {
 	c.Sample()
@@ -221,7 +221,7 @@ type CellTraffic struct {
 type Point = consolechart.JSONPoint
 
 // traffic copies the rings out under the lock, in the map's cell order.
-func (c *Console) trafficNow(order []proxy.CellStatus) Traffic {
+func (c *Console) trafficNow(order []router.CellStatus) Traffic {
 	out := Traffic{Interval: c.cfg.SampleEvery.String(), Samples: c.cfg.Samples, Cells: []CellTraffic{}}
 	c.mu.Lock()
 	for _, s := range order {

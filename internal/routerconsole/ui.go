@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 )
 
@@ -66,7 +66,7 @@ const loginBodyLimit = 64 << 10
 func (c *Console) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Prefix+"static/", staticFiles())
-	mux.HandleFunc("GET "+proxy.AdminPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+router.AdminPath, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 	})
 	mux.HandleFunc("GET "+Prefix+"login", func(w http.ResponseWriter, r *http.Request) {
@@ -93,7 +93,7 @@ func (c *Console) routes() *http.ServeMux {
 
 // SlotMap is the slot map page's and /admin/api/slotmap's data.
 type SlotMap struct {
-	proxy.SlotMapStatus
+	router.SlotMapStatus
 	// File is the slot map file the router reloads ("" = the spec's cells).
 	File string `json:"file"`
 }
@@ -200,7 +200,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 // Overview is the overview page's data.
 type overview struct {
-	Cells             []proxy.CellStatus
+	Cells             []router.CellStatus
 	Up, Down          int
 	SlotMap           SlotMap
 	Traffic, Refusals template.HTML

@@ -151,7 +151,9 @@ func TestHijackReleasesPermits(t *testing.T) {
 			return err
 		}
 		defer conn.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		switched := &http.Response{StatusCode: http.StatusSwitchingProtocols, ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Upgrade": {"echo"}, "Connection": {"Upgrade"}}}
+		_ = switched.Write(brw)
 		brw.Flush()
 		line, _ := brw.ReadString('\n') // echo one line, then hold the connection
 		brw.WriteString(line)

@@ -163,6 +163,10 @@ func errorStatus(err error) answer {
 		// rate (server.body_read_timeout, server.body_min_bytes_per_second).
 		p := httpguard.ErrBodyTooSlow
 		return answer{status: p.Status, code: p.Code, msg: p.Detail, known: true, closeConn: true}
+	case httpguard.BodyMalformed(err):
+		// The client broke its body (a malformed chunk, cut short).
+		p := httpguard.ErrBodyMalformed
+		return answer{status: p.Status, code: p.Code, msg: p.Detail, known: true, closeConn: true}
 	case errors.As(err, &prob):
 		// The edge's refusals (httpguard.Rules.Check, the body limit).
 		return answer{status: prob.Status, code: prob.Code, msg: prob.Detail, known: true}

@@ -66,13 +66,12 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 	if req.Body != nil && req.Body != http.NoBody {
 		// The server's own writer, so an overrun also closes the connection.
 		req.Body = http.MaxBytesReader(res.Writer, req.Body, rs.limit)
-		if !rs.body.Off() {
-			g := httpguard.NewBody(res.Writer, req.Body, rs.body, time.Now())
-			// What the handler left unread, net/http drains after it:
-			// under the body's deadlines too.
-			defer g.Finish()
-			req.Body = g
-		}
+		// Under the body deadlines, with its failures marked for the
+		// error handler. What the handler left unread, net/http drains
+		// after it: under the same deadlines.
+		g := httpguard.NewBody(res.Writer, req.Body, rs.body, time.Now())
+		defer g.Finish()
+		req.Body = g
 	}
 
 	ctx := req.Context()
@@ -85,15 +84,9 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 	return next(c)
 }
 
-// closeAfterAnswer makes the connection close once the answer is written,
-// without reading what is left of the request: net/http drains up to 256
-// KiB of an unread body after the handler, even when it closes, so a
-// refused body would hold the connection until it arrived or read_timeout
-// passed. The read deadline set now ends that drain at once.
-func closeAfterAnswer(res *echo.Response) {
-	res.Header().Set(echo.HeaderConnection, "close")
-	_ = http.NewResponseController(res.Writer).SetReadDeadline(time.Now())
-}
+// closeAfterAnswer closes the connection after the answer without
+// draining the body (httpguard.CloseAfter).
+func closeAfterAnswer(res *echo.Response) { httpguard.CloseAfter(res.Writer) }
 
 // recover turns a handler panic into a logged 500. The middleware inside
 // (bulkheads) release their permits in their own defers, which have run by
