@@ -23,14 +23,14 @@ type Rules struct {
 // it an upper-case extension method passes (the router forwards it, and
 // the cell answers it).
 func NewRules(tenantHeader string, knownMethodsOnly bool) Rules {
-	return Rules{identity: IdentityHeaders(tenantHeader), known: knownMethodsOnly}
+	return Rules{identity: identityHeaders(tenantHeader), known: knownMethodsOnly}
 }
 
-// IdentityHeaders are the headers that carry who a request is: the tenant
+// identityHeaders are the headers that carry who a request is: the tenant
 // header (when there is one), Authorization and Cookie. A Connection
 // header may not name them: a proxy drops what Connection names, so the
 // router and the cell would see different identities.
-func IdentityHeaders(tenantHeader string) []string {
+func identityHeaders(tenantHeader string) []string {
 	h := []string{"Authorization", "Cookie"}
 	if tenantHeader != "" {
 		h = append([]string{http.CanonicalHeaderKey(tenantHeader)}, h...)
@@ -63,15 +63,15 @@ func (rl Rules) Check(r *http.Request) (p *Problem, closeAfter bool) {
 	case headUnscanned:
 		return ErrUnscanned, true
 	}
-	if HopByHopIdentity(r.Header, rl.identity) {
+	if hopByHopIdentity(r.Header, rl.identity) {
 		return ErrHopByHopIdentity, true
 	}
 	return nil, false
 }
 
-// HopByHopIdentity reports whether a Connection header of h names one of
+// hopByHopIdentity reports whether a Connection header of h names one of
 // names (canonical form), in any case.
-func HopByHopIdentity(h http.Header, names []string) bool {
+func hopByHopIdentity(h http.Header, names []string) bool {
 	for _, v := range h["Connection"] {
 		for len(v) > 0 {
 			var tok string

@@ -87,17 +87,6 @@ func (p *Problem) Write(w http.ResponseWriter, head bool) {
 	_, _ = w.Write(p.body)
 }
 
-// WriteProblem answers w with a problem built for this answer (a detail
-// that names a request's own values); use Problem values for fixed ones.
-func WriteProblem(w http.ResponseWriter, head bool, status int, code, detail string) {
-	h := w.Header()
-	h["Content-Type"] = contentType
-	w.WriteHeader(status)
-	if !head {
-		_, _ = w.Write(Encode(status, code, detail))
-	}
-}
-
 // contentType is shared by reference, never modified.
 var contentType = []string{ContentType}
 
