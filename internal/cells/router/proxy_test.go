@@ -960,8 +960,7 @@ func TestRunStartupErrors(t *testing.T) {
 // TestProxyFlushesKnownLengthBodies: each write of a body with a
 // Content-Length reaches the client at once (a slow download, long
 // polling). ReverseProxy (FlushInterval 0) streams only SSE and bodies of
-// unknown length on its own: flushWriter flushes the rest; the lean path
-// flushes every write itself.
+// unknown length on its own: flushWriter flushes the rest.
 func TestProxyFlushesKnownLengthBodies(t *testing.T) {
 	f := newFixture(t, ProxyConfig{})
 	next := make(chan struct{})
