@@ -112,3 +112,26 @@ func BenchmarkScan(b *testing.B) {
 		}
 	}
 }
+
+// FuzzScanSplit: the scanner's verdicts and state cannot depend on how the
+// stream is cut into reads, whatever the bytes.
+func FuzzScanSplit(f *testing.F) {
+	f.Add([]byte("POST /1 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /2 HTTP/1.1\r\nA: 1\r\n 2\r\n\r\n"), 7)
+	f.Add([]byte("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x\r\nhello\r\n0\r\nT: 1\r\n\r\nGET / HTTP/1.0\r\n\r\n"), 30)
+	f.Add([]byte("\r\nPOST / HTTP/1.0\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"), 1)
+	f.Fuzz(func(t *testing.T, raw []byte, cut int) {
+		if cut < 0 || cut > len(raw) {
+			return
+		}
+		whole, split := &Conn{}, &Conn{}
+		whole.st.reset()
+		split.st.reset()
+		whole.scan(raw)
+		if split.scan(raw[:cut]); split.st.state != scStopped {
+			split.scan(raw[cut:])
+		}
+		if whole.st != split.st || whole.n != split.n || whole.ring != split.ring || whole.head != split.head {
+			t.Fatalf("cut at %d: state %+v / %+v, %d / %d verdicts", cut, whole.st, split.st, whole.n, split.n)
+		}
+	})
+}
