@@ -38,35 +38,34 @@ func identityHeaders(tenantHeader string) []string {
 	return h
 }
 
-// Check returns the refusal of r, or nil to serve it; a refusal is
-// answered with the connection closed. closeAfter asks to close the
-// connection after serving r. In order: the protocol version, the method,
-// the head's verdict (Conn), a Connection header naming an identity
-// header.
-func (rl Rules) Check(r *http.Request) (p *Problem, closeAfter bool) {
+// Check returns the refusal of r, or nil to serve it; answer a refusal
+// with the connection closed (CloseAfter). In order: the protocol
+// version, the method, the head's verdict (Conn), a Connection header
+// naming an identity header.
+func (rl Rules) Check(r *http.Request) *Problem {
 	if r.ProtoMajor != 1 {
 		// "PRI * HTTP/2.0", the HTTP/2 preface, reaches handlers as a
 		// request when the server does not speak HTTP/2 in clear text.
-		return ErrVersion, true
+		return ErrVersion
 	}
 	switch {
 	case r.Method == http.MethodConnect || r.Method == http.MethodTrace:
-		return ErrMethodNotAllowed, true
+		return ErrMethodNotAllowed
 	case rl.known && !knownMethod(r.Method), !upperToken(r.Method):
-		return ErrMethodUnknown, true
+		return ErrMethodUnknown
 	}
 	switch headVerdictOf(r) {
 	case headObsFold:
-		return ErrObsFold, true
+		return ErrObsFold
 	case headAmbiguous:
-		return ErrAmbiguousFraming, true
+		return ErrAmbiguousFraming
 	case headUnscanned:
-		return ErrUnscanned, true
+		return ErrUnscanned
 	}
 	if hopByHopIdentity(r.Header, rl.identity) {
-		return ErrHopByHopIdentity, true
+		return ErrHopByHopIdentity
 	}
-	return nil, false
+	return nil
 }
 
 // hopByHopIdentity reports whether a Connection header of h names one of

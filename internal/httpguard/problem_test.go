@@ -77,10 +77,10 @@ func TestRulesCheck(t *testing.T) {
 		{"Connection names another header", req("GET", "Connection", "X-Secret"), nil, nil},
 	}
 	for _, tc := range cases {
-		if p, _ := strict.Check(tc.r); p != tc.strict {
+		if p := strict.Check(tc.r); p != tc.strict {
 			t.Errorf("%s, known methods only: %v, want %v", tc.name, p, tc.strict)
 		}
-		if p, _ := lax.Check(tc.r); p != tc.lax {
+		if p := lax.Check(tc.r); p != tc.lax {
 			t.Errorf("%s: %v, want %v", tc.name, p, tc.lax)
 		}
 	}

@@ -49,14 +49,12 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 	res.Header().Set(requestid.Header, id)
 	defer rs.recover(c, id, &err)
 
-	if p, closeAfter := rs.rules.Check(req); p != nil {
+	if p := rs.rules.Check(req); p != nil {
 		// A refusal comes before a byte of the body is read; the
 		// connection closes after the answer, so nothing of the body is
 		// ever read as a request.
 		closeAfterAnswer(res)
 		return p
-	} else if closeAfter {
-		res.Header().Set(echo.HeaderConnection, "close")
 	}
 
 	if req.ContentLength > rs.limit {

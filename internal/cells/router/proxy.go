@@ -450,7 +450,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // refused answers r if the edge's rules refuse it, and says so.
 func (p *Proxy) refused(w http.ResponseWriter, r *http.Request) bool {
-	prob, _ := p.rules.Check(r)
+	prob := p.rules.Check(r)
 	if prob == nil {
 		return false
 	}
