@@ -54,7 +54,7 @@ const routerHealthInterval = 200 * time.Millisecond
 
 // startRouter runs the router binary on a free loopback port with the slot
 // map file, a 200 ms health-check interval and a 50 ms reload interval;
-// extra flags (such as -net-http-only) follow.
+// extra flags follow.
 func startRouter(tb testing.TB, mapFile string, extra ...string) *cell {
 	tb.Helper()
 	addr := freeAddr(tb)

@@ -98,9 +98,9 @@ func TestCellAnswersBadInputWith4xx(t *testing.T) {
 	}
 	for _, tc := range cases {
 		status, body := post(tc.path, tc.ctype, tc.body)
-		var b struct{ Error, Code string }
+		var b struct{ Detail, Code string }
 		_ = json.Unmarshal([]byte(body), &b)
-		if status != tc.status || b.Code != tc.code || b.Error == "" {
+		if status != tc.status || b.Code != tc.code || b.Detail == "" {
 			t.Errorf("%s: %d %s, want %d %s", tc.name, status, body, tc.status, tc.code)
 		}
 		if strings.Contains(body, "violates") || strings.Contains(body, "SQLSTATE") || strings.Contains(body, "orders_") {

@@ -25,8 +25,7 @@ import (
 
 // Hostile clients against the router (issue 14): a raw-socket corpus of
 // smuggling variants, malformed and stalled bodies, huge heads, hop-by-hop
-// tricks and slow headers, sent to the real router binary in both of its
-// modes (own loop + lean client, and -net-http-only) in front of a
+// tricks and slow headers, sent to the real router binary in front of a
 // recording fake cell, and against a real cell. For each request the
 // answer is asserted, and for a fake cell the bytes the cell received
 // (a refused request never reaches it); throughout, a victim tenant on the
@@ -195,6 +194,7 @@ func hostileCorpus() []hostileCase {
 	}
 	ok := []int{200}
 	bad := []int{400}
+	unknownMethod := []int{501} // methods are case-sensitive: "get" is an unknown method, as at the cells
 	big := strings.Repeat("a", 9<<10)
 	cs := []hostileCase{
 		// Content-Length with Transfer-Encoding, in every arrangement.
@@ -250,8 +250,7 @@ func hostileCorpus() []hostileCase {
 		{name: "slow-big-head", raw: get("X-Big: " + big + "\r\n"), trickle: 20 * time.Millisecond, want: []int{0, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		{name: "stalled-head", raw: "GET {p} HTTP/1.1\r\nHost: x\r\n", want: []int{0, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		// The head's timeout counts from the accept and never restarts:
-		// not at the first byte, not when a head outgrows the own loop's
-		// buffer and goes to net/http.
+		// not at the first byte, not when a head outgrows a read buffer.
 		{name: "late-head", raw: "", later: []hostileStep{{1500 * time.Millisecond, "GET {p} HTTP/1.1\r\n"}, {time.Second, "Host: x\r\n" + tenantA + "\r\n"}},
 			want: []int{0, 400, 408}, closes: true, within: hostileHeaderTimeout + time.Second, reaches: no},
 		{name: "late-big-head", raw: "GET {p} HTTP/1.1\r\nHost: x\r\n" + tenantA,
@@ -265,9 +264,9 @@ func hostileCorpus() []hostileCase {
 		{name: "h2-prior-knowledge-get", raw: "PRI {p} HTTP/2.0\r\nHost: x\r\n\r\n", want: []int{400, 505}, closes: true, reaches: no},
 		{name: "connect", raw: "CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n" + tenantA + "\r\n", want: []int{405}, closes: true, reaches: no},
 		{name: "connect-path", raw: "CONNECT {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "\r\n", want: []int{400, 405}, closes: true, reaches: no},
-		{name: "lower-get", raw: "get {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "\r\n", want: bad, closes: true, reaches: no},
-		{name: "mixed-get", raw: "Get {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "\r\n", want: bad, closes: true, reaches: no},
-		{name: "lower-post", raw: "post {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "Content-Length: 2\r\n\r\nok", want: bad, closes: true, reaches: no},
+		{name: "lower-get", raw: "get {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "\r\n", want: unknownMethod, closes: true, reaches: no},
+		{name: "mixed-get", raw: "Get {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "\r\n", want: unknownMethod, closes: true, reaches: no},
+		{name: "lower-post", raw: "post {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "Content-Length: 2\r\n\r\nok", want: unknownMethod, closes: true, reaches: no},
 		{name: "bad-method-char", raw: "GE(T {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "\r\n", want: bad, closes: true, reaches: no},
 		{name: "http3", raw: "GET {p} HTTP/3.0\r\nHost: x\r\n" + tenantA + "\r\n", want: []int{400, 505}, closes: true, reaches: no},
 		{name: "tls-hello", raw: "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03{p}", want: []int{0, 400}, closes: true, reaches: no},
@@ -293,7 +292,7 @@ func hostileCorpus() []hostileCase {
 		{name: "double-space", raw: "GET  {p} HTTP/1.1\r\nHost: x\r\n" + tenantA + "\r\n", want: bad, closes: true, reaches: no},
 		{name: "expect-odd", raw: post("Expect: 200-ok\r\nContent-Length: 2\r\n", "ok"), want: []int{417}, closes: true, reaches: no},
 		{name: "expect-continue", raw: post("Expect: 100-continue\r\nContent-Length: 2\r\n", "ok"), want: []int{100, 200}, reaches: yes},
-		{name: "folded-other", raw: get("X-Folded: a\r\n b\r\n"), want: ok, reaches: yes},
+		{name: "folded-other", raw: get("X-Folded: a\r\n b\r\n"), want: bad, closes: true, reaches: no}, // obs-fold is refused whatever the header, as the cells refuse it
 		{name: "absolute-form", raw: strings.Replace(get(""), "{p}", "http://x{p}", 1), want: ok, reaches: yes},
 		// Pipelines: the request after a refused one is never served.
 		{name: "pipe-clte", raw: get("") + post("Content-Length: 4\r\nTransfer-Encoding: chunked\r\n", "0\r\n\r\n") + strings.Replace(get(""), "{p}", "/h/pipe-clte-after/", 1), want: bad, closes: true},
@@ -430,12 +429,6 @@ func (v *victim) String() string {
 	return fmt.Sprintf("served %d, refused %d %v", v.served.Load(), v.refused.Load(), parts)
 }
 
-// routerModes are the router's two modes.
-var routerModes = []struct {
-	name  string
-	flags []string
-}{{"own-loop", nil}, {"net-http-only", []string{"-net-http-only"}}}
-
 // runCorpus sends the whole corpus at once (each case on its own
 // connection) while a victim polls, and checks every answer; cell, when
 // set, is the fake cell whose received bytes are checked too.
@@ -527,34 +520,26 @@ func clip(s string, n int) string {
 }
 
 // TestRouterHostileCorpusFakeCell runs the corpus against the router in
-// both modes in front of a recording fake cell.
+// front of a recording fake cell.
 func TestRouterHostileCorpusFakeCell(t *testing.T) {
-	for _, mode := range routerModes {
-		t.Run(mode.name, func(t *testing.T) {
-			t.Parallel()
-			cell := startRecordingCell(t)
-			mapFile := filepath.Join(t.TempDir(), "slotmap.json")
-			writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: cell.url}}})
-			r := startRouter(t, mapFile, append([]string{"-config", writeRouterConfig(t, 0)}, mode.flags...)...)
-			runCorpus(t, r.url, cell, "/victim")
-		})
-	}
+	t.Parallel()
+	cell := startRecordingCell(t)
+	mapFile := filepath.Join(t.TempDir(), "slotmap.json")
+	writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: cell.url}}})
+	r := startRouter(t, mapFile, "-config", writeRouterConfig(t, 0))
+	runCorpus(t, r.url, cell, "/victim")
 }
 
 // TestRouterHostileCorpusRealCell runs the corpus against the router in
-// both modes in front of a real cell: the router's own refusals are the
-// same, and the victim tenant of the cell is served throughout.
+// front of a real cell: the router's own refusals are the same, and the
+// victim tenant of the cell is served throughout.
 func TestRouterHostileCorpusRealCell(t *testing.T) {
 	cell := startCell(t, cellEnv(t))
 	cell.waitStatus(t, "/readyz", 200, 60*time.Second)
-	for _, mode := range routerModes {
-		t.Run(mode.name, func(t *testing.T) {
-			mapFile := filepath.Join(t.TempDir(), "slotmap.json")
-			writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: cell.url}}})
-			r := startRouter(t, mapFile, append([]string{"-config", writeRouterConfig(t, 0)}, mode.flags...)...)
-			runCorpus(t, r.url, nil, "/")
-		})
-	}
+	mapFile := filepath.Join(t.TempDir(), "slotmap.json")
+	writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: cell.url}}})
+	r := startRouter(t, mapFile, "-config", writeRouterConfig(t, 0))
+	runCorpus(t, r.url, nil, "/")
 }
 
 // Blast radius settings: attacks of attackDuration.
@@ -585,53 +570,47 @@ func raiseFileLimit(tb testing.TB, need uint64) {
 }
 
 // TestRouterBlastRadiusUnderAttack: two attacker tenants of one cell and a
-// victim of the same cell, through the router in each mode. For
+// victim of the same cell, through the router. For
 // attackDuration, attacker A sends chunkFloodPerSec requests a second with
 // a malformed chunk size, and attacker B holds stalledConns connections
 // that each sent a head with Content-Length: 200 and one byte; the victim
 // polls every 100 ms. No victim request may be refused, in either attack
-// (they run at the same time, both against the victim's cell). The
+// (they run at the same time, both against the victim's cell). The fake
+// cell and the attackers share this process, and under make test's load
+// (-race, other packages) a starved fake cell would fail its health
+// checks: a slow cell, not what this test is about. So the health checks
+// here get 3 s and 4 tries. The
 // attackers' outcomes are logged: A gets 400s, B's requests are refused at
 // its tenant cap (503) or cut at the body deadline (408), and the cell is
 // never ejected.
 func TestRouterBlastRadiusUnderAttack(t *testing.T) {
 	raiseFileLimit(t, 2*stalledConns+512)
-	for _, mode := range routerModes {
-		// One mode at a time: the fake cell and the attackers share this
-		// process, and under make test's load (-race, other packages) a
-		// starved fake cell would fail its health checks: a slow cell,
-		// not what this test is about. For the same reason the health
-		// checks here get 3 s and 4 tries (later flags win).
-		t.Run(mode.name, func(t *testing.T) {
-			cell := startRecordingCell(t)
-			mapFile := filepath.Join(t.TempDir(), "slotmap.json")
-			writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: cell.url}}})
-			flags := append([]string{"-config", writeRouterConfig(t, 0), "-health-timeout", "3s", "-fail-after", "4"}, mode.flags...)
-			r := startRouter(t, mapFile, flags...)
-			addr := strings.TrimPrefix(r.url, "http://")
+	cell := startRecordingCell(t)
+	mapFile := filepath.Join(t.TempDir(), "slotmap.json")
+	writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: cell.url}}})
+	r := startRouter(t, mapFile, "-config", writeRouterConfig(t, 0), "-health-timeout", "3s", "-fail-after", "4")
+	addr := strings.TrimPrefix(r.url, "http://")
 
-			stop := make(chan struct{})
-			v := startVictim(r.url+"/victim", "victim", stop)
-			var wg sync.WaitGroup
-			var flood, stall attackTally
-			wg.Go(func() { chunkFlood(addr, &flood) })
-			wg.Go(func() { stalledBodies(addr, &stall) })
-			wg.Wait()
-			close(stop)
-			<-v.done
-			t.Logf("victim: %s", v)
-			t.Logf("attacker A (malformed chunks, %d/s for %s): %s", chunkFloodPerSec, attackDuration, &flood)
-			t.Logf("attacker B (%d stalled bodies for %s): %s", stalledConns, attackDuration, &stall)
-			if v.refused.Load() != 0 || v.served.Load() < int64(attackDuration/(100*time.Millisecond))/2 {
-				t.Errorf("victim: %s; want every request served", v)
-			}
-			if n := flood.count(400); n < int64(chunkFloodPerSec*attackDuration/time.Second)*9/10 {
-				t.Errorf("attacker A: %s; want its malformed bodies answered 400", &flood)
-			}
-			if flood.count(502)+flood.count(503) > 0 {
-				t.Errorf("attacker A: %s; a malformed body was blamed on the cell", &flood)
-			}
-		})
+	stop := make(chan struct{})
+	v := startVictim(r.url+"/victim", "victim", stop)
+	var wg sync.WaitGroup
+	var flood, stall attackTally
+	wg.Go(func() { chunkFlood(addr, &flood) })
+	wg.Go(func() { stalledBodies(addr, &stall) })
+	wg.Wait()
+	close(stop)
+	<-v.done
+	t.Logf("victim: %s", v)
+	t.Logf("attacker A (malformed chunks, %d/s for %s): %s", chunkFloodPerSec, attackDuration, &flood)
+	t.Logf("attacker B (%d stalled bodies for %s): %s", stalledConns, attackDuration, &stall)
+	if v.refused.Load() != 0 || v.served.Load() < int64(attackDuration/(100*time.Millisecond))/2 {
+		t.Errorf("victim: %s; want every request served", v)
+	}
+	if n := flood.count(400); n < int64(chunkFloodPerSec*attackDuration/time.Second)*9/10 {
+		t.Errorf("attacker A: %s; want its malformed bodies answered 400", &flood)
+	}
+	if flood.count(502)+flood.count(503) > 0 {
+		t.Errorf("attacker A: %s; a malformed body was blamed on the cell", &flood)
 	}
 }
 

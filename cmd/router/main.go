@@ -30,7 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellgate/cellgate/gen/spec"
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/configload"
 	"github.com/cellgate/cellgate/internal/routerconsole"
 )
@@ -60,7 +60,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, log *slog.Logger) error {
-	d := proxy.DefaultProxyConfig
+	d := router.DefaultProxyConfig
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "JSON config file applied over the spec's defaults (the cells' file works)")
 	addr := fs.String("addr", envOr("CELLGATE_ROUTER_ADDRESS", ":8090"), "listen address ($CELLGATE_ROUTER_ADDRESS)")
@@ -73,7 +73,6 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	maxPerTenant := fs.Int("max-in-flight-per-tenant", 0, "requests in flight per tenant before 503, checked before the per-cell cap (-1: no cap; 0: the spec's router.max_in_flight_per_tenant)")
 	bodyTimeout := fs.Duration("body-timeout", 0, "longest a request body may take to arrive (0: the spec's router.body_timeout)")
 	headerTimeout := fs.Duration("response-header-timeout", d.ResponseHeaderTimeout, "longest wait for a cell's response head")
-	netHTTPOnly := fs.Bool("net-http-only", false, "turn the lean HTTP path off: net/http's server and httputil.ReverseProxy for every request, not the router's own loop and lean client (same answers, more thread wake-ups and allocations per request)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,19 +87,18 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	// router's /metrics.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return proxy.RunRouter(ctx, cfg, proxy.RouterOptions{
+	return router.Run(ctx, cfg, router.Options{
 		Address:        *addr,
 		Registry:       reg,
 		SlotMapFile:    *slotMap,
 		ReloadInterval: *reload,
 		Logger:         log,
-		NetHTTPOnly:    *netHTTPOnly,
 		Console: consoleHook(cfg.Router.AdminTokenEnv, routerconsole.Config{
 			SlotMapFile: *slotMap, Logger: log, Registry: reg,
 			SessionTTL: cfg.Console.SessionTTL.D(), SessionIdle: cfg.Console.SessionIdle.D(),
 			TrustedProxies: cfg.Console.TrustedProxies, SecureCookies: cfg.Console.SecureCookies,
 		}),
-		Proxy: proxy.ProxyConfig{
+		Proxy: router.ProxyConfig{
 			HealthInterval:        *hInterval,
 			HealthTimeout:         *hTimeout,
 			FailAfter:             *failAfter,
@@ -118,7 +116,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 //
 // base holds the console's settings from the spec; the hook adds the token
 // and the proxy.
-func consoleHook(tokenEnv string, base routerconsole.Config) func(*proxy.Proxy) (http.Handler, func(context.Context), error) {
+func consoleHook(tokenEnv string, base routerconsole.Config) func(*router.Proxy) (http.Handler, func(context.Context), error) {
 	token := ""
 	if tokenEnv != "" {
 		token = os.Getenv(tokenEnv)
@@ -126,7 +124,7 @@ func consoleHook(tokenEnv string, base routerconsole.Config) func(*proxy.Proxy) 
 	if token == "" {
 		return nil
 	}
-	return func(p *proxy.Proxy) (http.Handler, func(context.Context), error) {
+	return func(p *router.Proxy) (http.Handler, func(context.Context), error) {
 		cc := base
 		cc.AdminToken, cc.AdminTokenEnv, cc.Source = token, tokenEnv, p
 		c, err := routerconsole.New(cc)

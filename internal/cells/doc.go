@@ -13,7 +13,7 @@
 //     them to gen/deploy).
 //
 // The router process that serves a CellRouter is package
-// internal/cells/proxy; moving slots between cells is internal/cells/slotmove.
+// internal/cells/router; moving slots between cells is internal/cells/slotmove.
 //
 // Concurrency contract: a CellRouter and a SlotMap's Build result are
 // immutable and safe for concurrent use. DeployFiles and the SlotMap

@@ -14,15 +14,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/console/consolechart"
 )
 
-// Source is what the console reads: a *proxy.Proxy.
+// Source is what the console reads: a *router.Proxy.
 type Source interface {
-	Cells() []proxy.CellStatus
-	SlotMapStatus() proxy.SlotMapStatus
+	Cells() []router.CellStatus
+	SlotMapStatus() router.SlotMapStatus
 }
 
 // Config is what a Console shows and how it guards it.
@@ -85,7 +85,7 @@ const SessionCookie = "cellgate_router_console"
 
 // Prefix is where the pages live; APIPrefix the JSON.
 const (
-	Prefix    = proxy.AdminPath + "/"
+	Prefix    = router.AdminPath + "/"
 	APIPrefix = Prefix + "api/"
 )
 
@@ -168,7 +168,7 @@ func New(cfg Config) (*Console, error) {
 	store := &consoleauth.MemoryStore{Now: cfg.Now, Idle: cfg.SessionIdle}
 	auth, err := consoleauth.New(consoleauth.Config{
 		AdminToken: cfg.AdminToken, Store: store, TTL: cfg.SessionTTL, Idle: cfg.SessionIdle, Now: cfg.Now,
-		Cookie: SessionCookie, Path: proxy.AdminPath,
+		Cookie: SessionCookie, Path: router.AdminPath,
 		Network: nw, SecureCookies: cfg.SecureCookies, Limiter: cfg.Limiter, Metrics: m,
 		Console: "router", Logger: cfg.Logger,
 	})
@@ -197,7 +197,7 @@ func (h headerWriter) WriteHeader(code int) {
 }
 
 // Run samples the traffic every SampleEvery until ctx ends: the router
-// runs it in its own wait group (proxy.RouterOptions.Console), so it stops
+// runs it in its own wait group (router.Options.Console), so it stops
 // with the router.
 func (c *Console) Run(ctx context.Context) {
 	c.Sample()
@@ -266,7 +266,7 @@ type CellTraffic struct {
 type Point = consolechart.JSONPoint
 
 // traffic copies the rings out under the lock, in the map's cell order.
-func (c *Console) trafficNow(order []proxy.CellStatus) Traffic {
+func (c *Console) trafficNow(order []router.CellStatus) Traffic {
 	out := Traffic{Interval: c.cfg.SampleEvery.String(), Samples: c.cfg.Samples, Cells: []CellTraffic{}}
 	c.mu.Lock()
 	for _, s := range order {

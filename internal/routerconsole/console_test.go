@@ -17,29 +17,29 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/internal/cells"
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 )
 
 // fakeSource is a Source whose answers a test sets.
 type fakeSource struct {
 	mu    sync.Mutex
-	cells []proxy.CellStatus
-	sm    proxy.SlotMapStatus
+	cells []router.CellStatus
+	sm    router.SlotMapStatus
 }
 
-func (f *fakeSource) Cells() []proxy.CellStatus {
+func (f *fakeSource) Cells() []router.CellStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]proxy.CellStatus(nil), f.cells...)
+	return append([]router.CellStatus(nil), f.cells...)
 }
 
-func (f *fakeSource) SlotMapStatus() proxy.SlotMapStatus {
+func (f *fakeSource) SlotMapStatus() router.SlotMapStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.sm
 }
 
-func (f *fakeSource) set(name string, fn func(*proxy.CellStatus)) {
+func (f *fakeSource) set(name string, fn func(*router.CellStatus)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.cells {
@@ -64,13 +64,13 @@ func newEnv(tb testing.TB) *env {
 	tb.Helper()
 	now := time.Date(2026, 3, 4, 5, 6, 0, 0, time.UTC)
 	src := &fakeSource{
-		cells: []proxy.CellStatus{
+		cells: []router.CellStatus{
 			{Name: "cell-1", URL: "http://10.0.0.1:8080", Console: "http://10.0.0.1:8080/admin/", Slots: []string{"0-8191"}, Up: true},
 			{Name: "cell-<2>", URL: "http://10.0.0.2:8080", Console: "http://10.0.0.2:8080/admin/", Slots: []string{"8192-16383"}, Up: true},
 		},
-		sm: proxy.SlotMapStatus{Generation: 3, Digest: strings.Repeat("ab", 32), Since: now, Current: true,
+		sm: router.SlotMapStatus{Generation: 3, Digest: strings.Repeat("ab", 32), Since: now, Current: true,
 			Map:     cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: "http://10.0.0.1:8080", Slots: []string{"0-8191"}}}, Frozen: []string{"100-199"}},
-			Reloads: []proxy.Reload{{At: now, Result: "invalid", Generation: 3, Digest: strings.Repeat("ab", 32), Cells: 2, Error: "cells: slot 11 has no <owner>"}}},
+			Reloads: []router.Reload{{At: now, Result: "invalid", Generation: 3, Digest: strings.Repeat("ab", 32), Cells: 2, Error: "cells: slot 11 has no <owner>"}}},
 	}
 	var audit bytes.Buffer
 	e := &env{src: src, now: &now, audit: &audit}
@@ -218,10 +218,10 @@ func between(s, from, to string) string {
 func TestPages(t *testing.T) {
 	e := newEnv(t)
 	down := e.now.Add(-90 * time.Second)
-	e.src.set("cell-<2>", func(s *proxy.CellStatus) {
+	e.src.set("cell-<2>", func(s *router.CellStatus) {
 		s.Up, s.DownSince, s.LastError, s.LastErrorAt = false, down, "dial tcp 10.0.0.2:8080: connection <refused>", down
-		s.Refusals = proxy.Refusals{Down: 7, CellCap: 2, TenantCap: 3, Frozen: 1}
-		s.Ejections = proxy.Ejections{Active: 1, Passive: 4}
+		s.Refusals = router.Refusals{Down: 7, CellCap: 2, TenantCap: 3, Frozen: 1}
+		s.Ejections = router.Ejections{Active: 1, Passive: 4}
 	})
 	c := e.client(t)
 	_, body := send(t, c, "GET", e.srv.URL+"/admin/", "", testToken)
@@ -264,7 +264,7 @@ func TestPages(t *testing.T) {
 func TestSampler(t *testing.T) {
 	e := newEnv(t)
 	step := func(req1, ref1 uint64) {
-		e.src.set("cell-1", func(s *proxy.CellStatus) { s.Requests, s.Refusals.TenantCap = req1, ref1 })
+		e.src.set("cell-1", func(s *router.CellStatus) { s.Requests, s.Refusals.TenantCap = req1, ref1 })
 		*e.now = e.now.Add(5 * time.Second)
 		e.c.Sample()
 	}
@@ -297,7 +297,7 @@ func TestSampler(t *testing.T) {
 		t.Errorf("traffic JSON %s", raw)
 	}
 	// cell-1 moves to another URL: a new backend, its counters restart.
-	e.src.set("cell-1", func(s *proxy.CellStatus) { s.URL = "http://10.0.0.9:8080" })
+	e.src.set("cell-1", func(s *router.CellStatus) { s.URL = "http://10.0.0.9:8080" })
 	step(1, 0)
 	if tr = e.c.trafficNow(e.src.Cells()); len(tr.Cells[0].requests) != 0 {
 		t.Errorf("a cell at a new URL kept the old rings: %v", tr.Cells[0].requests)
@@ -347,7 +347,7 @@ func TestAPI(t *testing.T) {
 	e := newEnv(t)
 	c := e.client(t)
 	resp, body := send(t, c, "GET", e.srv.URL+"/admin/api/cells", "", testToken)
-	var cs []proxy.CellStatus
+	var cs []router.CellStatus
 	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &cs) != nil || len(cs) != 2 || cs[1].Console != "http://10.0.0.2:8080/admin/" {
 		t.Errorf("cells: %d %s", resp.StatusCode, body)
 	}

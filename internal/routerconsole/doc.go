@@ -7,8 +7,8 @@
 // console. The same under /admin/api/ as JSON (cells, slotmap, traffic).
 //
 // It knows net/http only, like the router (no Echo): cmd/router hands
-// internal/cells/proxy a hook that builds it from the running proxy (see
-// proxy.RouterOptions.Console). The admin token (router.admin_token_env)
+// internal/cells/router a hook that builds it from the running proxy (see
+// router.Options.Console). The admin token (router.admin_token_env)
 // reads; there is nothing to change here, so there is no operator role.
 // Scripts send "Authorization: Bearer <token>"; a browser trades the token
 // for a session at /admin/login (consoleauth, as the cells' console does),

@@ -14,25 +14,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/config"
 )
 
-// TestInRouter runs the console inside proxy.RunRouter, in both router
-// modes (the own HTTP/1.1 loop and net/http only): /admin is the console's
-// (never a cell's), a dead cell shows down with its error, and the sampler
-// stops with the router.
+// TestInRouter runs the console inside router.Run: /admin is the
+// console's (never a cell's), a dead cell shows down with its error, and
+// the sampler stops with the router.
 func TestInRouter(t *testing.T) {
-	for _, netHTTP := range []bool{false, true} {
-		name := "own-loop"
-		if netHTTP {
-			name = "net-http-only"
-		}
-		t.Run(name, func(t *testing.T) { testInRouter(t, netHTTP) })
-	}
-}
-
-func testInRouter(t *testing.T, netHTTP bool) {
 	cellHandler := func(name string) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.WriteString(w, name+" "+r.URL.Path)
@@ -61,11 +50,11 @@ func testInRouter(t *testing.T, netHTTP bool) {
 	ready := make(chan struct{})
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	go func() {
-		done <- proxy.RunRouter(ctx, cfg, proxy.RouterOptions{
-			Listener: ln, Registry: prometheus.NewRegistry(), NetHTTPOnly: netHTTP, Logger: log,
-			Proxy: proxy.ProxyConfig{HealthInterval: 50 * time.Millisecond},
+		done <- router.Run(ctx, cfg, router.Options{
+			Listener: ln, Registry: prometheus.NewRegistry(), Logger: log,
+			Proxy: router.ProxyConfig{HealthInterval: 50 * time.Millisecond},
 			Ready: func(net.Addr) { close(ready) },
-			Console: func(p *proxy.Proxy) (http.Handler, func(context.Context), error) {
+			Console: func(p *router.Proxy) (http.Handler, func(context.Context), error) {
 				c, err := New(Config{AdminToken: testToken, Source: p, SampleEvery: 20 * time.Millisecond, Logger: log})
 				console = c
 				if err != nil {
@@ -104,7 +93,7 @@ func testInRouter(t *testing.T, netHTTP bool) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, body := get("/admin/api/cells")
-		var cs []proxy.CellStatus
+		var cs []router.CellStatus
 		if err := json.Unmarshal([]byte(body), &cs); err != nil {
 			t.Fatalf("cells: %s", body)
 		}
@@ -126,7 +115,7 @@ func testInRouter(t *testing.T, netHTTP bool) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("RunRouter did not return")
+		t.Fatal("router.Run did not return")
 	}
 	// The sampler ended with the router: no sample lands after it returned.
 	console.mu.Lock()
@@ -137,6 +126,6 @@ func testInRouter(t *testing.T, netHTTP bool) {
 	after := console.traffic["cell-1"].requests.Len()
 	console.mu.Unlock()
 	if before != after {
-		t.Errorf("the sampler ran on after RunRouter returned (%d → %d samples)", before, after)
+		t.Errorf("the sampler ran on after router.Run returned (%d → %d samples)", before, after)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 )
 
@@ -65,7 +65,7 @@ const loginBodyLimit = 64 << 10
 func (c *Console) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+Prefix+"static/", staticFiles())
-	mux.HandleFunc("GET "+proxy.AdminPath, func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+router.AdminPath, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 	})
 	mux.HandleFunc("GET "+Prefix+"login", func(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +92,7 @@ func (c *Console) routes() *http.ServeMux {
 
 // SlotMap is the slot map page's and /admin/api/slotmap's data.
 type SlotMap struct {
-	proxy.SlotMapStatus
+	router.SlotMapStatus
 	// File is the slot map file the router reloads ("" = the spec's cells).
 	File string `json:"file"`
 }
@@ -215,7 +215,7 @@ func throttledText(ref *consoleauth.Refusal) string {
 
 // Overview is the overview page's data.
 type overview struct {
-	Cells             []proxy.CellStatus
+	Cells             []router.CellStatus
 	Up, Down          int
 	SlotMap           SlotMap
 	Traffic, Refusals template.HTML

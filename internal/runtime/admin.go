@@ -3,6 +3,7 @@ package runtime
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"net/http"
 	"strings"
 
@@ -27,11 +28,13 @@ func adminAuth(token string, h echo.HandlerFunc) echo.HandlerFunc {
 		sum := sha256.Sum256([]byte(got))
 		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="cellgate-admin"`)
-			return c.JSON(http.StatusUnauthorized, errorBody{Error: "admin token required", Code: "admin_unauthorized"})
+			return c.Blob(http.StatusUnauthorized, httpguard.ContentType, errAdminUnauthorized)
 		}
 		return h(c)
 	}
 }
+
+var errAdminUnauthorized = httpguard.Encode(http.StatusUnauthorized, "admin_unauthorized", "admin token required")
 
 // AdmissionReport is the JSON body of GET /admin/admission.
 type AdmissionReport struct {

@@ -70,8 +70,8 @@ func TestBinderAcceptsOnlyOneJSONValue(t *testing.T) {
 			continue
 		}
 		if tc.code != "" {
-			var b errorBody
-			if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil || b.Code != tc.code || b.Error == "" {
+			var b problemBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil || b.Code != tc.code || b.Detail == "" {
 				t.Errorf("%s: body %s, want code %s", tc.name, rec.Body, tc.code)
 			}
 		}

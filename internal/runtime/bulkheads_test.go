@@ -151,7 +151,9 @@ func TestHijackReleasesPermits(t *testing.T) {
 			return err
 		}
 		defer conn.Close()
-		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		switched := &http.Response{StatusCode: http.StatusSwitchingProtocols, ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Upgrade": {"echo"}, "Connection": {"Upgrade"}}}
+		_ = switched.Write(brw)
 		brw.Flush()
 		line, _ := brw.ReadString('\n') // echo one line, then hold the connection
 		brw.WriteString(line)
@@ -228,8 +230,8 @@ func TestServerChainAnswersAndCounts(t *testing.T) {
 		}
 	}
 	for k, code := range map[string]string{"acme again": "tenant_overloaded", "initech": "server_overloaded"} {
-		var body map[string]string
-		if err := json.Unmarshal(got[k].Body.Bytes(), &body); err != nil || body["code"] != code || got[k].Header().Get("Retry-After") != "1" {
+		var body problemBody
+		if err := json.Unmarshal(got[k].Body.Bytes(), &body); err != nil || body.Code != code || got[k].Header().Get("Retry-After") != "1" {
 			t.Errorf("%s: body %s Retry-After %q, want code %s and 1", k, got[k].Body, got[k].Header().Get("Retry-After"), code)
 		}
 	}

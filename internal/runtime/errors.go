@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/requestid"
 	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 	"github.com/cellgate/cellgate/internal/shards"
@@ -77,17 +78,13 @@ func (e *ClientError) Error() string {
 // limit or a read deadline behind a refused bind.
 func (e *ClientError) Unwrap() error { return e.Err }
 
-// errorBody is the JSON shape of every error the runtime writes.
-type errorBody struct {
-	Error string `json:"error"`
-	Code  string `json:"code,omitempty"`
-}
-
-// jsonErrorHandler writes every error as JSON {error, code}. Internal
+// problemErrorHandler writes every error as RFC 9457 problem details
+// (httpguard.Encode: type, title, status, detail and the stable code), the
+// router's shape too. Internal
 // errors are logged with the request id and answered without detail;
 // refusals of the client's input to the database are logged at debug with
 // their SQLSTATE and constraint, which the client never sees.
-func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+func problemErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
@@ -116,7 +113,7 @@ func jsonErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			_ = c.NoContent(a.status)
 			return
 		}
-		_ = c.JSON(a.status, errorBody{Error: a.msg, Code: a.code})
+		_ = c.Blob(a.status, httpguard.ContentType, httpguard.Encode(a.status, a.code, a.msg))
 	}
 }
 
@@ -134,7 +131,7 @@ func BadBody(err error, msg string) error {
 	return &ClientError{Status: http.StatusBadRequest, Code: "invalid_body", Message: msg}
 }
 
-// answer is what jsonErrorHandler writes for an error.
+// answer is what problemErrorHandler writes for an error.
 type answer struct {
 	status    int
 	code, msg string
@@ -143,14 +140,14 @@ type answer struct {
 	closeConn bool
 }
 
-// errorStatus is the answer jsonErrorHandler gives err; the HTTP metrics
+// errorStatus is the answer problemErrorHandler gives err; the HTTP metrics
 // use its status to label a response the handler has not written.
 func errorStatus(err error) answer {
 	var (
 		he       *echo.HTTPError
 		ce       *ClientError
 		tooLarge *http.MaxBytesError
-		tooSlow  *bodyTooSlowError
+		prob     *httpguard.Problem
 		pe       *pgconn.PgError
 	)
 	if rej, ok := rejectionOf(err); ok {
@@ -159,12 +156,20 @@ func errorStatus(err error) answer {
 	switch {
 	case errors.As(err, &tooLarge):
 		// Before HTTPError and ClientError: a bind wraps a read error.
-		return answer{status: http.StatusRequestEntityTooLarge, code: "body_too_large", msg: "request body too large", known: true, closeConn: true}
-	case errors.As(err, &tooSlow):
+		p := httpguard.ErrBodyTooLarge
+		return answer{status: p.Status, code: p.Code, msg: p.Detail, known: true, closeConn: true}
+	case httpguard.BodyTooSlow(err):
 		// A body read hit the body deadline or fell below the minimum
 		// rate (server.body_read_timeout, server.body_min_bytes_per_second).
-		return answer{status: http.StatusRequestTimeout, code: "body_too_slow",
-			msg: "request body not received in time", known: true, closeConn: true}
+		p := httpguard.ErrBodyTooSlow
+		return answer{status: p.Status, code: p.Code, msg: p.Detail, known: true, closeConn: true}
+	case httpguard.BodyMalformed(err):
+		// The client broke its body (a malformed chunk, cut short).
+		p := httpguard.ErrBodyMalformed
+		return answer{status: p.Status, code: p.Code, msg: p.Detail, known: true, closeConn: true}
+	case errors.As(err, &prob):
+		// The edge's refusals (httpguard.Rules.Check, the body limit).
+		return answer{status: prob.Status, code: prob.Code, msg: prob.Detail, known: true}
 	case errors.As(err, &ce):
 		return answer{status: standardStatus(ce.Status), code: ce.Code, msg: ce.Message, known: true}
 	case errors.As(err, &he):

@@ -43,11 +43,11 @@ func TestDatabaseInputErrorsAnswer4xx(t *testing.T) {
 			TableName: "secret_table", Detail: "Key (tenant_id)=(acme) is not present"}
 		ret = fmt.Errorf("create order: %w", pe)
 		rec := serve(s, "POST", "/db", "")
-		var body errorBody
+		var body problemBody
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 			t.Fatalf("%s: body %q: %v", tc.sqlstate, rec.Body, err)
 		}
-		if rec.Code != tc.status || body.Code != tc.code || body.Error == "" {
+		if rec.Code != tc.status || body.Code != tc.code || body.Detail == "" {
 			t.Errorf("%s: %d %+v, want %d %s", tc.sqlstate, rec.Code, body, tc.status, tc.code)
 		}
 		for _, leak := range []string{"secret_table", "fkey", "acme", "Key ("} {

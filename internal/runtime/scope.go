@@ -3,12 +3,11 @@ package runtime
 import (
 	"log/slog"
 	"net/http"
-	"net/textproto"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/requestid"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
@@ -22,7 +21,8 @@ import (
 // the request's tenant.Scope, the one context copy a request makes.
 //
 // Before any of that is spent on it, it refuses what the guarded
-// connection found in the head and what no handler should see (checkHead).
+// connection found in the head and what no handler should see
+// (httpguard.Rules.Check, the router's refusals too).
 //
 // One middleware instead of four matters because Echo applies global
 // middleware per request: each layer is a closure allocation and a call,
@@ -31,10 +31,9 @@ type requestScope struct {
 	log     *slog.Logger
 	limit   int64
 	timeout time.Duration // 0: no deadline
-	body    bodyLimits
-	// identity names the headers a Connection header may not list (the
-	// tenant header, Authorization, Cookie), in canonical form.
-	identity []string
+	body    httpguard.BodyLimits
+	// rules are the edge's refusals, the router's too.
+	rules httpguard.Rules
 }
 
 func (rs *requestScope) middleware(next echo.HandlerFunc) echo.HandlerFunc {
@@ -50,29 +49,27 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 	res.Header().Set(requestid.Header, id)
 	defer rs.recover(c, id, &err)
 
-	if closeAfter, err := rs.checkHead(req); err != nil {
+	if p := rs.rules.Check(req); p != nil {
 		// A refusal comes before a byte of the body is read; the
 		// connection closes after the answer, so nothing of the body is
 		// ever read as a request.
 		closeAfterAnswer(res)
-		return err
-	} else if closeAfter {
-		res.Header().Set(echo.HeaderConnection, "close")
+		return p
 	}
 
 	if req.ContentLength > rs.limit {
 		closeAfterAnswer(res)
-		return errBodyTooLarge
+		return httpguard.ErrBodyTooLarge
 	}
 	if req.Body != nil && req.Body != http.NoBody {
 		// The server's own writer, so an overrun also closes the connection.
 		req.Body = http.MaxBytesReader(res.Writer, req.Body, rs.limit)
-		if g := rs.body.wrap(res.Writer, req.Body, time.Now()); g != nil {
-			// What the handler left unread, net/http drains after it:
-			// under the body's deadlines too.
-			defer g.finish()
-			req.Body = g
-		}
+		// Under the body deadlines, with its failures marked for the
+		// error handler. What the handler left unread, net/http drains
+		// after it: under the same deadlines.
+		g := httpguard.NewBody(res.Writer, req.Body, rs.body, time.Now())
+		defer g.Finish()
+		req.Body = g
 	}
 
 	ctx := req.Context()
@@ -85,86 +82,9 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 	return next(c)
 }
 
-// Refusals of a request's head.
-var (
-	// errBodyTooLarge refuses a Content-Length over server.body_limit_bytes
-	// before a byte of the body is read.
-	errBodyTooLarge = NewClientError(http.StatusRequestEntityTooLarge, "body_too_large", "request body too large")
-	errObsFold      = NewClientError(http.StatusBadRequest, "obs_fold",
-		"folded header lines (obs-fold) are not accepted")
-	errAmbiguousFraming = NewClientError(http.StatusBadRequest, "ambiguous_framing",
-		"Transfer-Encoding with Content-Length, or on HTTP/1.0, is not accepted")
-	errHopByHopIdentity = NewClientError(http.StatusBadRequest, "hop_by_hop_identity",
-		"the Connection header may not name the tenant header, Authorization or Cookie")
-	errVersion = &ClientError{Status: http.StatusHTTPVersionNotSupported, Code: "http_version_not_supported",
-		Message: "this server speaks HTTP/1.1"}
-	errMethodNotAllowed = NewClientError(http.StatusMethodNotAllowed, "method_not_allowed",
-		"CONNECT and TRACE are not served")
-	errMethodUnknown = &ClientError{Status: http.StatusNotImplemented, Code: "method_not_implemented",
-		Message: "the method is not one this server knows (methods are case-sensitive)"}
-)
-
-// standardMethod reports the methods of RFC 9110 §9 and PATCH, which
-// routes may use; CONNECT and TRACE are refused as not allowed, anything
-// else (a lower-case "get", an extension method) as not implemented.
-func standardMethod(m string) bool {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
-		http.MethodPatch, http.MethodDelete, http.MethodOptions:
-		return true
-	}
-	return false
-}
-
-// checkHead refuses what the connection's scan found in r's head, and a
-// Connection header naming an identity header: a proxy would strip the
-// header it names, so the router and the cell would see different
-// identities. A head net/http had buffered before its turn was not
-// scanned: it is served, and the connection closed after it.
-func (rs *requestScope) checkHead(r *http.Request) (closeAfter bool, err error) {
-	if r.ProtoMajor != 1 {
-		// "PRI * HTTP/2.0", the HTTP/2 preface, reaches handlers as a
-		// request when the server does not speak HTTP/2 in clear text.
-		return true, errVersion
-	}
-	if !standardMethod(r.Method) {
-		if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
-			return true, errMethodNotAllowed
-		}
-		return true, errMethodUnknown
-	}
-	switch headVerdictOf(r) {
-	case headObsFold:
-		return true, errObsFold
-	case headCLTE:
-		return true, errAmbiguousFraming
-	case headUnvetted:
-		closeAfter = true
-	}
-	for _, v := range r.Header[echo.HeaderConnection] {
-		for len(v) > 0 {
-			var tok string
-			tok, v, _ = strings.Cut(v, ",")
-			tok = textproto.TrimString(tok)
-			for _, name := range rs.identity {
-				if strings.EqualFold(tok, name) {
-					return true, errHopByHopIdentity
-				}
-			}
-		}
-	}
-	return closeAfter, nil
-}
-
-// closeAfterAnswer makes the connection close once the answer is written,
-// without reading what is left of the request: net/http drains up to 256
-// KiB of an unread body after the handler, even when it closes, so a
-// refused body would hold the connection until it arrived or read_timeout
-// passed. The read deadline set now ends that drain at once.
-func closeAfterAnswer(res *echo.Response) {
-	res.Header().Set(echo.HeaderConnection, "close")
-	_ = http.NewResponseController(res.Writer).SetReadDeadline(time.Now())
-}
+// closeAfterAnswer closes the connection after the answer without
+// draining the body (httpguard.CloseAfter).
+func closeAfterAnswer(res *echo.Response) { httpguard.CloseAfter(res.Writer) }
 
 // recover turns a handler panic into a logged 500. The middleware inside
 // (bulkheads) release their permits in their own defers, which have run by

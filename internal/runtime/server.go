@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/probe"
 	"github.com/cellgate/cellgate/internal/runtime/tenantmw"
 	"github.com/cellgate/cellgate/internal/tenancy"
@@ -141,16 +142,16 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = jsonErrorHandler(opts.Logger)
+	e.HTTPErrorHandler = problemErrorHandler(opts.Logger)
 	e.Binder = &Binder{}
 	rs := &requestScope{
 		log: opts.Logger, limit: cfg.Server.BodyLimitBytes, timeout: cfg.Server.RequestTimeout.D(),
-		body: bodyLimits{
-			timeout: cfg.Server.BodyReadTimeout.D(),
-			rate:    cfg.Server.BodyMinBytesPerSecond,
-			grace:   cfg.Server.BodyRateGrace.D(),
+		body: httpguard.BodyLimits{
+			Timeout: cfg.Server.BodyReadTimeout.D(),
+			Rate:    cfg.Server.BodyMinBytesPerSecond,
+			Grace:   cfg.Server.BodyRateGrace.D(),
 		},
-		identity: identityHeaders(cfg.Tenancy),
+		rules: httpguard.NewRules(cfg.Tenancy.Header.Name, true),
 	}
 	e.Use(rs.middleware)
 	e.GET(probe.Health, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
@@ -259,32 +260,20 @@ func (s *Server) Run(ctx context.Context) error {
 	return s.Serve(ctx, ln)
 }
 
-// identityHeaders are the headers that carry who a request is, which a
-// Connection header must not name: the tenant header, Authorization and
-// Cookie (the JWT and session sources read those).
-func identityHeaders(t config.Tenancy) []string {
-	ids := []string{"Authorization", "Cookie"}
-	if t.Header.Name != "" {
-		ids = append(ids, http.CanonicalHeaderKey(t.Header.Name))
-	}
-	return ids
-}
-
 // Serve is Run on an existing listener (tests listen on port 0). Every
-// connection is a guardedConn (connguard.go): the head deadline fixed at
-// a request's first byte, and the framing net/http would forget checked.
+// connection is an httpguard.Conn: the head deadline fixed at a request's
+// first byte, and the framing net/http would forget checked.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	ln = guardedListener{Listener: ln, headerTimeout: s.cfg.Server.ReadHeaderTimeout.D()}
+	ln = httpguard.Listener{Listener: ln, HeaderTimeout: s.cfg.Server.ReadHeaderTimeout.D()}
 	srv := &http.Server{
 		Handler:           s.echo,
-		ConnState:         trackConnState,
-		ConnContext:       connContext,
 		ReadHeaderTimeout: s.cfg.Server.ReadHeaderTimeout.D(),
 		ReadTimeout:       s.cfg.Server.ReadTimeout.D(),
 		WriteTimeout:      s.cfg.Server.WriteTimeout.D(),
 		IdleTimeout:       s.cfg.Server.IdleTimeout.D(),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	httpguard.Install(srv)
 	s.log.Info("listening", "address", ln.Addr().String(), "service", s.cfg.Service.Name)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -106,7 +106,7 @@ func TestPanicBecomesJSON500(t *testing.T) {
 	s := newTestServer(t, testConfig())
 	s.Public("GET", "/boom", func(echo.Context) error { panic("boom") })
 	rec := serve(s, "GET", "/boom", "")
-	if rec.Code != 500 || !strings.Contains(rec.Body.String(), `"error"`) {
+	if rec.Code != 500 || !strings.Contains(rec.Body.String(), `"code":"internal_server_error"`) || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("panic: %d %s", rec.Code, rec.Body)
 	}
 	if strings.Contains(rec.Body.String(), "boom") {

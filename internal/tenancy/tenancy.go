@@ -4,7 +4,7 @@
 // says why there is none. The id comes from one configured Source (a header, a
 // subdomain, a signed session cookie or a JWT). It knows net/http only: the
 // cells' Echo middleware (internal/runtime/tenantmw) and the cell router
-// (internal/cells/proxy) both build their Extractor from the same spec block
+// (internal/cells/router) both build their Extractor from the same spec block
 // with FromSpec, so they agree on every request. Concurrency caps (bulkheads)
 // are built on top of this package elsewhere; nothing here counts or limits
 // requests.

@@ -16,12 +16,12 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/cellgate/cellgate/internal/cells"
-	"github.com/cellgate/cellgate/internal/cells/proxy"
+	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/routerconsole"
 )
 
-// TestRouterConsoleInBrowser runs a router (proxy.RunRouter with the
+// TestRouterConsoleInBrowser runs a router (router.Run with the
 // router's console, as cmd/router wires it) over three small cells, sends
 // traffic, kills one cell and reloads the slot map, then logs in to the
 // router's console in a real browser: the overview shows the dead cell and
@@ -62,10 +62,10 @@ func TestRouterConsoleInBrowser(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- proxy.RunRouter(ctx, cfg, proxy.RouterOptions{
+		done <- router.Run(ctx, cfg, router.Options{
 			Listener: ln, SlotMapFile: mapFile, ReloadInterval: 50 * time.Millisecond,
-			Proxy: proxy.ProxyConfig{HealthInterval: 100 * time.Millisecond},
-			Console: func(p *proxy.Proxy) (http.Handler, func(context.Context), error) {
+			Proxy: router.ProxyConfig{HealthInterval: 100 * time.Millisecond},
+			Console: func(p *router.Proxy) (http.Handler, func(context.Context), error) {
 				c, err := routerconsole.New(routerconsole.Config{AdminToken: token, Source: p, SlotMapFile: mapFile, SampleEvery: 100 * time.Millisecond})
 				if err != nil {
 					return nil, nil, err

@@ -1,19 +1,19 @@
 package bulkhead
 
 import (
-	"encoding/json"
 	"math"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/httpguard"
 )
 
 // Rejection is a refusal by a bulkhead or the server limit. It is an error
 // (database refusals travel up the handler as one) and it writes itself as
-// the JSON response {"error": Message, "code": Code} with Status and, when
-// RetryAfter > 0, a Retry-After header.
+// RFC 9457 problem details (httpguard.Problem: Message is the detail, Code
+// the code) with Status and, when RetryAfter > 0, a Retry-After header.
 type Rejection struct {
 	// Status is the HTTP status: 503 for capacity, 429 for rate and quota.
 	Status int
@@ -26,21 +26,13 @@ type Rejection struct {
 
 	// Encoded once so a refusal, the path a noisy tenant hammers, costs no
 	// JSON encoding.
-	body       []byte
-	retryAfter string
+	p *httpguard.Problem
 }
 
 // NewRejection builds a Rejection and pre-encodes its response.
 func NewRejection(status, retryAfter int, code, message string) *Rejection {
-	body, _ := json.Marshal(struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
-	}{message, code}) // two strings cannot fail to encode
-	r := &Rejection{Status: status, RetryAfter: retryAfter, Code: code, Message: message, body: body}
-	if retryAfter > 0 {
-		r.retryAfter = strconv.Itoa(retryAfter)
-	}
-	return r
+	return &Rejection{Status: status, RetryAfter: retryAfter, Code: code, Message: message,
+		p: httpguard.NewRetryProblem(status, retryAfter, code, message)}
 }
 
 // Error implements error.
@@ -49,13 +41,8 @@ func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
 // Write answers c with the rejection. A HEAD request gets the status and
 // headers only.
 func (r *Rejection) Write(c echo.Context) error {
-	if r.retryAfter != "" {
-		c.Response().Header().Set("Retry-After", r.retryAfter)
-	}
-	if c.Request().Method == http.MethodHead {
-		return c.NoContent(r.Status)
-	}
-	return c.JSONBlob(r.Status, r.body)
+	r.p.Write(c.Response(), c.Request().Method == http.MethodHead)
+	return nil
 }
 
 // The refusals the bulkheads give. Their codes are stable API.

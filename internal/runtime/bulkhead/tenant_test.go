@@ -28,9 +28,9 @@ func tenantEcho(t *testing.T, cfg TenantConfig, h echo.HandlerFunc) *echo.Echo {
 	return e
 }
 
-func decode(t *testing.T, rec *httptest.ResponseRecorder) map[string]string {
+func decode(t *testing.T, rec *httptest.ResponseRecorder) map[string]any {
 	t.Helper()
-	var body map[string]string
+	var body map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatalf("body %q is not JSON: %v", rec.Body, err)
 	}
@@ -58,7 +58,7 @@ func TestTenantCapAnswers503(t *testing.T) {
 	if inner.Code != http.StatusServiceUnavailable || inner.Header().Get("Retry-After") != "1" {
 		t.Fatalf("second request of acme: %d Retry-After=%q", inner.Code, inner.Header().Get("Retry-After"))
 	}
-	if b := decode(t, inner); b["code"] != "tenant_overloaded" || b["error"] == "" {
+	if b := decode(t, inner); b["code"] != "tenant_overloaded" || b["detail"] == "" || b["type"] != "about:blank" {
 		t.Fatalf("body: %v", b)
 	}
 	if other.Code != 200 {

@@ -10,6 +10,7 @@
 package tenantmw
 
 import (
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
@@ -35,8 +36,8 @@ type Config struct {
 
 	// ErrorHandler writes the response for a request whose tenant could not
 	// be found. It is not called for skipped requests. Default: WriteError,
-	// which answers with the status of the error's Kind and a JSON body
-	// {"error":"...","code":"tenant_..."}.
+	// which answers with the status of the error's Kind and an RFC 9457
+	// problem details body whose code is "tenant_...".
 	ErrorHandler func(c echo.Context, err *tenancy.Error) error
 }
 
@@ -132,14 +133,9 @@ func FromEcho(c echo.Context) (string, bool) {
 	return tenant.From(c.Request().Context())
 }
 
-// errorBody is the JSON error response; field order is the documented one.
-type errorBody struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
-
 // WriteError is the default Config.ErrorHandler. It answers with err.Kind's
-// status and the body {"error": err.Reason, "code": err.Kind.Code()}. For a
+// status and an RFC 9457 problem details body (httpguard.Encode) with
+// err.Reason as its detail and err.Kind.Code() as its code. For a
 // 401 caused by a bearer token it adds a WWW-Authenticate challenge
 // (RFC 6750). The underlying cause (err.Err) is never sent.
 func WriteError(c echo.Context, err *tenancy.Error) error {
@@ -149,5 +145,6 @@ func WriteError(c echo.Context, err *tenancy.Error) error {
 	if ch := err.Challenge(); ch != "" {
 		c.Response().Header().Set("WWW-Authenticate", ch)
 	}
-	return c.JSON(err.Kind.Status(), errorBody{Error: err.Reason, Code: err.Kind.Code()})
+	status := err.Kind.Status()
+	return c.Blob(status, httpguard.ContentType, httpguard.Encode(status, err.Kind.Code(), err.Reason))
 }

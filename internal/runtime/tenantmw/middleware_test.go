@@ -70,8 +70,11 @@ func TestMiddlewareStoresTenant(t *testing.T) {
 
 func TestMiddlewareErrors(t *testing.T) {
 	type body struct {
-		Error string `json:"error"`
-		Code  string `json:"code"`
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+		Code   string `json:"code"`
 	}
 	hs := tenancy.JWTConfig{Algorithms: []string{"HS256"}, Key: testHMACKey}
 	expired := mint(t, jwt.MapClaims{"tenant": "acme", "exp": testNow.Add(-time.Minute).Unix()})
@@ -108,7 +111,7 @@ func TestMiddlewareErrors(t *testing.T) {
 			if w.Code != tc.status {
 				t.Fatalf("status %d, want %d", w.Code, tc.status)
 			}
-			if ct := w.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			if ct := w.Header().Get("Content-Type"); ct != "application/problem+json" {
 				t.Fatalf("Content-Type %q", ct)
 			}
 			var b body
@@ -117,7 +120,7 @@ func TestMiddlewareErrors(t *testing.T) {
 			if err := dec.Decode(&b); err != nil {
 				t.Fatalf("body %q: %v", w.Body.String(), err)
 			}
-			if b.Code != tc.code || b.Error == "" {
+			if b.Code != tc.code || b.Detail == "" {
 				t.Fatalf("body %+v, want code %s and a message", b, tc.code)
 			}
 			if got := w.Header().Get("WWW-Authenticate"); got != tc.challenge {
@@ -131,7 +134,7 @@ func TestMiddlewareErrorBodyExact(t *testing.T) {
 	var s seen
 	e := newEcho(t, Config{}, &s)
 	w := serve(e, httptest.NewRequest(http.MethodGet, "/orders", nil))
-	if got, want := strings.TrimSpace(w.Body.String()), `{"error":"tenant header missing","code":"tenant_missing"}`; got != want {
+	if got, want := strings.TrimSpace(w.Body.String()), `{"type":"about:blank","title":"Unauthorized","status":401,"detail":"tenant header missing","code":"tenant_missing"}`; got != want {
 		t.Fatalf("body %s, want %s", got, want)
 	}
 }

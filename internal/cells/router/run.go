@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"bytes"
@@ -21,13 +21,14 @@ import (
 	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/probe"
 	"github.com/cellgate/cellgate/internal/tenancy"
 )
 
-// RouterOptions are the router process's settings that the spec does not
+// Options are the router process's settings that the spec does not
 // hold. Zero fields take the defaults named on each.
-type RouterOptions struct {
+type Options struct {
 	// Address is the listen address. Default: ":8090".
 	Address string
 	// Listener, when set, is served instead of listening on Address (tests
@@ -54,15 +55,6 @@ type RouterOptions struct {
 	// Ready, when set, is called with the listening address once the
 	// router serves.
 	Ready func(net.Addr)
-	// NetHTTPOnly turns the whole lean HTTP path off: every connection is
-	// served by net/http's server instead of the router's own loop (see
-	// frontServer), and every request is forwarded by
-	// httputil.ReverseProxy over an http.Transport instead of the lean
-	// client path (see forward.go): the same answers, at the cost of
-	// thread wake-ups and allocations per request. For comparison and as a
-	// way back should the lean path misbehave. It overrides
-	// Proxy.NetHTTPOnly.
-	NetHTTPOnly bool
 	// Console, when set, builds the router's own console once the proxy
 	// exists (cmd/router sets it when router.admin_token_env names a set
 	// variable). Its handler then answers /admin and every path below it
@@ -70,13 +62,12 @@ type RouterOptions struct {
 	// that is up, so an operator could never tell which cell's console
 	// answered; the router's console links to each cell's own. run, when
 	// not nil, runs in the router's wait group until the router stops.
-	// Without a Console, /admin/ is forwarded like any other path and the
-	// request path pays one boolean test for it (the own loop's).
+	// Without a Console, /admin/ is forwarded like any other path.
 	Console func(p *Proxy) (handler http.Handler, run func(context.Context), err error)
 }
 
 // AdminPath is the path the router's console answers (and every path
-// below it) when RouterOptions.Console is set.
+// below it) when Options.Console is set.
 const AdminPath = "/admin"
 
 // isAdmin reports whether path is AdminPath or below it.
@@ -84,13 +75,14 @@ func isAdmin(path string) bool {
 	return strings.HasPrefix(path, AdminPath) && (len(path) == len(AdminPath) || path[len(AdminPath)] == '/')
 }
 
-// RunRouter runs the cell router until ctx ends, then drains within
+// Run runs the cell router until ctx ends, then drains within
 // cfg.Server.ShutdownTimeout. cfg is the same final config the cells run
 // with (spec defaults + overlay + env): the router extracts tenants with
 // its tenancy block and, without a slot map file, routes with its cells.
 // The router serves its own /healthz, /readyz and /metrics; every other
-// path is proxied.
-func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error {
+// path is proxied. It serves with net/http's server on an
+// httpguard.Listener, whose head scan and head deadline are the cells'.
+func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	if opts.Address == "" {
 		opts.Address = ":8090"
 	}
@@ -98,7 +90,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		opts.ReloadInterval = time.Second
 	}
 	if opts.ReloadInterval < 0 {
-		return fmt.Errorf("cells: RouterOptions.ReloadInterval must be > 0, got %s", opts.ReloadInterval)
+		return fmt.Errorf("cells: Options.ReloadInterval must be > 0, got %s", opts.ReloadInterval)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -110,7 +102,6 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		opts.Registry = prometheus.NewRegistry()
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	opts.Proxy.NetHTTPOnly = opts.NetHTTPOnly
 	opts.Proxy = fromSpec(opts.Proxy, cfg)
 	if opts.Proxy.Logger == nil {
 		opts.Proxy.Logger = opts.Logger
@@ -154,7 +145,7 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 			return fmt.Errorf("router address %q: %w", opts.Address, err)
 		}
 	}
-	ln = scanListener{ln} // the raw framing check (rawhead.go), in both modes
+	ln = httpguard.Listener{Listener: ln, HeaderTimeout: cfg.Server.ReadHeaderTimeout.D()}
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait() // runs after stop: the watcher ends with runCtx
@@ -178,19 +169,12 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 		Handler:           probes(mux, p, admin),
 		ReadHeaderTimeout: cfg.Server.ReadHeaderTimeout.D(),
 		IdleTimeout:       cfg.Server.IdleTimeout.D(),
-		ConnContext:       withScanConn,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	var front *frontServer
-	serve, shutdown, closeAll := srv.Serve, srv.Shutdown, srv.Close
-	if !opts.NetHTTPOnly {
-		front = newFrontServer(p, srv, ln.Addr(), log)
-		front.admin = admin != nil
-		serve, shutdown, closeAll = front.Serve, front.Shutdown, front.Close // front.Close closes srv too
-	}
+	httpguard.Install(srv)
 	errc := make(chan error, 1)
-	go func() { errc <- serve(ln) }()
-	log.Info("router listening", "address", ln.Addr().String(), "cells", router.Len(), "slot_map", opts.SlotMapFile, "own_loop", front != nil)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("router listening", "address", ln.Addr().String(), "cells", router.Len(), "slot_map", opts.SlotMapFile)
 	if opts.Ready != nil {
 		opts.Ready(ln.Addr())
 	}
@@ -207,8 +191,8 @@ func RunRouter(ctx context.Context, cfg config.Config, opts RouterOptions) error
 	log.Info("router shutting down", "deadline", timeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := shutdown(sctx); err != nil {
-		_ = closeAll()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
 		return fmt.Errorf("router shutdown: %w", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -268,29 +252,27 @@ func fromSpec(pc ProxyConfig, cfg config.Config) ProxyConfig {
 }
 
 // probes sends the router's own probe paths to mux, /admin to admin when
-// the console is on, and everything else to the proxy. Without a console
-// the handler is the one of before: nothing added per request.
+// the console is on, and everything else to the proxy; every request
+// passes the edge's rules first, its own paths' too.
 func probes(mux *http.ServeMux, p *Proxy, admin http.Handler) http.Handler {
-	if admin == nil {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if probe.Is(r.URL.Path) {
-				mux.ServeHTTP(w, r)
-				return
-			}
-			p.ServeHTTP(w, r)
-		})
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case probe.Is(r.URL.Path):
-			mux.ServeHTTP(w, r)
-		case isAdmin(r.URL.Path):
-			admin.ServeHTTP(w, r)
+			if !p.refused(w, r) {
+				mux.ServeHTTP(w, r)
+			}
+		case admin != nil && isAdmin(r.URL.Path):
+			if !p.refused(w, r) {
+				admin.ServeHTTP(w, r)
+			}
 		default:
-			p.ServeHTTP(w, r)
+			p.ServeHTTP(w, r) // the same rules, first
 		}
 	})
 }
+
+// jsonContentType is shared by reference, never modified.
+var jsonContentType = []string{"application/json"}
 
 // Extractor builds the tenant extractor for the spec's tenancy block, the
 // same way the cells build their middleware; nil when tenancy is off.

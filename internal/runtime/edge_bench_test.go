@@ -7,26 +7,9 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/httpguard"
 )
-
-// benchHead is a typical API request head (about 300 bytes).
-var benchHead = []byte("POST /orders HTTP/1.1\r\nHost: cell-1.internal:8080\r\nUser-Agent: Go-http-client/1.1\r\n" +
-	"Content-Length: 42\r\nContent-Type: application/json\r\nX-Request-Id: 5f2dd03621d4f9da-1\r\n" +
-	"X-Tenant-ID: acme\r\nAccept-Encoding: gzip\r\nTraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n\r\n" +
-	`{"account_id":1,"amount_cents":100,"note":""}`)
-
-// BenchmarkHeadScan is the scan every request head pays: no allocation.
-func BenchmarkHeadScan(b *testing.B) {
-	b.ReportAllocs()
-	b.SetBytes(int64(len(benchHead)))
-	for b.Loop() {
-		var s headScan
-		s.feed(benchHead)
-		if s.verdict() != headOK {
-			b.Fatal("verdict")
-		}
-	}
-}
 
 // BenchmarkKeepAliveRequest is one keep-alive GET over loopback through
 // net/http alone and through the guarded listener (head deadline, scan,
@@ -49,8 +32,8 @@ func BenchmarkKeepAliveRequest(b *testing.B) {
 			}
 			srv := &http.Server{Handler: s.Echo()}
 			if guarded {
-				ln = guardedListener{Listener: ln, headerTimeout: s.cfg.Server.ReadHeaderTimeout.D()}
-				srv.ConnState, srv.ConnContext = trackConnState, connContext
+				ln = httpguard.Listener{Listener: ln, HeaderTimeout: s.cfg.Server.ReadHeaderTimeout.D()}
+				httpguard.Install(srv)
 			}
 			go func() { _ = srv.Serve(ln) }()
 			defer srv.Close()

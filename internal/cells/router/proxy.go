@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"cmp"
@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"github.com/cellgate/cellgate/internal/probe"
 
 	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/requestid"
 	"github.com/cellgate/cellgate/internal/slots"
 
@@ -90,17 +91,12 @@ type ProxyConfig struct {
 	MaxIdleConnsPerCell int
 	// TenantHeader is the request header the tenancy block reads the
 	// tenant from (tenancy.header.name). A Connection header naming it,
-	// Authorization or Cookie is refused (framing.go), whatever the
+	// Authorization or Cookie is refused (httpguard.Rules), whatever the
 	// source. Default: X-Tenant-ID.
 	TenantHeader string
 	// CellHeader is the response header naming the cell that served (or
 	// refused) the request. Default: X-Cellgate-Cell.
 	CellHeader string
-	// NetHTTPOnly turns the lean client path off: every request goes
-	// through httputil.ReverseProxy over an http.Transport. RunRouter sets
-	// it from RouterOptions.NetHTTPOnly, with the own serving loop, so one
-	// switch covers the whole lean HTTP path.
-	NetHTTPOnly bool
 	// Logger receives state changes (a cell going down or up) and upstream
 	// errors. Default: slog.Default().
 	Logger *slog.Logger
@@ -210,11 +206,12 @@ type Proxy struct {
 	cfg        ProxyConfig
 	x          tenancy.Extractor // nil: tenancy disabled, one cell only
 	cellHeader string            // canonical form of cfg.CellHeader
-	protected  []string          // headers a Connection header may not name (framing.go)
-	retryAfter []string          // Retry-After for a down cell
+	rules      httpguard.Rules   // the refusals it shares with the cells
+	retryAfter int               // Retry-After seconds for a down cell
+	noCell     *httpguard.Problem
 	m          *proxyMetrics
 	tenants    *admission.Engine // the per-tenant cap; nil: none
-	body       bodyLimits
+	body       httpguard.BodyLimits
 
 	table atomic.Pointer[table]
 
@@ -260,11 +257,12 @@ func NewProxy(cfg ProxyConfig, x tenancy.Extractor, router *cells.CellRouter, re
 		cfg:        cfg,
 		x:          x,
 		cellHeader: hdr,
-		retryAfter: []string{strconv.Itoa(max(1, secs))},
-		protected:  protectedHeaders(cfg.TenantHeader),
+		retryAfter: max(1, secs),
+		rules:      httpguard.NewRules(cfg.TenantHeader, false),
 		ctx:        context.Background(),
 	}
-	p.body = bodyLimits{timeout: max(cfg.BodyTimeout, 0), grace: cfg.BodyRateGrace, rate: max(cfg.MinBodyRate, 0)}
+	p.noCell = httpguard.NewRetryProblem(http.StatusServiceUnavailable, p.retryAfter, "no_cell", "no cell is available")
+	p.body = httpguard.BodyLimits{Timeout: max(cfg.BodyTimeout, 0), Grace: cfg.BodyRateGrace, Rate: max(cfg.MinBodyRate, 0)}
 	if cfg.MaxInFlightPerTenant > 0 && x != nil {
 		ec := cfg.Admission
 		ec.MaxConcurrent = int64(cfg.MaxInFlightPerTenant)
@@ -404,25 +402,15 @@ func (p *Proxy) CellUp(name string) bool {
 	return false
 }
 
-// Shared header values: set by reference, never modified.
-var (
-	jsonContentType = []string{"application/json"}
-	retryOne        = []string{"1"}
-)
-
 // ServeHTTP routes one request. Routing takes no lock: one atomic load of
-// the map, a slot lookup, and atomic counters; handing out and taking back
-// a pooled connection to the cell takes one short mutex.
+// the map, a slot lookup, and atomic counters. A request the edge's rules
+// refuse (httpguard.Rules: framing, versions, methods, the identity-header
+// rule) is answered before any routing, exactly as a cell would answer it,
+// and never reaches a cell.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.serve(w, r, nil)
-}
-
-// serve is ServeHTTP when begin is nil. The front server's own loop,
-// whose ResponseWriter cannot serve ReverseProxy, passes a begin: then
-// serve returns false, having done nothing, for a request that would take
-// the ReverseProxy path, and otherwise calls begin before its first effect
-// and serves r.
-func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool {
+	if p.refused(w, r) {
+		return
+	}
 	t := p.table.Load()
 	var b *backend
 	frozen := false
@@ -438,37 +426,17 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool
 	if b == nil && !frozen {
 		b = t.pickUp()
 	}
-	lean := b != nil && b.forwardable(r)
-	if begin != nil && b != nil && !frozen && !lean {
-		return false
-	}
-	if begin != nil {
-		begin()
-	}
-	refusal := refuseFraming(r, p.protected)
-	if refusal == nil && begin == nil {
-		refusal = rawRefusal(r) // the own loop's heads carry no framing headers (front.go)
-	}
-	if refusal != nil {
-		p.m.badRequests.Add(1)
-		writeBadRequest(w, r, refusal)
-		return true
-	}
 	switch {
 	case frozen:
 		b.rejectFrozen.Add(1)
-		b.refuse(w, r, retryOne, b.bodyFrozen)
+		b.refuse(w, r, errCellMoving)
 	case b == nil:
 		p.m.noCell.Add(1)
 		setRequestID(w, r)
-		h := w.Header()
-		h["Content-Type"] = jsonContentType
-		h["Retry-After"] = p.retryAfter
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write(bodyNoCell)
+		p.noCell.Write(w, r.Method == http.MethodHead)
 	case !b.up.Load():
 		b.rejectDown.Add(1)
-		b.refuse(w, r, p.retryAfter, b.bodyDown)
+		b.refuse(w, r, b.probDown)
 	default:
 		if tenant == "" {
 			// No usable tenant: all such requests share one account, so
@@ -476,8 +444,20 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool
 			// attacker who leaves the tenant out).
 			tenant = anonymousTenant
 		}
-		p.send(w, r, b, lean, tenant)
+		p.send(w, r, b, tenant)
 	}
+}
+
+// refused answers r if the edge's rules refuse it, and says so.
+func (p *Proxy) refused(w http.ResponseWriter, r *http.Request) bool {
+	prob := p.rules.Check(r)
+	if prob == nil {
+		return false
+	}
+	p.m.badRequests.Add(1)
+	setRequestID(w, r)
+	httpguard.CloseAfter(w)
+	prob.Write(w, r.Method == http.MethodHead)
 	return true
 }
 
@@ -485,19 +465,34 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, begin func()) bool
 // usable tenant; a NUL byte is never in a tenant id.
 const anonymousTenant = "\x00anonymous"
 
+// The router's own refusals that name no cell.
+var (
+	errTenantBusy = httpguard.NewRetryProblem(http.StatusServiceUnavailable, 1, "tenant_overloaded",
+		"tenant has too many requests in flight at the router")
+	errTenantCapacity = httpguard.NewRetryProblem(http.StatusServiceUnavailable, 1, "tenant_capacity",
+		"the router holds too many tenants")
+	errCellMoving = httpguard.NewRetryProblem(http.StatusServiceUnavailable, 1, "cell_moving",
+		"tenant is moving to another cell")
+)
+
+// bodyKey holds a forwarded request's httpguard.Body in its context:
+// ReverseProxy hands its error handler the outgoing request, whose body
+// it may wrap, so the context is how onError finds this one.
+type bodyKey struct{}
+
 // send forwards r to b's cell within the tenant's cap and the per-cell
 // cap.
-func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bool, tenant string) {
+func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, tenant string) {
 	var permit admission.Permit
 	if p.tenants != nil {
 		var o admission.Outcome
 		if permit, o = p.tenants.Admit(tenant, 1); o != admission.Admitted {
 			b.rejectTenant.Add(1)
-			body := bodyTenantBusy
+			prob := errTenantBusy
 			if o == admission.RejectedCapacity {
-				body = bodyTenantCapacity
+				prob = errTenantCapacity
 			}
-			b.refuse(w, r, retryOne, body)
+			b.refuse(w, r, prob)
 			return
 		}
 		defer permit.Release()
@@ -506,23 +501,18 @@ func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bo
 	defer b.inflight.Add(-1) // also runs when the proxy aborts a stream with a panic
 	if limit := p.cfg.MaxInFlightPerCell; limit > 0 && n > int64(limit) {
 		b.rejectBusy.Add(1)
-		b.refuse(w, r, retryOne, b.bodyBusy)
+		b.refuse(w, r, b.probBusy)
 		return
 	}
 	if len(r.Header[requestid.Header]) == 0 || r.Header[requestid.Header][0] == "" {
 		r.Header[requestid.Header] = []string{requestid.New()}
 	}
 	w.Header()[p.cellHeader] = b.nameValue
-	if lean {
-		b.forward(w, r)
-		return
-	}
 	if r.Body != nil && r.Body != http.NoBody {
-		// ReverseProxy hands its error handler the outgoing request, whose
-		// body it wraps: the context is how onError finds this one.
-		cb := newClientBody(w, r.Body, p.body, time.Now())
-		r = r.WithContext(context.WithValue(r.Context(), clientBodyKey{}, cb))
-		r.Body = cb
+		body := httpguard.NewBody(w, r.Body, p.body, time.Now())
+		defer body.Finish()
+		r = r.WithContext(context.WithValue(r.Context(), bodyKey{}, body))
+		r.Body = body
 	}
 	fw := flushWriters.Get().(*flushWriter)
 	fw.ResponseWriter, fw.cellHeader, fw.cellValue = w, p.cellHeader, b.nameValue
@@ -531,9 +521,8 @@ func (p *Proxy) send(w http.ResponseWriter, r *http.Request, b *backend, lean bo
 	flushWriters.Put(fw)
 }
 
-// flushWriter is the ReverseProxy path's ResponseWriter (the lean path
-// flushes the same way itself). It flushes every write of a body to the
-// client, so a body with a Content-Length that the cell sends slowly (a
+// flushWriter is the ResponseWriter ReverseProxy writes to. It flushes
+// every write of a body to the client, so a body with a Content-Length that the cell sends slowly (a
 // download, long polling) is not held in the server's buffer;
 // ReverseProxy flushes SSE and bodies of unknown length itself. A small
 // answer is one write of the cell's body, so head and body still leave in
@@ -584,12 +573,6 @@ func (t *table) pickUp() *backend {
 	return nil
 }
 
-var (
-	bodyNoCell         = []byte(`{"error":"no cell is available","code":"no_cell"}` + "\n")
-	bodyTenantBusy     = []byte(`{"error":"tenant has too many requests in flight at the router","code":"tenant_overloaded"}` + "\n")
-	bodyTenantCapacity = []byte(`{"error":"the router holds too many tenants","code":"tenant_capacity"}` + "\n")
-)
-
 // setRequestID makes sure a response the router writes itself carries the
 // request id the cell would have echoed.
 func setRequestID(w http.ResponseWriter, r *http.Request) {
@@ -602,15 +585,15 @@ func setRequestID(w http.ResponseWriter, r *http.Request) {
 
 // textprotoKey canonicalizes a header name after checking it is a token.
 func textprotoKey(name string) (string, error) {
-	if name == "" {
-		return "", errors.New("empty header name")
-	}
-	for i := 0; i < len(name); i++ {
-		if !tokenByte(name[i]) {
-			return "", fmt.Errorf("%q is not a valid header name", name)
-		}
+	if name == "" || strings.ContainsFunc(name, func(c rune) bool { return !tokenChar(c) }) {
+		return "", fmt.Errorf("%q is not a valid header name", name)
 	}
 	return http.CanonicalHeaderKey(name), nil
+}
+
+// tokenChar reports whether c may appear in a token (RFC 9110 §5.6.2).
+func tokenChar(c rune) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)
 }
 
 var _ http.Handler = (*Proxy)(nil)

@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"sync/atomic"
@@ -49,7 +49,7 @@ func newProxyMetrics(p *Proxy) *proxyMetrics {
 		"Times the cell was marked down, by an active health check or by request errors (passive).",
 		[]string{"cell", "cause"}, nil)
 	m.badRequestsDesc = prometheus.NewDesc("cellgate_router_bad_requests_total",
-		"Requests the router refused before routing: a method that is not an upper-case token, CONNECT, HTTP/2, ambiguous framing, a Connection header naming an identity header.",
+		"Requests the router refused before routing, as the cells refuse them (httpguard): ambiguous or folded framing, a version other than HTTP/1.x, CONNECT, TRACE or a method that is not an upper-case token, a Connection header naming an identity header.",
 		nil, nil)
 	m.clientFaults = prometheus.NewDesc("cellgate_router_client_errors_total",
 		"Forwarded requests that failed by the client's doing (malformed, stalled or cut body; client gone): answered 400/408 or aborted, never counted against the cell.",

@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/httpguard"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -94,7 +95,6 @@ type fixture struct {
 	p      *Proxy
 	reg    *prometheus.Registry
 	router *httptest.Server
-	front  *frontServer // the router's own loop, with ownLoop; else nil
 	cells  []*testCell
 }
 
@@ -117,23 +117,18 @@ func newFixture(tb testing.TB, cfg ProxyConfig) *fixture {
 		cfg.HealthInterval = time.Hour // tests drive checks with CheckNow
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
-	cfg.NetHTTPOnly = cfg.NetHTTPOnly || reverseProxyOnly
 	p, err := NewProxy(cfg, x, r, reg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(p.Close)
 	f := &fixture{p: p, reg: reg, cells: []*testCell{c1, c2}}
-	if ownLoop {
-		f.router, f.front = serveOwnLoop(tb, p, cfg.Logger)
-	} else {
-		// net/http's server as RunRouter sets it up without the own loop.
-		f.router = httptest.NewUnstartedServer(p)
-		f.router.Listener = scanListener{f.router.Listener}
-		f.router.Config.ConnContext = withScanConn
-		f.router.Start()
-		tb.Cleanup(f.router.Close)
-	}
+	// net/http's server on the guarded listener, as Run sets it up.
+	f.router = httptest.NewUnstartedServer(p)
+	f.router.Listener = httpguard.Listener{Listener: f.router.Listener}
+	httpguard.Install(f.router.Config)
+	f.router.Start()
+	tb.Cleanup(f.router.Close)
 	return f
 }
 
@@ -569,7 +564,9 @@ func TestProxyPassesUpgrades(t *testing.T) {
 			return
 		}
 		defer conn.Close()
-		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		switched := &http.Response{StatusCode: http.StatusSwitchingProtocols, ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Upgrade": {"echo"}, "Connection": {"Upgrade"}}}
+		_ = switched.Write(brw)
 		_ = brw.Flush()
 		buf := make([]byte, 4)
 		for {
@@ -785,9 +782,9 @@ func TestProxyConfigErrors(t *testing.T) {
 	}
 }
 
-// TestRunRouter runs the whole router process function: probes, proxying,
+// TestRun runs the whole router process function: probes, proxying,
 // the file watch, and a clean return when ctx ends.
-func TestRunRouter(t *testing.T) {
+func TestRun(t *testing.T) {
 	c1, c2 := newTestCell(t, "cell-1"), newTestCell(t, "cell-2")
 	path := filepath.Join(t.TempDir(), "slotmap.json")
 	if err := cells.WriteSlotMap(path, cells.SlotMap{Cells: []cells.CellSpec{{Name: "cell-1", URL: c1.srv.URL}, {Name: "cell-2", URL: c2.srv.URL}}}); err != nil {
@@ -803,7 +800,7 @@ func TestRunRouter(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- RunRouter(ctx, cfg, RouterOptions{Listener: ln, SlotMapFile: path, ReloadInterval: 10 * time.Millisecond, Registry: reg,
+		done <- Run(ctx, cfg, Options{Listener: ln, SlotMapFile: path, ReloadInterval: 10 * time.Millisecond, Registry: reg,
 			Proxy: ProxyConfig{HealthInterval: 50 * time.Millisecond}})
 	}()
 	base := "http://" + ln.Addr().String()
@@ -839,7 +836,7 @@ func TestRunRouter(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("RunRouter did not return after cancel")
+		t.Fatal("Run did not return after cancel")
 	}
 }
 
@@ -922,7 +919,6 @@ func (d *discardWriter) Flush()                      {}
 func BenchmarkProxyServeHTTP(b *testing.B) {
 	f := newFixture(b, ProxyConfig{})
 	for _, be := range f.p.table.Load().backends {
-		be.lean = false // the path requests with a body take
 		be.proxy.Transport = fakeTransport{}
 	}
 	req := httptest.NewRequest("GET", "http://router/orders?page=2", nil)
@@ -936,14 +932,14 @@ func BenchmarkProxyServeHTTP(b *testing.B) {
 	}
 }
 
-func TestRunRouterStartupErrors(t *testing.T) {
+func TestRunStartupErrors(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
 	cfg := config.Config{Tenancy: headerTenancy(), Cells: []config.Cell{{Name: "cell-1", URL: "http://127.0.0.1:1"}}}
-	err = RunRouter(context.Background(), cfg, RouterOptions{Address: busy.Addr().String(), Registry: prometheus.NewRegistry()})
+	err = Run(context.Background(), cfg, Options{Address: busy.Addr().String(), Registry: prometheus.NewRegistry()})
 	if err == nil || !strings.Contains(err.Error(), busy.Addr().String()) {
 		t.Errorf("busy address: %v", err)
 	}
@@ -951,12 +947,12 @@ func TestRunRouterStartupErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"cells":[]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = RunRouter(context.Background(), cfg, RouterOptions{Address: "127.0.0.1:0", SlotMapFile: bad, Registry: prometheus.NewRegistry()})
+	err = Run(context.Background(), cfg, Options{Address: "127.0.0.1:0", SlotMapFile: bad, Registry: prometheus.NewRegistry()})
 	if err == nil || !strings.Contains(err.Error(), bad) {
 		t.Errorf("bad slot map: %v", err)
 	}
 	cfg.Tenancy.Source = "carrier-pigeon"
-	if err := RunRouter(context.Background(), cfg, RouterOptions{Address: "127.0.0.1:0", Registry: prometheus.NewRegistry()}); err == nil || !strings.Contains(err.Error(), "tenancy.source") {
+	if err := Run(context.Background(), cfg, Options{Address: "127.0.0.1:0", Registry: prometheus.NewRegistry()}); err == nil || !strings.Contains(err.Error(), "tenancy.source") {
 		t.Errorf("bad tenancy: %v", err)
 	}
 }
@@ -964,8 +960,7 @@ func TestRunRouterStartupErrors(t *testing.T) {
 // TestProxyFlushesKnownLengthBodies: each write of a body with a
 // Content-Length reaches the client at once (a slow download, long
 // polling). ReverseProxy (FlushInterval 0) streams only SSE and bodies of
-// unknown length on its own: flushWriter flushes the rest; the lean path
-// flushes every write itself.
+// unknown length on its own: flushWriter flushes the rest.
 func TestProxyFlushesKnownLengthBodies(t *testing.T) {
 	f := newFixture(t, ProxyConfig{})
 	next := make(chan struct{})

@@ -17,43 +17,6 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 )
 
-func TestHeadScanVerdicts(t *testing.T) {
-	cases := []struct {
-		name string
-		head string
-		want headVerdict
-	}{
-		{"plain", "GET / HTTP/1.1\r\nHost: a\r\n\r\n", headOK},
-		{"bare LF", "GET / HTTP/1.1\nHost: a\n\n", headOK},
-		{"leading CRLF", "\r\n\r\nPOST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx", headOK},
-		{"chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", headOK},
-		{"CL and TE", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", headCLTE},
-		{"TE and CL, odd case", "POST / HTTP/1.1\r\ntransfer-ENCODING: chunked\r\ncontent-length: 4\r\n\r\n", headCLTE},
-		{"TE on HTTP/1.0", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", headCLTE},
-		{"CL on HTTP/1.0", "POST / HTTP/1.0\r\nContent-Length: 1\r\n\r\nx", headOK},
-		{"folded TE", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n chunked\r\n\r\n", headObsFold},
-		{"folded with tab", "GET / HTTP/1.1\r\nX-A: 1\r\n\t2\r\n\r\n", headObsFold},
-		{"body looks like a head", "POST / HTTP/1.1\r\nContent-Length: 30\r\n\r\nTransfer-Encoding: chunked\r\n x", headOK},
-		{"cut short", "GET / HTTP/1.1\r\nHost: a\r\n", headUnvetted},
-		{"starts mid-head", "st: a\r\n\r\n", headUnvetted},
-	}
-	for _, tc := range cases {
-		// Whole, then byte by byte: the verdict cannot depend on how the
-		// head was cut into reads.
-		var whole, bytewise headScan
-		whole.feed([]byte(tc.head))
-		for i := range len(tc.head) {
-			bytewise.feed([]byte{tc.head[i]})
-		}
-		if got := whole.verdict(); got != tc.want {
-			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
-		}
-		if got := bytewise.verdict(); got != tc.want {
-			t.Errorf("%s byte by byte: %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
-
 // startServing serves s on a loopback port until the test ends.
 func startServing(t *testing.T, s *Server) string {
 	t.Helper()

@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"context"
@@ -23,15 +23,7 @@ import (
 
 // TestCellsStatus: a dead cell shows down with its error and the time it
 // went down; its refusals count; back up, it shows up with the error kept.
-// In both router modes (the status is read the same; the rerun keeps the
-// request path honest).
 func TestCellsStatus(t *testing.T) {
-	t.Run("lean", testCellsStatus)
-	t.Run("net-http-only", func(t *testing.T) { rerun(t, &reverseProxyOnly, map[string]func(*testing.T){"": testCellsStatus}) })
-	t.Run("own-loop", func(t *testing.T) { rerun(t, &ownLoop, map[string]func(*testing.T){"": testCellsStatus}) })
-}
-
-func testCellsStatus(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f := newFixture(t, ProxyConfig{HealthInterval: 3 * time.Second, Now: func() time.Time { return now }})
 	byName := func() map[string]CellStatus {
@@ -222,60 +214,54 @@ func TestSlotMapReloadAfterUnreadable(t *testing.T) {
 	}
 }
 
-// TestRunRouterConsole: with a Console hook the router answers /admin and
-// below from it (in both modes), not /administrator; its run function runs
-// and has ended when RunRouter returns. Without one, /admin/ goes to the
+// TestRunConsole: with a Console hook the router answers /admin and
+// below from it, not /administrator; its run function runs and has ended
+// when Run returns. Without one, /admin/ goes to the
 // cells.
-func TestRunRouterConsole(t *testing.T) {
-	for _, netHTTP := range []bool{false, true} {
-		name := "own-loop"
-		if netHTTP {
-			name = "net-http-only"
+func TestRunConsole(t *testing.T) {
+	t.Run("on", func(t *testing.T) {
+		c1 := newTestCell(t, "cell-1")
+		var running, stopped atomic.Bool
+		var seenProxy *Proxy
+		hook := func(p *Proxy) (http.Handler, func(context.Context), error) {
+			seenProxy = p
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, "console "+r.URL.Path)
+			})
+			return h, func(ctx context.Context) {
+				running.Store(true)
+				<-ctx.Done()
+				time.Sleep(50 * time.Millisecond) // Run must wait for this
+				stopped.Store(true)
+			}, nil
 		}
-		t.Run(name, func(t *testing.T) {
-			c1 := newTestCell(t, "cell-1")
-			var running, stopped atomic.Bool
-			var seenProxy *Proxy
-			hook := func(p *Proxy) (http.Handler, func(context.Context), error) {
-				seenProxy = p
-				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					_, _ = io.WriteString(w, "console "+r.URL.Path)
-				})
-				return h, func(ctx context.Context) {
-					running.Store(true)
-					<-ctx.Done()
-					time.Sleep(50 * time.Millisecond) // RunRouter must wait for this
-					stopped.Store(true)
-				}, nil
+		f, stop := runRouter(t, c1, hook)
+		base := f.router.URL
+		for _, path := range []string{"/admin", "/admin/", "/admin/api/cells", "/admin/login?x=1"} {
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
 			}
-			f, stop := runRouter(t, c1, netHTTP, hook)
-			base := f.router.URL
-			for _, path := range []string{"/admin", "/admin/", "/admin/api/cells", "/admin/login?x=1"} {
-				resp, err := http.Get(base + path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if !strings.HasPrefix(string(body), "console /admin") || resp.Header.Get("X-Cellgate-Cell") != "" {
-					t.Errorf("%s: %d %q (cell %q)", path, resp.StatusCode, body, resp.Header.Get("X-Cellgate-Cell"))
-				}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.HasPrefix(string(body), "console /admin") || resp.Header.Get("X-Cellgate-Cell") != "" {
+				t.Errorf("%s: %d %q (cell %q)", path, resp.StatusCode, body, resp.Header.Get("X-Cellgate-Cell"))
 			}
-			if s := f.seen(t, "/administrator", ""); s.Cell != "cell-1" {
-				t.Errorf("/administrator went to %q", s.Cell)
-			}
-			if seenProxy == nil || !running.Load() {
-				t.Error("the hook's run function did not run")
-			}
-			stop()
-			if !stopped.Load() {
-				t.Error("RunRouter returned before the console's run function ended")
-			}
-		})
-	}
+		}
+		if s := f.seen(t, "/administrator", ""); s.Cell != "cell-1" {
+			t.Errorf("/administrator went to %q", s.Cell)
+		}
+		if seenProxy == nil || !running.Load() {
+			t.Error("the hook's run function did not run")
+		}
+		stop()
+		if !stopped.Load() {
+			t.Error("Run returned before the console's run function ended")
+		}
+	})
 	t.Run("off", func(t *testing.T) {
 		c1 := newTestCell(t, "cell-1")
-		f, stop := runRouter(t, c1, false, nil)
+		f, stop := runRouter(t, c1, nil)
 		defer stop()
 		if s := f.seen(t, "/admin/", ""); s.Cell != "cell-1" || s.URI != "/admin/" {
 			t.Errorf("/admin/ without a console: %+v", s)
@@ -283,17 +269,17 @@ func TestRunRouterConsole(t *testing.T) {
 	})
 	t.Run("hook error", func(t *testing.T) {
 		cfg := config.Config{Tenancy: headerTenancy(), Cells: []config.Cell{{Name: "cell-1", URL: "http://127.0.0.1:1"}}}
-		err := RunRouter(context.Background(), cfg, RouterOptions{Address: "127.0.0.1:0", Registry: prometheus.NewRegistry(),
+		err := Run(context.Background(), cfg, Options{Address: "127.0.0.1:0", Registry: prometheus.NewRegistry(),
 			Console: func(*Proxy) (http.Handler, func(context.Context), error) { return nil, nil, io.ErrUnexpectedEOF }})
 		if err != io.ErrUnexpectedEOF {
-			t.Errorf("RunRouter = %v", err)
+			t.Errorf("Run = %v", err)
 		}
 	})
 }
 
-// runRouter runs RunRouter over one cell; the fixture sends requests
+// runRouter runs Run over one cell; the fixture sends requests
 // through it (only its router is set); stop cancels it and waits.
-func runRouter(t *testing.T, c *testCell, netHTTP bool, hook func(*Proxy) (http.Handler, func(context.Context), error)) (*fixture, func()) {
+func runRouter(t *testing.T, c *testCell, hook func(*Proxy) (http.Handler, func(context.Context), error)) (*fixture, func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -305,13 +291,13 @@ func runRouter(t *testing.T, c *testCell, netHTTP bool, hook func(*Proxy) (http.
 	done := make(chan error, 1)
 	ready := make(chan struct{})
 	go func() {
-		done <- RunRouter(ctx, cfg, RouterOptions{Listener: ln, Registry: prometheus.NewRegistry(), NetHTTPOnly: netHTTP,
+		done <- Run(ctx, cfg, Options{Listener: ln, Registry: prometheus.NewRegistry(),
 			Console: hook, Ready: func(net.Addr) { close(ready) }})
 	}()
 	select {
 	case <-ready:
 	case err := <-done:
-		t.Fatalf("RunRouter: %v", err)
+		t.Fatalf("Run: %v", err)
 	}
 	stopped := false
 	stop := func() {
@@ -326,7 +312,7 @@ func runRouter(t *testing.T, c *testCell, netHTTP bool, hook func(*Proxy) (http.
 				t.Error(err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("RunRouter did not return after cancel")
+			t.Fatal("Run did not return after cancel")
 		}
 	}
 	t.Cleanup(stop)

@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/httpguard"
 )
 
 // backend is one cell as the proxy sees it: its reverse proxy, its health
@@ -25,18 +26,14 @@ type backend struct {
 	name      string
 	url       string
 	target    *url.URL
-	nameValue []string         // the cell header's value, shared read-only
-	transport *http.Transport  // bodies, upgrades, https and health checks
-	direct    *directTransport // lean path's pool; ReverseProxy's transport
+	nameValue []string        // the cell header's value, shared read-only
+	transport *http.Transport // the cell's pool: requests and health checks
 	proxy     *httputil.ReverseProxy
-	// lean: requests that forwardable accepts skip ReverseProxy (see
-	// forward.go); true for http cells without a base path.
-	lean        bool
-	writeHeadFn headWriter // b.writeHead, bound once
-	health      *http.Client
-	log         *slog.Logger
+	health    *http.Client
+	log       *slog.Logger
 
-	bodyDown, bodyBusy, bodyFrozen []byte
+	// The refusals that name the cell, encoded once.
+	probDown, probBusy, probTimeout, probFailed *httpguard.Problem
 
 	up       atomic.Bool
 	inflight atomic.Int64
@@ -72,10 +69,14 @@ func newBackend(p *Proxy, c cells.CellSpec, target *url.URL) *backend {
 		log:       cfg.Logger.With("cell", c.Name),
 	}
 	b.up.Store(true) // optimistic until the first check says otherwise
-	b.bodyDown = []byte(`{"error":"cell ` + c.Name + ` is unavailable","code":"cell_unavailable"}` + "\n")
-	b.bodyBusy = []byte(`{"error":"cell ` + c.Name + ` is at its concurrency limit","code":"cell_busy"}` + "\n")
-	b.bodyFrozen = []byte(`{"error":"tenant is moving to another cell","code":"cell_moving"}` + "\n")
+	b.probDown = httpguard.NewRetryProblem(http.StatusServiceUnavailable, p.retryAfter, "cell_unavailable", "cell "+c.Name+" is unavailable")
+	b.probBusy = httpguard.NewRetryProblem(http.StatusServiceUnavailable, 1, "cell_busy", "cell "+c.Name+" is at its concurrency limit")
+	b.probTimeout = httpguard.NewProblem(http.StatusGatewayTimeout, "cell_timeout", "cell "+c.Name+" did not answer in time")
+	b.probFailed = httpguard.NewProblem(http.StatusBadGateway, "cell_error", "cell "+c.Name+" failed to answer")
 	dialer := net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}
+	// One Transport per cell: its idle pool is the cell's alone, and a
+	// cell marked down drops its pooled connections without touching the
+	// others'.
 	b.transport = &http.Transport{
 		DialContext:           dialer.DialContext,
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerCell,
@@ -87,21 +88,14 @@ func newBackend(p *Proxy, c cells.CellSpec, target *url.URL) *backend {
 		// upgrades (WebSocket) working end to end.
 		DisableCompression: true,
 	}
-	b.lean = !cfg.NetHTTPOnly && target.Scheme == "http" && (target.Path == "" || target.Path == "/") && target.RawPath == ""
-	b.writeHeadFn = b.writeHead
-	b.direct = newDirectTransport(target.Host, dialAddr(target), dialer, cfg.ResponseHeaderTimeout, cfg.MaxIdleConnsPerCell, b.transport)
-	var rt http.RoundTripper = b.direct
-	if cfg.NetHTTPOnly {
-		rt = b.transport
-	}
 	b.proxy = &httputil.ReverseProxy{
 		Rewrite:   b.rewrite,
-		Transport: rt,
+		Transport: b.transport,
 		// 0, not -1: ReverseProxy flushes SSE and bodies of unknown length
-		// at once by itself, and Proxy.ServeHTTP's flushWriter flushes
-		// every other write. -1 would also start a timer per response
-		// whose goroutine writes the head on its own: a second write and
-		// a thread wake-up per request for nothing.
+		// at once by itself (-1 for those), and Proxy.send's flushWriter
+		// flushes every other write. -1 for all would also start a timer
+		// per response whose goroutine writes the head on its own: a
+		// second write and a thread wake-up per request for nothing.
 		FlushInterval:  0,
 		ModifyResponse: b.onResponse,
 		ErrorHandler:   b.onError,
@@ -138,17 +132,12 @@ func (p bufferPool) Put(b []byte) {
 	}
 }
 
-// dialAddr is the host:port to dial for a cell URL.
-func dialAddr(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	return net.JoinHostPort(u.Hostname(), port)
-}
+// idleConnTimeout is how long an unused pooled connection to a cell is
+// kept.
+const idleConnTimeout = 90 * time.Second
+
+// errBadStatus is a cell's answer with a status outside 100-599.
+var errBadStatus = errors.New("cells: cell answered a status code outside 100-599")
 
 func (b *backend) key() string { return b.name + "\x00" + b.url }
 
@@ -222,18 +211,18 @@ func (b *backend) onResponse(resp *http.Response) error {
 // Retry-After as every later request until the cell is back. Other cell
 // errors answer 502/504 and eject the cell after FailAfter in a row.
 func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
-	if cb, ok := r.Context().Value(clientBodyKey{}).(*clientBody); ok {
-		if failed, slow := cb.failed(); failed {
+	head := r.Method == http.MethodHead
+	if body, ok := r.Context().Value(bodyKey{}).(*httpguard.Body); ok {
+		if failed, slow := body.Failed(); failed {
 			b.clientFaults.Add(1)
 			setRequestID(w, r)
-			w.Header()["Connection"] = closeValue
+			httpguard.CloseAfter(w)
+			prob := httpguard.ErrBodyMalformed
 			if slow {
-				b.count(http.StatusRequestTimeout)
-				b.writeError(w, http.StatusRequestTimeout, `{"error":"the request body did not arrive in time","code":"body_timeout"}`)
-				return
+				prob = httpguard.ErrBodyTooSlow
 			}
-			b.count(http.StatusBadRequest)
-			b.writeError(w, http.StatusBadRequest, `{"error":"the request body is malformed or incomplete","code":"bad_request_body"}`)
+			b.count(prob.Status)
+			prob.Write(w, head)
 			return
 		}
 	}
@@ -254,32 +243,20 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 		b.eject(false, err)
 		b.count(http.StatusServiceUnavailable)
 		setRequestID(w, r)
-		b.writeRefusal(w, r, b.p.retryAfter, b.bodyDown)
-		return
+		b.probDown.Write(w, head)
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		b.errTimeout.Add(1)
 		b.count(http.StatusGatewayTimeout)
 		b.failedRequest(err)
 		setRequestID(w, r)
-		b.writeError(w, http.StatusGatewayTimeout, `{"error":"cell `+b.name+` did not answer in time","code":"cell_timeout"}`)
+		b.probTimeout.Write(w, head)
 	default:
 		b.errOther.Add(1)
 		b.count(http.StatusBadGateway)
 		b.failedRequest(err)
 		setRequestID(w, r)
-		b.writeError(w, http.StatusBadGateway, `{"error":"cell `+b.name+` failed to answer","code":"cell_error"}`)
+		b.probFailed.Write(w, head)
 	}
-}
-
-// closeValue is the Connection header of an answer after which the router
-// closes the client connection.
-var closeValue = []string{"close"}
-
-func (b *backend) writeError(w http.ResponseWriter, code int, body string) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	w.WriteHeader(code)
-	_, _ = io.WriteString(w, body+"\n")
 }
 
 // failedRequest counts a transport error that is not a refused connection.
@@ -294,25 +271,18 @@ func (b *backend) failedRequest(err error) {
 	}
 }
 
-// refuse answers a request the router does not forward, with 503.
-func (b *backend) refuse(w http.ResponseWriter, r *http.Request, retryAfter []string, body []byte) {
-	b.count(http.StatusServiceUnavailable)
+// refuse answers a request the router does not forward, with prob (a
+// 503).
+func (b *backend) refuse(w http.ResponseWriter, r *http.Request, prob *httpguard.Problem) {
+	b.count(prob.Status)
 	setRequestID(w, r)
 	w.Header()[b.p.cellHeader] = b.nameValue
 	if r.ContentLength != 0 {
 		// The body is not read: closing beats net/http's discarding it
 		// first, which a stalled body would hold up.
-		w.Header()["Connection"] = closeValue
+		httpguard.CloseAfter(w)
 	}
-	b.writeRefusal(w, r, retryAfter, body)
-}
-
-func (b *backend) writeRefusal(w http.ResponseWriter, _ *http.Request, retryAfter []string, body []byte) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h["Retry-After"] = retryAfter
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = w.Write(body)
+	prob.Write(w, r.Method == http.MethodHead)
 }
 
 func (b *backend) count(code int) {
@@ -338,7 +308,7 @@ func (b *backend) eject(active bool, err error) {
 	}
 	// Pooled connections to a dead cell are dead too; dropping them now
 	// keeps the first requests after its return from failing on them.
-	b.direct.closeIdle(0)
+	b.transport.CloseIdleConnections()
 	cause := "passive"
 	if active {
 		b.ejectActive.Add(1)
@@ -355,7 +325,6 @@ func (b *backend) eject(active bool, err error) {
 
 // check runs one active health check and applies its result.
 func (b *backend) check(ctx context.Context) {
-	b.direct.closeIdle(idleConnTimeout) // here, off the request path
 	err := b.probe(ctx)
 	if ctx.Err() != nil {
 		return // shutting down or removed: say nothing about the cell
@@ -428,5 +397,5 @@ func (b *backend) stop() {
 		b.cancel()
 		<-b.done
 	}
-	b.direct.close()
+	b.transport.CloseIdleConnections()
 }

@@ -1,4 +1,4 @@
-package proxy
+package router
 
 import (
 	"bufio"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/httpguard"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -22,10 +23,10 @@ import (
 // httptest cell on loopback that answers "ok", one at a time (run with
 // -benchmem). The cell's net/http server runs in this process, so its
 // allocations are counted too: /transport is the same request sent by the
-// cell's direct transport alone, and /proxy minus /transport is what the
-// proxy handler adds per request on the lean path, which such a GET takes
-// (tenant, slot, the forwarded head, the answer's header and body copied
-// to the client).
+// cell's Transport alone, and /proxy minus /transport is what the proxy
+// handler adds per request (the edge's rules, tenant, slot, caps,
+// ReverseProxy's outgoing request, the answer's header and body copied to
+// the client).
 func BenchmarkProxyLoopback(b *testing.B) {
 	f := newFixture(b, ProxyConfig{})
 	f.cells[1].extra = func(w http.ResponseWriter, _ *http.Request) {
@@ -43,7 +44,7 @@ func BenchmarkProxyLoopback(b *testing.B) {
 		req.Header.Set("X-Request-ID", "fixed")
 		b.ReportAllocs()
 		for b.Loop() {
-			resp, err := be.direct.RoundTrip(req)
+			resp, err := be.transport.RoundTrip(req)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -69,10 +70,18 @@ func BenchmarkProxyLoopback(b *testing.B) {
 }
 
 // rawCellAnswer is what rawCell answers to every request: the shape of a
-// cell's JSON answer (a few headers, a short known-length body).
-const rawCellAnswer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nVary: Origin\r\n" +
-	"X-Request-Id: 0123456789ab-1\r\nDate: Mon, 02 Jan 2006 15:04:05 GMT\r\nContent-Length: 31\r\n\r\n" +
-	`{"name":"cellgate","ok":true}` + "\r\n"
+// cell's JSON answer (a few headers, a short known-length body), encoded
+// once by net/http.
+var rawCellAnswer = func() string {
+	body := `{"name":"cellgate","ok":true}` + "\r\n"
+	var b strings.Builder
+	_ = (&http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, ContentLength: int64(len(body)),
+		Body: io.NopCloser(strings.NewReader(body)), Header: http.Header{
+			"Content-Type": {"application/json"}, "Vary": {"Origin"},
+			"X-Request-Id": {"0123456789ab-1"}, "Date": {"Mon, 02 Jan 2006 15:04:05 GMT"},
+		}}).Write(&b)
+	return b.String()
+}()
 
 // startRawCell serves rawCellAnswer to every request head on loopback,
 // without net/http, so an in-process benchmark counts only the router's
@@ -123,13 +132,14 @@ func readHead(br *bufio.Reader) (int, error) {
 	}
 }
 
-// BenchmarkFrontLoopback sends GETs one at a time on one keep-alive
-// connection through the front server's own loop (what the router runs)
-// to a raw cell on loopback (run with -benchmem). Client and cell use
-// plain sockets and allocate nothing per request, so allocs/op is the
-// router's: head parsing, routing, the forwarded head, the cell's answer
-// head, the answer to the client.
-func BenchmarkFrontLoopback(b *testing.B) {
+// BenchmarkServeLoopback sends GETs one at a time on one keep-alive
+// connection through the router's server (net/http on the guarded
+// listener, as Run serves) to a raw cell on loopback (run with -benchmem).
+// Client and cell use plain sockets and allocate nothing per request, so
+// allocs/op is the router's: the head scan and parse, the edge's rules,
+// routing, the forwarded request, the cell's answer, the answer to the
+// client.
+func BenchmarkServeLoopback(b *testing.B) {
 	cellURL := startRawCell(b)
 	r, err := cells.New([]cells.CellSpec{{Name: "cell-1", URL: cellURL, Slots: []string{"0-16383"}}})
 	if err != nil {
@@ -145,7 +155,12 @@ func BenchmarkFrontLoopback(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(p.Close)
-	front, fs := serveOwnLoop(b, p, log)
+	front := httptest.NewUnstartedServer(p)
+	front.Listener = httpguard.Listener{Listener: front.Listener, HeaderTimeout: time.Minute}
+	httpguard.Install(front.Config)
+	front.Start()
+	b.Cleanup(front.Close)
+	be := p.table.Load().backends[0]
 	conn, err := net.Dial("tcp", strings.TrimPrefix(front.URL, "http://"))
 	if err != nil {
 		b.Fatal(err)
@@ -155,7 +170,7 @@ func BenchmarkFrontLoopback(b *testing.B) {
 		"X-Tenant-Id: " + tenant2 + "\r\nAccept-Encoding: gzip\r\n\r\n")
 	br := bufio.NewReader(conn)
 	body := make([]byte, 64)
-	served := fs.served.Load()
+	served := be.codes[1].Load()
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := conn.Write(head); err != nil {
@@ -172,8 +187,8 @@ func BenchmarkFrontLoopback(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if n := fs.served.Load() - served; n != uint64(b.N) {
-		b.Fatalf("own loop served %d of %d requests", n, b.N)
+	if n := be.codes[1].Load() - served; n != uint64(b.N) {
+		b.Fatalf("the router served %d of %d requests", n, b.N)
 	}
 }
 
