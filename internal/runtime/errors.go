@@ -22,16 +22,6 @@ import (
 var errShardUnavailable = bulkhead.NewRejection(http.StatusServiceUnavailable, 1, "shard_unavailable",
 	shards.ErrShardUnavailable.Error())
 
-// ShardPermits is the shards.PermitsFunc of the per-tenant database
-// bulkhead: the binding the Tenant middleware put in the request's context.
-// cmd/server hands it to shards.Set.UsePermits.
-func ShardPermits(ctx context.Context) shards.Permits {
-	if b := bulkhead.DBBindingFrom(ctx); b != nil {
-		return b
-	}
-	return nil
-}
-
 // rejectionOf returns the refusal err carries: a bulkhead's own, or the
 // one a shard error maps to.
 func rejectionOf(err error) (*bulkhead.Rejection, bool) {
