@@ -10,8 +10,6 @@
 package app
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,10 +26,9 @@ import (
 	"github.com/cellgate/cellgate/internal/shards"
 )
 
-// Deps are what the handlers need from the runtime.
+// Deps are what the handlers need from the runtime besides each request's
+// api.Request (its tenant and the accessor to the tenant's shard).
 type Deps struct {
-	// Shards are the cell's databases.
-	Shards *shards.Set
 	// Jobs enqueues jobs, on their own or in a shard transaction.
 	Jobs jobs.Enqueuer
 	// Log is the structured logger.
@@ -92,7 +89,7 @@ func (r signUpRequest) validate() error {
 // send_welcome in the same transaction. A second sign-up of an email is the
 // database's unique refusal, which the runtime answers 409 already_exists
 // (docs/errors.md lists every such answer).
-func (a *App) SignUp(c echo.Context) error {
+func (a *App) SignUp(c echo.Context, r api.Request) error {
 	var req signUpRequest
 	if err := c.Bind(&req); err != nil {
 		return err
@@ -100,16 +97,12 @@ func (a *App) SignUp(c echo.Context) error {
 	if err := req.validate(); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	sh, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, sh := c.Request().Context(), r.Shard
 	var acct db.Account
-	err = sh.Tx(ctx, func(tx shards.Tx) error {
+	err := sh.Tx(ctx, func(tx shards.Tx) error {
 		var err error
 		acct, err = db.New(tx).CreateAccount(ctx, db.CreateAccountParams{
-			TenantID: sh.Tenant(), Slot: int32(sh.Slot()), Email: req.Email, Name: req.Name,
+			TenantID: r.Tenant, Slot: int32(sh.Slot()), Email: req.Email, Name: req.Name,
 		})
 		if err != nil {
 			return err
@@ -125,19 +118,15 @@ func (a *App) SignUp(c echo.Context) error {
 
 // GetAccount returns one account of the tenant (?id=). No such account is
 // pgx.ErrNoRows, which the runtime answers 404 not_found.
-func (a *App) GetAccount(c echo.Context) error {
+func (a *App) GetAccount(c echo.Context, r api.Request) error {
 	id, err := strconv.ParseInt(c.QueryParam("id"), 10, 64)
 	if err != nil {
 		return echo.NewHTTPError(http.StatusBadRequest, "query parameter id must be an integer")
 	}
-	ctx := c.Request().Context()
-	sh, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, sh := c.Request().Context(), r.Shard
 	var acct db.Account
 	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
-		acct, err = db.New(conn).GetAccount(ctx, db.GetAccountParams{TenantID: sh.Tenant(), ID: id})
+		acct, err = db.New(conn).GetAccount(ctx, db.GetAccountParams{TenantID: r.Tenant, ID: id})
 		return err
 	})
 	if err != nil {
@@ -156,7 +145,7 @@ type createOrderRequest struct {
 // CreateOrder adds an order to one of the tenant's accounts. An unknown
 // account_id is the database's foreign-key refusal, which the runtime
 // answers 422 reference_not_found.
-func (a *App) CreateOrder(c echo.Context) error {
+func (a *App) CreateOrder(c echo.Context, r api.Request) error {
 	var req createOrderRequest
 	if err := c.Bind(&req); err != nil {
 		return err
@@ -169,15 +158,12 @@ func (a *App) CreateOrder(c echo.Context) error {
 	case len(req.Note) > maxNoteBytes:
 		return runtime.BadBody(nil, fmt.Sprintf("note must be at most %d bytes", maxNoteBytes))
 	}
-	ctx := c.Request().Context()
-	sh, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, sh := c.Request().Context(), r.Shard
 	var o db.Order
-	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		var err error
 		o, err = db.New(conn).CreateOrder(ctx, db.CreateOrderParams{
-			TenantID: sh.Tenant(), Slot: int32(sh.Slot()), AccountID: req.AccountID, AmountCents: req.AmountCents, Note: req.Note,
+			TenantID: r.Tenant, Slot: int32(sh.Slot()), AccountID: req.AccountID, AmountCents: req.AmountCents, Note: req.Note,
 		})
 		return err
 	})
@@ -188,7 +174,7 @@ func (a *App) CreateOrder(c echo.Context) error {
 }
 
 // ListOrders pages through an account's orders (?account_id=&before=&limit=).
-func (a *App) ListOrders(c echo.Context) error {
+func (a *App) ListOrders(c echo.Context, r api.Request) error {
 	acct, err := strconv.ParseInt(c.QueryParam("account_id"), 10, 64)
 	if err != nil {
 		return echo.NewHTTPError(http.StatusBadRequest, "query parameter account_id must be an integer")
@@ -207,15 +193,11 @@ func (a *App) ListOrders(c echo.Context) error {
 		}
 		limit = int32(n)
 	}
-	ctx := c.Request().Context()
-	sh, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, sh := c.Request().Context(), r.Shard
 	var orders []db.Order
 	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
 		orders, err = db.New(conn).ListOrders(ctx, db.ListOrdersParams{
-			TenantID: sh.Tenant(), AccountID: acct, BeforeID: before, MaxRows: limit,
+			TenantID: r.Tenant, AccountID: acct, BeforeID: before, MaxRows: limit,
 		})
 		return err
 	})
@@ -229,40 +211,19 @@ func (a *App) ListOrders(c echo.Context) error {
 }
 
 // GetOrder reads one order by the {id} path parameter of GET /orders/{id}.
-func (a *App) GetOrder(c echo.Context) error {
+func (a *App) GetOrder(c echo.Context, r api.Request) error {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil || id <= 0 {
 		return echo.NewHTTPError(http.StatusBadRequest, "path parameter id must be a positive integer")
 	}
-	ctx := c.Request().Context()
-	sh, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, sh := c.Request().Context(), r.Shard
 	var o db.Order
 	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
-		o, err = db.New(conn).GetOrder(ctx, db.GetOrderParams{TenantID: sh.Tenant(), ID: id})
+		o, err = db.New(conn).GetOrder(ctx, db.GetOrderParams{TenantID: r.Tenant, ID: id})
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, o)
-}
-
-// shard returns the request's accessor to its tenant's shard. Handlers
-// check connections out only through it, so each checkout takes one of the
-// tenant's database permits (tenancy.max_db_connections) and a tenant at
-// its cap gets 503 at once. A goroutine that outlives the request should
-// take its own connection from the pool; the accessor stops counting when
-// the request ends.
-func (a *App) shard(ctx context.Context) (shards.Accessor, error) {
-	sh, err := a.d.Shards.Accessor(ctx)
-	switch {
-	case errors.Is(err, shards.ErrOtherCell):
-		return sh, echo.NewHTTPError(http.StatusMisdirectedRequest, "the tenant belongs to another cell")
-	case err != nil:
-		return sh, echo.NewHTTPError(http.StatusUnauthorized, "no tenant")
-	}
-	return sh, nil
 }

@@ -31,12 +31,11 @@ func newServer(t *testing.T) (*celltest.Cell, http.Handler) {
 	t.Helper()
 	cell := celltest.Start(t, spec.Config(), celltest.Options{Migrate: cgsql.Migrate})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := runtime.New(cell.Config, runtime.Options{Logger: log, Getenv: cell.Getenv})
+	srv, err := runtime.New(cell.Config, runtime.Options{Logger: log, Getenv: cell.Getenv, Shards: cell.Shards})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cell.Shards.UsePermits(runtime.ShardPermits)
-	api.Register(srv, app.New(app.Deps{Shards: cell.Shards, Jobs: cell.Jobs, Log: log}))
+	api.Register(srv, app.New(app.Deps{Jobs: cell.Jobs, Log: log}))
 	return cell, srv.Echo()
 }
 

@@ -15,12 +15,10 @@ import (
 	"github.com/cellgate/cellgate/internal/shards"
 )
 
-// WorkerDeps are what the workers need from the runtime. There is no
-// Enqueuer here: the job runtime is built from the workers, so it does not
-// exist yet when they are.
+// WorkerDeps are what the workers need from the runtime besides each job's
+// shard accessor. There is no Enqueuer here: the job runtime is built from
+// the workers, so it does not exist yet when they are.
 type WorkerDeps struct {
-	// Shards are the cell's databases.
-	Shards *shards.Set
 	// Log is the structured logger (nil: slog.Default()).
 	Log *slog.Logger
 }
@@ -42,17 +40,17 @@ func NewWorkers(d WorkerDeps) *Workers {
 	return &Workers{d: d}
 }
 
-// SendWelcome welcomes a new account. The job's context carries its tenant,
-// so Shards.Accessor finds the tenant's shard as in a handler (outside a
-// request no database permit is taken). An account that is gone by the
-// time the job runs is not retried: jobs.Permanent.
-func (w *Workers) SendWelcome(ctx context.Context, job *jobs.Job[jobkinds.SendWelcomeArgs]) error {
-	sh, err := w.d.Shards.Accessor(ctx)
-	if err != nil {
+// SendWelcome welcomes a new account. sh is the accessor to the shard of
+// the job's tenant (RegisterWorkers builds it; a job takes no database
+// permit). A job without a tenant, or an account that is gone by the time
+// the job runs, is not retried: jobs.Permanent.
+func (w *Workers) SendWelcome(ctx context.Context, job *jobs.Job[jobkinds.SendWelcomeArgs], sh shards.Accessor) error {
+	if err := sh.Err(); err != nil {
 		return jobs.Permanent(err)
 	}
 	var acct db.Account
-	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		var err error
 		acct, err = db.New(conn).GetAccount(ctx, db.GetAccountParams{TenantID: sh.Tenant(), ID: job.Args.AccountID})
 		return err
 	})

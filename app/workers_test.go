@@ -23,12 +23,12 @@ func TestSendWelcome(t *testing.T) {
 	t.Parallel()
 	cell, h := newServer(t)
 	var logs bytes.Buffer
-	w := app.NewWorkers(app.WorkerDeps{Shards: cell.Shards, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	w := app.NewWorkers(app.WorkerDeps{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 
 	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"a@acme.test"}`)
 	acct := decode[db.Account](t, body)
 	job := celltest.RequireEnqueued[jobkinds.SendWelcomeArgs](t, cell, "acme", nil)
-	if err := celltest.Work(celltest.Tenant(t, "acme"), w.SendWelcome, job.Args); err != nil {
+	if err := celltest.Work(celltest.Tenant(t, "acme"), cell.Shards, w.SendWelcome, job.Args); err != nil {
 		t.Fatalf("SendWelcome: %v", err)
 	}
 	if !strings.Contains(logs.String(), "welcome sent") || !strings.Contains(logs.String(), "email=a@acme.test") {
@@ -41,13 +41,13 @@ func TestSendWelcome(t *testing.T) {
 func TestSendWelcomeGivesUp(t *testing.T) {
 	t.Parallel()
 	cell := celltest.Start(t, spec.Config(), celltest.Options{Migrate: cgsql.Migrate})
-	w := app.NewWorkers(app.WorkerDeps{Shards: cell.Shards})
+	w := app.NewWorkers(app.WorkerDeps{})
 	acct, err := createAccount(t, cell, "acme", "a@acme.test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: acct.Email}
-	if err := celltest.Work(celltest.Tenant(t, "acme"), w.SendWelcome, args); err != nil {
+	if err := celltest.Work(celltest.Tenant(t, "acme"), cell.Shards, w.SendWelcome, args); err != nil {
 		t.Fatalf("own account: %v", err)
 	}
 	for _, tenant := range []string{"globex", ""} {
@@ -55,7 +55,7 @@ func TestSendWelcomeGivesUp(t *testing.T) {
 		if tenant != "" {
 			ctx = celltest.Tenant(t, tenant)
 		}
-		err := celltest.Work(ctx, w.SendWelcome, args)
+		err := celltest.Work(ctx, cell.Shards, w.SendWelcome, args)
 		if err == nil || !jobs.IsPermanent(err) {
 			t.Errorf("tenant %q: err = %v, want a permanent error", tenant, err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // noisyHandlerTime is how long the noisy-neighbour benchmark's handler
@@ -182,7 +183,9 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 	}
 	start := func(tenantCap int) string {
 		cfg := bhConfig(64, tenantCap, 0, 10*time.Second)
-		cell := startInProcess(b, cfg, func(s *runtime.Server) { s.Tenant("GET", "/work", handler) })
+		cell := startInProcess(b, cfg, nil, func(s *runtime.Server) {
+			s.Tenant("GET", "/work", func(c echo.Context, _ shards.Accessor) error { return handler(c) })
+		})
 		return cell.url + "/work"
 	}
 	on, off := start(16), start(0)
@@ -316,7 +319,9 @@ func BenchmarkMiddlewareOverhead(b *testing.B) {
 	b.Cleanup(func() { _ = hs.Shutdown(context.Background()) })
 	bare := overheadTarget{url: "http://" + ln.Addr().String() + "/x", client: benchClient(overheadConc)}
 
-	cell := startInProcess(b, cfg, func(s *runtime.Server) { s.Tenant("GET", "/x", trivial) })
+	cell := startInProcess(b, cfg, nil, func(s *runtime.Server) {
+		s.Tenant("GET", "/x", func(c echo.Context, _ shards.Accessor) error { return trivial(c) })
+	})
 	full := overheadTarget{url: cell.url + "/x", client: benchClient(overheadConc)}
 
 	for _, t := range []overheadTarget{bare, full} { // warm connections and pools

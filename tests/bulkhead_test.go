@@ -67,15 +67,16 @@ type inProcessCell struct {
 	reg *prometheus.Registry
 }
 
-// startInProcess builds the server, lets register add routes, and serves
-// until the test ends.
-func startInProcess(tb testing.TB, cfg config.Config, register func(*runtime.Server)) *inProcessCell {
+// startInProcess builds the server over set (nil: no databases), lets
+// register add routes, and serves until the test ends.
+func startInProcess(tb testing.TB, cfg config.Config, set *shards.Set, register func(*runtime.Server)) *inProcessCell {
 	tb.Helper()
 	reg := prometheus.NewRegistry()
 	srv, err := runtime.New(cfg, runtime.Options{
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Registry: reg,
 		Getenv:   func(string) string { return "" },
+		Shards:   set,
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -147,16 +148,11 @@ func TestNoPermitLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer set.Close()
-	set.UsePermits(runtime.ShardPermits)
 
-	work := func(c echo.Context, db bool, fn func(ctx context.Context) error) error {
+	work := func(c echo.Context, acc shards.Accessor, db bool, fn func(ctx context.Context) error) error {
 		ctx := c.Request().Context()
 		if !db {
 			return fn(ctx)
-		}
-		acc, err := set.Accessor(ctx)
-		if err != nil {
-			return err
 		}
 		return acc.Conn(ctx, func(conn *pgxpool.Conn) error {
 			var one int
@@ -166,22 +162,22 @@ func TestNoPermitLeaks(t *testing.T) {
 			return fn(ctx)
 		})
 	}
-	cell := startInProcess(t, cfg, func(s *runtime.Server) {
-		s.Tenant("GET", "/leak/:kind", func(c echo.Context) error {
+	cell := startInProcess(t, cfg, set, func(s *runtime.Server) {
+		s.Tenant("GET", "/leak/:kind", func(c echo.Context, acc shards.Accessor) error {
 			kind := c.Param("kind")
 			db := strings.HasSuffix(kind, "-db") || kind == "db"
 			switch strings.TrimSuffix(kind, "-db") {
 			case "plain":
 				return c.String(200, "ok")
 			case "db":
-				return work(c, true, func(context.Context) error { return c.String(200, "ok") })
+				return work(c, acc, true, func(context.Context) error { return c.String(200, "ok") })
 			case "stream":
 				res := c.Response()
 				res.Header().Set("Content-Type", "text/event-stream")
 				res.WriteHeader(200)
 				res.Flush()
 				for i := 0; i < 3; i++ {
-					err := work(c, db && i == 1, func(context.Context) error {
+					err := work(c, acc, db && i == 1, func(context.Context) error {
 						_, err := fmt.Fprintf(res, "data: %d\n\n", i)
 						res.Flush()
 						return err
@@ -194,9 +190,9 @@ func TestNoPermitLeaks(t *testing.T) {
 			case "error":
 				return errors.New("handler failed")
 			case "panic":
-				return work(c, db, func(context.Context) error { panic("handler panic") })
+				return work(c, acc, db, func(context.Context) error { panic("handler panic") })
 			case "timeout", "cancel":
-				return work(c, db, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+				return work(c, acc, db, func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
 			}
 			return c.NoContent(404)
 		})

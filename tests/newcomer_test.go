@@ -61,6 +61,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/db"
 	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/runtime"
@@ -73,7 +74,7 @@ type createInvoiceRequest struct {
 }
 
 // CreateInvoice writes the invoice and enqueues send_invoice in one transaction.
-func (a *App) CreateInvoice(c echo.Context) error {
+func (a *App) CreateInvoice(c echo.Context, r api.Request) error {
 	var req createInvoiceRequest
 	if err := c.Bind(&req); err != nil {
 		return err
@@ -81,16 +82,12 @@ func (a *App) CreateInvoice(c echo.Context) error {
 	if req.AccountID <= 0 || req.Cents < 0 {
 		return runtime.BadBody(nil, "account_id must be > 0 and cents >= 0")
 	}
-	ctx := c.Request().Context()
-	sh, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
+	ctx, acc := c.Request().Context(), r.Shard
 	var inv db.Invoice
-	err = sh.Tx(ctx, func(tx shards.Tx) error {
+	err := acc.Tx(ctx, func(tx shards.Tx) error {
 		var err error
 		inv, err = db.New(tx).CreateInvoice(ctx, db.CreateInvoiceParams{
-			TenantID: sh.Tenant(), Slot: int32(sh.Slot()), AccountID: req.AccountID, Cents: req.Cents,
+			TenantID: r.Tenant, Slot: int32(acc.Slot()), AccountID: req.AccountID, Cents: req.Cents,
 		})
 		if err != nil {
 			return err
@@ -105,19 +102,15 @@ func (a *App) CreateInvoice(c echo.Context) error {
 }
 
 // GetInvoice reads one invoice by the {id} path parameter.
-func (a *App) GetInvoice(c echo.Context) error {
+func (a *App) GetInvoice(c echo.Context, r api.Request) error {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil || id <= 0 {
 		return echo.NewHTTPError(http.StatusBadRequest, "path parameter id must be a positive integer")
 	}
 	ctx := c.Request().Context()
-	sh, err := a.shard(ctx)
-	if err != nil {
-		return err
-	}
 	var inv db.Invoice
-	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
-		inv, err = db.New(conn).GetInvoice(ctx, db.GetInvoiceParams{TenantID: sh.Tenant(), ID: id})
+	err = r.Shard.Conn(ctx, func(conn *pgxpool.Conn) error {
+		inv, err = db.New(conn).GetInvoice(ctx, db.GetInvoiceParams{TenantID: r.Tenant, ID: id})
 		return err
 	})
 	if err != nil {
@@ -138,16 +131,17 @@ import (
 	"github.com/cellgate/cellgate/gen/db"
 	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // SendInvoice marks the invoice sent on the tenant's shard.
-func (w *Workers) SendInvoice(ctx context.Context, job *jobs.Job[jobkinds.SendInvoiceArgs]) error {
-	sh, err := w.d.Shards.Accessor(ctx)
-	if err != nil {
+func (w *Workers) SendInvoice(ctx context.Context, job *jobs.Job[jobkinds.SendInvoiceArgs], sh shards.Accessor) error {
+	if err := sh.Err(); err != nil {
 		return jobs.Permanent(err)
 	}
 	var n int64
-	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		var err error
 		n, err = db.New(conn).MarkInvoiceSent(ctx, db.MarkInvoiceSentParams{TenantID: sh.Tenant(), ID: job.Args.InvoiceID})
 		return err
 	})

@@ -229,15 +229,18 @@ import (
 
 	"github.com/cellgate/cellgate/internal/gencheck/full/jobkinds"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 type impl struct{}
 
-func (impl) SendWelcome(context.Context, *jobs.Job[jobkinds.SendWelcomeArgs]) error { return nil }
+func (impl) SendWelcome(context.Context, *jobs.Job[jobkinds.SendWelcomeArgs], shards.Accessor) error {
+	return nil
+}
 %s
-var _ = func() { jobkinds.RegisterWorkers(jobs.NewWorkers(), impl{}) }
+var _ = func() { jobkinds.RegisterWorkers(jobs.NewWorkers(), nil, impl{}) }
 `
-	billOrder := "func (impl) BillOrder(context.Context, *jobs.Job[jobkinds.BillOrderArgs]) error { return nil }\n"
+	billOrder := "func (impl) BillOrder(context.Context, *jobs.Job[jobkinds.BillOrderArgs], shards.Accessor) error {\n\treturn nil\n}\n"
 	ok := map[string]string{"full/workersok/w.go": fmt.Sprintf(complete, billOrder)}
 	if out, err := buildGolden(t, ok, "./internal/gencheck/full/workersok"); err != nil {
 		t.Fatalf("an app implementing every kind does not build: %v\n%s", err, out)

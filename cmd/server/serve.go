@@ -27,16 +27,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	// The console's top tenants hear every tenant-bulkhead refusal.
 	rejections := console.NewTopK(64)
-	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add})
+	// Each tenant request's handler gets the accessor to its tenant's
+	// shard, with the request's database permits.
+	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set})
 	if err != nil {
 		return err
 	}
-	// Handlers' checkouts take the per-tenant database permits the tenant
-	// middleware binds to each request.
-	set.UsePermits(runtime.ShardPermits)
 
 	workers := jobs.NewWorkers()
-	jobkinds.RegisterWorkers(workers, app.NewWorkers(app.WorkerDeps{Shards: set, Log: log}))
+	jobkinds.RegisterWorkers(workers, set, app.NewWorkers(app.WorkerDeps{Log: log}))
 	// The cell listens at once so /healthz answers while migrations run;
 	// /readyz turns ready when the databases answer and are migrated, and
 	// names the database, the file and PostgreSQL's error when a migration
@@ -46,7 +45,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	api.Register(srv, app.New(app.Deps{Shards: set, Jobs: jobsRT, Log: log}))
+	api.Register(srv, app.New(app.Deps{Jobs: jobsRT, Log: log}))
 	cons, err := mountConsole(cfg, srv, set, jobsRT, jobsDBs, rejections, log)
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"context"
 
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // SendWelcome is the spec of the "send_welcome" kind.
@@ -45,14 +46,19 @@ var Kinds = []jobs.KindSpec{SendWelcome}
 // method fails the build where RegisterWorkers is called, naming the
 // missing method.
 type Workers interface {
-	// SendWelcome runs a "send_welcome" job. Its context carries the job's
-	// tenant and ends at the kind's timeout; an error fails the attempt
-	// (jobs.Permanent stops retrying).
-	SendWelcome(ctx context.Context, job *jobs.Job[SendWelcomeArgs]) error
+	// SendWelcome runs a "send_welcome" job. sh is the accessor to the
+	// shard of the job's tenant, taking no database permits (a job is not
+	// a request); its Err is shards.ErrNoTenant for a job without a tenant.
+	// ctx carries the job's tenant and ends at the kind's timeout; an error
+	// fails the attempt (jobs.Permanent stops retrying).
+	SendWelcome(ctx context.Context, job *jobs.Job[SendWelcomeArgs], sh shards.Accessor) error
 }
 
 // RegisterWorkers registers every method of impl as the worker of its kind
-// on r. Call it once, before r is given to the job runtime.
-func RegisterWorkers(r *jobs.Workers, impl Workers) {
-	jobs.Register(r, impl.SendWelcome)
+// on r, each job getting set's accessor for the job's tenant. Call it
+// once, before r is given to the job runtime.
+func RegisterWorkers(r *jobs.Workers, set *shards.Set, impl Workers) {
+	jobs.Register(r, func(ctx context.Context, job *jobs.Job[SendWelcomeArgs]) error {
+		return impl.SendWelcome(ctx, job, set.Accessor(job.Tenant, nil))
+	})
 }

@@ -5,7 +5,7 @@
 // Enqueuer over them; Tenant makes a tenant's context; RequireEnqueuedTx
 // asserts that a job was written in a transaction, as River's
 // rivertest.RequireInsertedTx does; Work runs a worker method on one job,
-// as the job runtime would, without the runtime.
+// with its shard accessor, as the job runtime would, without the runtime.
 //
 // Each Start creates its own databases, so tests that call it may run in
 // parallel and never see each other's rows. Tests that share one Cell stay
@@ -270,10 +270,12 @@ func enqueued[T jobs.Args](t testing.TB, tx shards.Tx, want *T) []*jobs.Job[T] {
 }
 
 // Work runs worker on one job of args, as the job runtime would run its
-// first attempt: ctx's tenant (see Tenant) becomes the job's, and ctx ends
-// at the kind's timeout. It returns the worker's error; test it with
-// jobs.IsPermanent to tell "retry" from "give up".
-func Work[T jobs.Args](ctx context.Context, worker func(context.Context, *jobs.Job[T]) error, args T) error {
+// first attempt: ctx's tenant (see Tenant) becomes the job's, the worker
+// gets set's accessor for it (no database permits, as gen/jobkinds'
+// RegisterWorkers builds it), and ctx ends at the kind's timeout. It
+// returns the worker's error; test it with jobs.IsPermanent to tell
+// "retry" from "give up".
+func Work[T jobs.Args](ctx context.Context, set *shards.Set, worker func(context.Context, *jobs.Job[T], shards.Accessor) error, args T) error {
 	spec := args.JobSpec()
 	job := &jobs.Job[T]{
 		Kind:        spec.Name,
@@ -289,5 +291,5 @@ func Work[T jobs.Args](ctx context.Context, worker func(context.Context, *jobs.J
 		ctx, cancel = context.WithTimeout(ctx, spec.Timeout)
 		defer cancel()
 	}
-	return worker(ctx, job)
+	return worker(ctx, job, set.Accessor(job.Tenant, nil))
 }

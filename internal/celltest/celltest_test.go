@@ -125,14 +125,18 @@ func sameShardTenant(t *testing.T, cell *celltest.Cell, sh *shards.Shard) string
 	return ""
 }
 
-// TestWork: the worker gets the context's tenant, the kind's spec and a
-// deadline at the kind's timeout, and its error back.
+// TestWork: the worker gets the context's tenant, its accessor, the
+// kind's spec and a deadline at the kind's timeout, and its error back.
 func TestWork(t *testing.T) {
 	args := jobkinds.SendWelcomeArgs{AccountID: 1}
 	boom := errors.New("boom")
-	err := celltest.Work(celltest.Tenant(t, "acme"), func(ctx context.Context, job *jobs.Job[jobkinds.SendWelcomeArgs]) error {
-		if tn, _ := tenant.From(ctx); tn != "acme" || job.Tenant != "acme" {
-			t.Errorf("tenant: ctx %q, job %q", tn, job.Tenant)
+	// No databases: the accessor is the one of a nil set.
+	err := celltest.Work(celltest.Tenant(t, "acme"), nil, func(ctx context.Context, job *jobs.Job[jobkinds.SendWelcomeArgs], sh shards.Accessor) error {
+		if tn, _ := tenant.From(ctx); tn != "acme" || job.Tenant != "acme" || sh.Tenant() != "acme" {
+			t.Errorf("tenant: ctx %q, job %q, accessor %q", tn, job.Tenant, sh.Tenant())
+		}
+		if sh.Permits() != nil || !errors.Is(sh.Err(), shards.ErrNoDatabases) {
+			t.Errorf("accessor: permits %v, err %v", sh.Permits(), sh.Err())
 		}
 		dl, ok := ctx.Deadline()
 		if !ok || time.Until(dl) > jobkinds.SendWelcome.Timeout {

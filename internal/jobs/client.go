@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
@@ -84,47 +83,6 @@ type Client struct {
 	// a PostgreSQL backend still records jobs that end during a hard stop.
 	reportCtx context.Context
 	done      chan struct{}
-
-	tenantCtxs tenantCtxCache // handler contexts by tenant, under workCtx
-}
-
-// tenantCtxCache keeps the handler context of recently seen tenants (the
-// work context with the tenant attached), so that running a job does not
-// allocate one: that is two of a no-op job's four allocations. It is a
-// two-way set-associative cache of tenantCtxSlots entries: a hit is a hash
-// and one or two string comparisons; a miss builds the context as before
-// and makes it the newest of its set. Its size bounds its memory whatever
-// the number of tenants. Contexts are immutable, so jobs of a tenant can
-// share one. Safe for concurrent use: racing misses may lose an entry, which
-// only costs a later miss.
-type tenantCtxCache struct {
-	seed  maphash.Seed
-	slots [tenantCtxSlots]atomic.Pointer[tenantCtx]
-}
-
-// tenantCtxSlots is the size of tenantCtxCache, a power of two.
-const tenantCtxSlots = 4096
-
-type tenantCtx struct {
-	id  string
-	ctx context.Context
-}
-
-// get returns tenant.With(base, id), from the cache when it holds it. base
-// must be the same for every call (the Client's work context).
-func (tc *tenantCtxCache) get(base context.Context, id string) context.Context {
-	i := maphash.String(tc.seed, id) & (tenantCtxSlots - 2)
-	newest, older := &tc.slots[i], &tc.slots[i+1]
-	if e := newest.Load(); e != nil && e.id == id {
-		return e.ctx
-	}
-	if e := older.Load(); e != nil && e.id == id {
-		return e.ctx
-	}
-	ctx := tenant.With(base, id)
-	older.Store(newest.Load())
-	newest.Store(&tenantCtx{id: id, ctx: ctx})
-	return ctx
 }
 
 // workerState is one worker's state, read by Stop and by metric scrapes
@@ -180,7 +138,6 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 		ws:      make([]workerState, eff.Workers),
 		done:    make(chan struct{}),
 	}
-	c.tenantCtxs.seed = maphash.MakeSeed()
 	kms := make([]kindMetrics, 0, len(w.kinds)+1)
 	for name, r := range w.kinds {
 		r2 := *r // the registry may back several clients; counters are per client
@@ -552,7 +509,7 @@ func (c *Client) execute(r *registered, row *JobRow) (err error) {
 	}
 	ctx := c.workCtx
 	if row.Tenant != "" {
-		ctx = c.tenantCtxs.get(ctx, row.Tenant)
+		ctx = tenant.With(ctx, row.Tenant)
 	}
 	if t := r.spec.Timeout; t > 0 {
 		var cancel context.CancelFunc

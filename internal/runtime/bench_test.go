@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // BenchmarkChain measures the server's request path without a network: a
@@ -27,7 +29,7 @@ func BenchmarkChain(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.bulk.close()
-	s.Tenant("GET", "/x", trivial)
+	s.Tenant("GET", "/x", func(c echo.Context, _ shards.Accessor) error { return trivial(c) })
 	s.Public("GET", "/p", trivial)
 
 	for _, tc := range []struct {

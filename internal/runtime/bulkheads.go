@@ -27,6 +27,10 @@ type Bulkheads struct {
 	// Server is the server-wide limit (server.max_concurrent_requests); it
 	// always counts, so its InFlight is the server's in-flight gauge.
 	Server *bulkhead.Limiter
+
+	// dbPermits binds DB to each tenant request's shard accessor; nil
+	// when DB is.
+	dbPermits *bulkhead.DBPermits
 }
 
 // InFlight sums every permit held now: tenant requests, database
@@ -95,8 +99,9 @@ func validateCaps(cfg config.Config) error {
 
 // buildBulkheads builds the engines, the limiter and their metrics, and
 // returns the middlewares that follow tenancy on tenant routes: tenant
-// bulkhead (when tenancy is on and a per-tenant limit is set), then server
-// admission. skip selects the public paths, which are never counted;
+// bulkhead (when tenancy is on and a per-tenant request limit is set), then
+// server admission. The database permits are bound later, by the step that
+// builds the request's shard accessor (Server.Tenant). skip selects the public paths, which are never counted;
 // onReject (may be nil) hears the tenant of every tenant-bulkhead refusal.
 func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middleware.Skipper, onReject func(string)) (Bulkheads, []echo.MiddlewareFunc, error) {
 	var b Bulkheads
@@ -129,7 +134,6 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 			return b, nil, err
 		}
 	}
-	var db *bulkhead.DBPermits
 	if t.Enabled && t.MaxDBConnections > 0 {
 		ec := engineConfig(cfg.Admission)
 		ec.MaxConcurrent = int64(t.MaxDBConnections)
@@ -141,14 +145,13 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 			b.close()
 			return b, nil, err
 		}
-		db, _ = bulkhead.NewDBPermits(b.DB, m.DBRejections) // engine is non-nil
+		b.dbPermits, _ = bulkhead.NewDBPermits(b.DB, m.DBRejections) // engine is non-nil
 	}
 	var mws []echo.MiddlewareFunc
-	if b.Requests != nil || db != nil {
+	if b.Requests != nil {
 		mw, err := bulkhead.TenantWithConfig(bulkhead.TenantConfig{
 			Skipper:    skip,
 			Requests:   b.Requests,
-			DB:         db,
 			Rejections: m.RequestRejections,
 			OnReject:   onReject,
 		})

@@ -17,7 +17,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/promtest"
-	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // capsConfig is testConfig with a tenant cap of 1, a server cap of 2 and
@@ -76,13 +76,13 @@ func TestLongStreamHoldsNoRequestPermit(t *testing.T) {
 	b := s.Bulkheads()
 	stop := make(chan struct{})
 	dbHeld := make(chan int64, 1)
-	s.Tenant("GET", "/events", func(c echo.Context) error {
+	s.Tenant("GET", "/events", func(c echo.Context, sh shards.Accessor) error {
 		res := c.Response()
 		res.Header().Set("Content-Type", "text/event-stream")
 		res.WriteHeader(http.StatusOK)
 		res.Flush()
 		// A checkout in the streaming body takes a database permit.
-		p, err := bulkhead.DBBindingFrom(c.Request().Context()).Acquire()
+		p, err := sh.Permits().Acquire()
 		if err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func TestLongStreamHoldsNoRequestPermit(t *testing.T) {
 			res.Flush()
 		}
 	})
-	s.Tenant("GET", "/ping", func(c echo.Context) error { return c.String(200, "pong") })
+	s.Tenant("GET", "/ping", func(c echo.Context, _ shards.Accessor) error { return c.String(200, "pong") })
 	srv := httptest.NewServer(s.Echo())
 	defer srv.Close()
 
@@ -145,7 +145,7 @@ func TestHijackReleasesPermits(t *testing.T) {
 	s := newServerWithEnv(t, capsConfig(), nil)
 	b := s.Bulkheads()
 	done := make(chan struct{})
-	s.Tenant("GET", "/ws", func(c echo.Context) error {
+	s.Tenant("GET", "/ws", func(c echo.Context, _ shards.Accessor) error {
 		conn, brw, err := http.NewResponseController(c.Response()).Hijack()
 		if err != nil {
 			return err
@@ -161,7 +161,7 @@ func TestHijackReleasesPermits(t *testing.T) {
 		<-done
 		return nil
 	})
-	s.Tenant("GET", "/ping", func(c echo.Context) error { return c.String(200, "pong") })
+	s.Tenant("GET", "/ping", func(c echo.Context, _ shards.Accessor) error { return c.String(200, "pong") })
 	srv := httptest.NewServer(s.Echo())
 	defer srv.Close()
 
@@ -198,7 +198,7 @@ func TestServerChainAnswersAndCounts(t *testing.T) {
 	s := newServerWithEnv(t, capsConfig(), nil)
 	b := s.Bulkheads()
 	got := map[string]*httptest.ResponseRecorder{}
-	s.Tenant("GET", "/hold/:step", func(c echo.Context) error {
+	s.Tenant("GET", "/hold/:step", func(c echo.Context, _ shards.Accessor) error {
 		switch c.Param("step") {
 		case "1":
 			got["acme again"] = serve(s, "GET", "/hold/0", "", "X-Tenant-ID", "acme")
@@ -210,8 +210,8 @@ func TestServerChainAnswersAndCounts(t *testing.T) {
 		}
 		return c.NoContent(204)
 	})
-	s.Tenant("GET", "/db", func(c echo.Context) error {
-		bind := bulkhead.DBBindingFrom(c.Request().Context())
+	s.Tenant("GET", "/db", func(c echo.Context, sh shards.Accessor) error {
+		bind := sh.Permits()
 		p1, _ := bind.Acquire()
 		p2, _ := bind.Acquire()
 		defer p1.Release()
@@ -289,7 +289,7 @@ func TestRateLimitOnServer(t *testing.T) {
 	cfg.Tenancy.RatePerSecond = 0.5
 	cfg.Tenancy.Burst = 1
 	s := newServerWithEnv(t, cfg, nil)
-	s.Tenant("GET", "/x", func(c echo.Context) error { return c.NoContent(204) })
+	s.Tenant("GET", "/x", func(c echo.Context, _ shards.Accessor) error { return c.NoContent(204) })
 	if rec := serve(s, "GET", "/x", "", "X-Tenant-ID", "acme"); rec.Code != 204 {
 		t.Fatalf("first: %d", rec.Code)
 	}
@@ -326,7 +326,7 @@ func TestAdminAdmissionEndpoint(t *testing.T) {
 		t.Fatalf("without a token the endpoint must not exist: %d", rec.Code)
 	}
 	s := newServerWithEnv(t, cfg, map[string]string{"TEST_ADMIN_TOKEN": "s3cret-token"})
-	s.Tenant("GET", "/x", func(c echo.Context) error { return c.NoContent(204) })
+	s.Tenant("GET", "/x", func(c echo.Context, _ shards.Accessor) error { return c.NoContent(204) })
 	serve(s, "GET", "/x", "", "X-Tenant-ID", "acme")
 	for _, auth := range []string{"", "Bearer wrong", "s3cret-token", "Bearer s3cret-tokenX", "Basic s3cret-token"} {
 		rec := serve(s, "GET", AdmissionPath, "", "Authorization", auth)
@@ -363,9 +363,9 @@ func TestNoCapsNoEngines(t *testing.T) {
 		t.Fatalf("bulkheads with caps off: %+v", b)
 	}
 	var seen int64
-	s.Tenant("GET", "/x", func(c echo.Context) error {
+	s.Tenant("GET", "/x", func(c echo.Context, sh shards.Accessor) error {
 		seen = b.Server.InFlight()
-		if bulkhead.DBBindingFrom(c.Request().Context()) != nil {
+		if sh.Permits() != nil {
 			t.Error("db permits bound with max_db_connections 0")
 		}
 		return c.NoContent(204)

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // startServing serves s on a loopback port until the test ends.
@@ -288,7 +289,7 @@ func TestSlowBodyReturnsItsPermit(t *testing.T) {
 	cfg.Tenancy.MaxConcurrentRequests = 1
 	s := newTestServer(t, cfg)
 	defer s.bulk.close()
-	s.Tenant("POST", "/t", func(c echo.Context) error {
+	s.Tenant("POST", "/t", func(c echo.Context, _ shards.Accessor) error {
 		var v map[string]any
 		if err := c.Bind(&v); err != nil {
 			return err

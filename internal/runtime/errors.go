@@ -23,15 +23,11 @@ import (
 var errShardUnavailable = bulkhead.NewRejection(http.StatusServiceUnavailable, 1, "shard_unavailable",
 	shards.ErrShardUnavailable.Error())
 
-// ShardPermits is the shards.PermitsFunc of the per-tenant database
-// bulkhead: the binding the Tenant middleware put in the request's context.
-// cmd/server hands it to shards.Set.UsePermits.
-func ShardPermits(ctx context.Context) shards.Permits {
-	if b := bulkhead.DBBindingFrom(ctx); b != nil {
-		return b
-	}
-	return nil
-}
+// errNoTenant is the answer to a checkout without a tenant (shards.ErrNoTenant):
+// a tenant route served with tenancy off has no tenant to route by, and
+// the client can fix that by naming one, so it is the tenancy's 401.
+var errNoTenant = bulkhead.NewRejection(http.StatusUnauthorized, 0, "tenant_missing",
+	"the request names no tenant")
 
 // rejectionOf returns the refusal err carries: a bulkhead's own, or the
 // one a shard error maps to.
@@ -42,6 +38,8 @@ func rejectionOf(err error) (*bulkhead.Rejection, bool) {
 		return rej, true
 	case errors.Is(err, shards.ErrShardUnavailable):
 		return errShardUnavailable, true
+	case errors.Is(err, shards.ErrNoTenant):
+		return errNoTenant, true
 	}
 	return nil, false
 }

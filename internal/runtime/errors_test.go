@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // TestDatabaseInputErrorsAnswer4xx: the PostgreSQL errors a client's input
@@ -78,5 +80,23 @@ func TestOnlyStandardStatusesOnTheWire(t *testing.T) {
 	}
 	if rec := serve(s, "GET", "/nowhere", ""); rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), `"code":"not_found"`) {
 		t.Errorf("unknown route: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestCheckoutWithoutTenantIs401: a handler whose checkout fails for want
+// of a tenant (tenancy off, or a route that lost it) answers the tenancy's
+// 401 tenant_missing, not a 500.
+func TestCheckoutWithoutTenantIs401(t *testing.T) {
+	s := newTestServer(t, testConfig())
+	s.Public("GET", "/nobody", func(c echo.Context) error {
+		return fmt.Errorf("list orders: %w", shards.ErrNoTenant)
+	})
+	rec := serve(s, "GET", "/nobody", "")
+	var body problemBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("body %q: %v", rec.Body, err)
+	}
+	if rec.Code != http.StatusUnauthorized || body.Code != "tenant_missing" {
+		t.Errorf("got %d %+v, want 401 tenant_missing", rec.Code, body)
 	}
 }

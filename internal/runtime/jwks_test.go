@@ -21,7 +21,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/promtest"
-	"github.com/cellgate/cellgate/internal/tenant"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // TestJWKSURLServer: a cell with tenancy.jwt.jwks_url verifies tokens with
@@ -68,9 +68,8 @@ func TestJWKSURLServer(t *testing.T) {
 			_ = c()
 		}
 	}()
-	s.Tenant("GET", "/me", func(c echo.Context) error {
-		id, _ := tenant.From(c.Request().Context())
-		return c.String(http.StatusOK, id)
+	s.Tenant("GET", "/me", func(c echo.Context, sh shards.Accessor) error {
+		return c.String(http.StatusOK, sh.Tenant())
 	})
 	token := func(kid, iss, aud string) string {
 		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -9,16 +10,14 @@ import (
 
 	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/requestid"
-	"github.com/cellgate/cellgate/internal/tenant"
 )
 
 // requestScope is the server's one global middleware. It does, in this
 // order, what four would: the request id (the client's X-Request-ID, or a
 // new one, echoed on the response), panic recovery (a logged JSON 500), the
 // body limit (413 before reading when Content-Length says so, and
-// http.MaxBytesReader otherwise) and the request deadline (lazyDeadline:
-// its timer starts only if something waits on it), and it installs
-// the request's tenant.Scope, the one context copy a request makes.
+// http.MaxBytesReader otherwise) and the request deadline
+// (server.request_timeout on the request's context).
 //
 // Before any of that is spent on it, it refuses what the guarded
 // connection found in the head and what no handler should see
@@ -72,13 +71,11 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 		req.Body = g
 	}
 
-	ctx := req.Context()
 	if rs.timeout > 0 {
-		dl := newLazyDeadline(ctx, rs.timeout)
-		defer dl.release()
-		ctx = dl
+		ctx, cancel := context.WithTimeout(req.Context(), rs.timeout)
+		defer cancel()
+		c.SetRequest(req.WithContext(ctx))
 	}
-	c.SetRequest(req.WithContext(tenant.NewScope(ctx)))
 	return next(c)
 }
 

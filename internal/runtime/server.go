@@ -22,6 +22,7 @@ import (
 	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/probe"
 	"github.com/cellgate/cellgate/internal/runtime/tenantmw"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenancy"
 )
 
@@ -45,6 +46,11 @@ type Options struct {
 	// OnTenantRejection, when set, hears the tenant of every request the
 	// tenant bulkhead refuses (the operator console's top tenants).
 	OnTenantRejection func(tenant string)
+	// Shards are the cell's databases: each tenant request's handler gets
+	// the accessor to its tenant's shard, with the request's database
+	// permits. nil: the accessors fail every checkout with
+	// shards.ErrNoDatabases.
+	Shards *shards.Set
 }
 
 // Server is one cell's HTTP server.
@@ -55,6 +61,7 @@ type Server struct {
 	reg      *prometheus.Registry
 	tenantMW []echo.MiddlewareFunc // tenancy → tenant bulkhead → server admission
 	bulk     Bulkheads
+	shards   *shards.Set
 	metrics  *httpMetrics
 
 	mu      sync.Mutex
@@ -97,7 +104,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
-	s := &Server{cfg: cfg, log: opts.Logger, reg: opts.Registry}
+	s := &Server{cfg: cfg, log: opts.Logger, reg: opts.Registry, shards: opts.Shards}
 	skip, err := tenantmw.PublicSkipper(cfg.Tenancy.PublicPaths...)
 	if err != nil {
 		return nil, fmt.Errorf("tenancy.public_paths: %w", err)
@@ -186,10 +193,18 @@ func (s *Server) Public(method, path string, h echo.HandlerFunc) {
 	s.echo.Add(method, path, chain(h, s.metrics.route(method, path)))
 }
 
+// TenantHandler serves a tenant route. sh is the request's accessor to
+// its tenant's shard, built once per request: its checkouts take the
+// tenant's database permits (tenancy.max_db_connections) while the handler
+// runs, its streaming body included, and none once it has returned.
+type TenantHandler = func(c echo.Context, sh shards.Accessor) error
+
 // Tenant adds a route behind the tenant chain: HTTP metrics → tenancy →
-// tenant bulkhead → server admission → h.
-func (s *Server) Tenant(method, path string, h echo.HandlerFunc) {
-	s.echo.Add(method, path, chain(chain(h, s.tenantMW...), s.metrics.route(method, path)))
+// tenant bulkhead → server admission → the request's shard accessor → h.
+// A tenant of another cell is answered 421 before h.
+func (s *Server) Tenant(method, path string, h TenantHandler) {
+	inner := s.bulk.dbPermits.Shard(s.shards, h)
+	s.echo.Add(method, path, chain(chain(inner, s.tenantMW...), s.metrics.route(method, path)))
 }
 
 // chain wraps h in mws (mws[0] outermost) once, at registration. Echo's

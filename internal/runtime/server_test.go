@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	goruntime "runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
 
@@ -60,7 +60,7 @@ func serve(s *Server, method, path, body string, hdr ...string) *httptest.Respon
 
 func TestTenantAndPublicRoutes(t *testing.T) {
 	s := newTestServer(t, testConfig())
-	s.Tenant("GET", "/me", func(c echo.Context) error {
+	s.Tenant("GET", "/me", func(c echo.Context, _ shards.Accessor) error {
 		id, _ := tenant.From(c.Request().Context())
 		return c.String(200, id)
 	})
@@ -176,88 +176,6 @@ func TestNewRejectsBadTenancyKeys(t *testing.T) {
 	_, err := New(cfg, Options{Getenv: func(string) string { return "" }, Registry: prometheus.NewRegistry()})
 	if err == nil || !strings.Contains(err.Error(), "MY_SESSION_KEY") {
 		t.Fatalf("err = %v, want one naming MY_SESSION_KEY", err)
-	}
-}
-
-// TestLazyDeadlineBehavesLikeWithTimeout checks the request deadline seen
-// through every context method: a handler that only reads Deadline, one that
-// waits on Done, one that checks Err after the deadline without ever calling
-// Done, and a context derived from the request's.
-func TestLazyDeadlineBehavesLikeWithTimeout(t *testing.T) {
-	const d = 30 * time.Millisecond
-	start := time.Now()
-	l := newLazyDeadline(context.Background(), d)
-	defer l.release()
-	if at, ok := l.Deadline(); !ok || at.Before(start.Add(d)) || at.After(time.Now().Add(d)) {
-		t.Fatalf("Deadline = %v, %v; want about start+%v", at, ok, d)
-	}
-	if l.armed.Load() != nil {
-		t.Fatal("Deadline armed the timer")
-	}
-	if l.Err() != nil {
-		t.Fatal("Err before the deadline")
-	}
-	child, cancel := context.WithCancel(l)
-	defer cancel()
-	select {
-	case <-child.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("derived context not cancelled by the request deadline")
-	}
-	if !errors.Is(l.Err(), context.DeadlineExceeded) || !errors.Is(child.Err(), context.DeadlineExceeded) {
-		t.Fatalf("Err = %v / %v, want deadline exceeded", l.Err(), child.Err())
-	}
-
-	// Never armed until after the deadline: Err still reports it.
-	late := newLazyDeadline(context.Background(), time.Millisecond)
-	defer late.release()
-	time.Sleep(5 * time.Millisecond)
-	if !errors.Is(late.Err(), context.DeadlineExceeded) {
-		t.Fatalf("late Err = %v, want deadline exceeded", late.Err())
-	}
-
-	// The parent's cancellation and earlier deadline come through.
-	parent, cancelParent := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancelParent()
-	short := newLazyDeadline(parent, time.Hour)
-	defer short.release()
-	if at, _ := short.Deadline(); at.After(time.Now().Add(time.Minute)) {
-		t.Fatal("Deadline ignored the parent's earlier deadline")
-	}
-	cancelParent()
-	<-short.Done()
-	if !errors.Is(short.Err(), context.Canceled) {
-		t.Fatalf("Err after parent cancel = %v", short.Err())
-	}
-}
-
-// TestLazyDeadlineChildrenNeedNoGoroutine: a context derived from the
-// request deadline, directly or through the request's tenant.Scope, is
-// linked to it as to any WithTimeout, not watched by a goroutine of its own.
-func TestLazyDeadlineChildrenNeedNoGoroutine(t *testing.T) {
-	for name, parent := range map[string]func(*lazyDeadline) context.Context{
-		"deadline": func(l *lazyDeadline) context.Context { return l },
-		"scope":    func(l *lazyDeadline) context.Context { return tenant.NewScope(l) },
-	} {
-		l := newLazyDeadline(context.Background(), time.Hour)
-		before := goruntime.NumGoroutine()
-		var cancels []context.CancelFunc
-		for range 100 {
-			_, cancel := context.WithCancel(parent(l))
-			cancels = append(cancels, cancel)
-		}
-		if extra := goruntime.NumGoroutine() - before; extra > 10 {
-			t.Errorf("%s: %d goroutines for 100 derived contexts", name, extra)
-		}
-		for _, cancel := range cancels {
-			cancel()
-		}
-		l.release()
-		// Watchers (if any) end with their children: count the next case
-		// from a settled number.
-		for deadline := time.Now().Add(time.Second); goruntime.NumGoroutine() > before && time.Now().Before(deadline); {
-			time.Sleep(time.Millisecond)
-		}
 	}
 }
 

@@ -12,12 +12,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cellgate/cellgate/internal/admission"
-	"github.com/cellgate/cellgate/internal/tenant"
 )
 
 // Permits are one request's per-tenant database permits
-// (tenancy.max_db_connections). The runtime's bulkhead implements it; the
-// shards know only this method, so the pools link no HTTP code.
+// (tenancy.max_db_connections). The runtime's bulkhead implements it and
+// hands it to Set.Accessor once per request; the shards know only this
+// method, so the pools link no HTTP code.
 type Permits interface {
 	// Acquire takes one permit for the request's tenant, or returns the
 	// refusal at once. A zero Permit (nothing held) is fine: its Release is
@@ -25,26 +25,21 @@ type Permits interface {
 	Acquire() (admission.Permit, error)
 }
 
-// PermitsFunc finds the permits bound to a request's context, nil for none.
-type PermitsFunc func(ctx context.Context) Permits
-
-// UsePermits makes every Accessor take database permits from the ones f
-// finds in the request's context. Call it once while wiring the server,
-// before the first request; without it checkouts are not counted.
-func (s *Set) UsePermits(f PermitsFunc) { s.permits = f }
-
-// Accessor is a request's way to its tenant's shard. Every checkout (Conn,
-// Tx) takes a per-tenant database permit first when the runtime has bound
-// tenancy.max_db_connections to the request, and fails at once with the
-// runtime's refusal (503, Retry-After: 1) when the tenant is at its cap; the
-// permit goes back with the connection.
+// Accessor is the way to one tenant's shard. Every checkout (Conn, Tx)
+// first takes a permit from the Permits it was built with, if any, and
+// fails at once with their refusal (the runtime answers 503, Retry-After:
+// 1) when the tenant is at its cap; the permit goes back with the
+// connection.
 //
-// The accessor is bound to the request it was made from: checkouts are
-// counted while that request is in flight (the handler, its streaming body,
-// and any goroutine using the accessor meanwhile). Once the handler has
-// returned, checkouts still work but take no permit, so a goroutine that
-// outlives the request is never counted, and never refused. Connections
-// taken from Shard().Pool directly are not counted either.
+// The runtime builds one per tenant request with the request's permits:
+// they count while the request is in flight (the handler, its streaming
+// body, and any goroutine using the accessor meanwhile) and take nothing
+// once the handler has returned, so a goroutine that outlives the request
+// is never counted, and never refused. A worker's accessor has no permits.
+// Connections taken from Shard().Pool directly are not counted either.
+//
+// An accessor for a tenant the set cannot serve (none, or one of another
+// cell) holds that error: Err reports it and every checkout returns it.
 //
 // An Accessor is a small value, safe to copy and to use from several
 // goroutines.
@@ -53,28 +48,35 @@ type Accessor struct {
 	slot    int
 	tenant  string
 	permits Permits // nil: not counted
+	err     error
 }
 
-// Accessor returns the accessor for ctx's tenant (tenant.From) with the
-// database permits bound to ctx's request, if any. It fails with
-// ErrNoTenant when ctx carries no tenant.
-func (s *Set) Accessor(ctx context.Context) (Accessor, error) {
-	t, ok := tenant.From(ctx)
-	if !ok {
-		return Accessor{}, ErrNoTenant
+// Accessor returns the accessor for tenant's shard whose checkouts take
+// permits from p (nil: not counted). Its Err is ErrNoTenant for an empty or
+// invalid tenant id, ErrOtherCell for a tenant of another cell and
+// ErrNoDatabases when s is nil (a server built without databases).
+func (s *Set) Accessor(tenant string, p Permits) Accessor {
+	a := Accessor{tenant: tenant, permits: p}
+	if s == nil {
+		a.err = ErrNoDatabases
+		return a
 	}
-	sh, slot, err := s.ForTenant(t)
-	if err != nil {
-		return Accessor{}, err
-	}
-	a := Accessor{shard: sh, slot: slot, tenant: t}
-	if s.permits != nil {
-		a.permits = s.permits(ctx)
-	}
-	return a, nil
+	a.shard, a.slot, a.err = s.ForTenant(tenant)
+	return a
 }
 
-// Shard returns the tenant's shard.
+// ErrNoDatabases is the Err of an accessor from a nil Set: the server was
+// built without the cell's databases.
+var ErrNoDatabases = errors.New("shards: this server has no databases")
+
+// Permits returns the permits the accessor's checkouts take, nil when
+// they are not counted.
+func (a Accessor) Permits() Permits { return a.permits }
+
+// Err reports why the accessor cannot reach a shard, nil when it can.
+func (a Accessor) Err() error { return a.err }
+
+// Shard returns the tenant's shard, nil when Err is not.
 func (a Accessor) Shard() *Shard { return a.shard }
 
 // Slot returns the tenant's slot.
@@ -85,9 +87,12 @@ func (a Accessor) Tenant() string { return a.tenant }
 
 // Conn checks out one connection of the tenant's shard for fn and gives it
 // back when fn returns or panics. *pgxpool.Conn satisfies sqlc's DBTX, so
-// fn can call db.New(conn). It returns fn's error, the pool's, or the
+// fn can call db.New(conn). It returns fn's error, the pool's, Err, or the
 // permit refusal (before touching the pool).
 func (a Accessor) Conn(ctx context.Context, fn func(*pgxpool.Conn) error) error {
+	if a.err != nil {
+		return a.err
+	}
 	if a.permits != nil {
 		p, err := a.permits.Acquire()
 		if err != nil {

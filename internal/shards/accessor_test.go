@@ -10,7 +10,6 @@ import (
 
 	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/config"
-	"github.com/cellgate/cellgate/internal/tenant"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
 
@@ -38,23 +37,19 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eng.Close()
-	set.UsePermits(func(ctx context.Context) Permits {
-		p, _ := ctx.Value(testPermitsKey{}).(*testPermits)
-		if p == nil {
-			return nil // a nil *testPermits would be a non-nil Permits
-		}
-		return p
-	})
-
-	if _, err := set.Accessor(context.Background()); !errors.Is(err, ErrNoTenant) {
+	if err := set.Accessor("", nil).Conn(context.Background(), func(*pgxpool.Conn) error { return nil }); !errors.Is(err, ErrNoTenant) {
 		t.Fatalf("no tenant: %v", err)
+	}
+	var none *Set
+	if err := none.Accessor("acme", nil).Err(); !errors.Is(err, ErrNoDatabases) {
+		t.Fatalf("no databases: %v", err)
 	}
 	binding := &testPermits{eng: eng, tenant: "acme"}
 	binding.live.Store(true)
-	ctx := context.WithValue(tenant.With(context.Background(), "acme"), testPermitsKey{}, binding)
-	acc, err := set.Accessor(ctx)
-	if err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	acc := set.Accessor("acme", binding)
+	if acc.Err() != nil {
+		t.Fatal(acc.Err())
 	}
 	if acc.Tenant() != "acme" || acc.Shard().Name != "shard-0" {
 		t.Fatalf("accessor: %s on %s", acc.Tenant(), acc.Shard().Name)
@@ -108,7 +103,7 @@ func TestAccessorTakesDBPermits(t *testing.T) {
 	}
 
 	// Without a binding (db cap off) the accessor counts nothing.
-	plain, _ := set.Accessor(tenant.With(context.Background(), "acme"))
+	plain := set.Accessor("acme", nil)
 	if err := plain.Conn(ctx, func(*pgxpool.Conn) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +116,6 @@ type testPermits struct {
 	tenant string
 	live   atomic.Bool
 }
-
-type testPermitsKey struct{}
 
 var errTestRefused = errors.New("test: tenant at its database cap")
 

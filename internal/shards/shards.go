@@ -40,7 +40,6 @@ type Set struct {
 	byIndex    []*Shard // spec index → shard; nil for another cell's shard
 	slots      *slots.Map
 	cell       string
-	permits    PermitsFunc // see UsePermits
 }
 
 // Getenv reads an environment variable; tests pass a map's lookup.
@@ -124,7 +123,7 @@ func (s *Set) Shards() []*Shard { return s.shards }
 func (s *Set) Slots() *slots.Map { return s.slots }
 
 // ErrNoTenant is returned when a shard is asked for without a tenant.
-var ErrNoTenant = errors.New("shards: no tenant in the request; shard access needs a tenant route")
+var ErrNoTenant = errors.New("shards: no tenant; shard access needs a tenant route, or a job with a tenant")
 
 // ErrOtherCell is returned for a tenant whose slot another cell owns: the
 // router sent it to the wrong cell (or the slot map is being changed).

@@ -92,6 +92,9 @@ func TestOpenCellOpensOnlyItsShards(t *testing.T) {
 	if _, _, err := set.ForTenant("{user1}.following"); err != ErrOtherCell { // slot 8106
 		t.Fatalf("other cell's tenant: %v", err)
 	}
+	if err := set.Accessor("{user1}.following", nil).Err(); err != ErrOtherCell {
+		t.Fatalf("other cell's tenant's accessor: %v", err)
+	}
 	bad := []config.Cell{{Name: "cell-1", Slots: []string{"0-4000"}}, {Name: "cell-2", Slots: []string{"4001-16383"}}}
 	if _, err := OpenCell(context.Background(), twoShards(), bad, "cell-1", func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "straddle") {
 		t.Fatalf("straddling shard: %v", err)

@@ -2,9 +2,8 @@
 //
 // It is the one place where the tenancy middleware (which finds the tenant of a
 // request) meets the code that needs it later: the job runtime stamps enqueued
-// jobs with it, the shard accessor picks a shard with it. The package holds no
-// state and is safe for concurrent use; a Scope is written only by the
-// goroutine serving its request, before the handler runs (see Scope).
+// jobs with it and hands it to their workers, the bulkheads count by it.
+// The package holds no state and is safe for concurrent use.
 package tenant
 
 import "context"

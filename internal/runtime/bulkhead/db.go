@@ -1,13 +1,14 @@
 package bulkhead
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/internal/admission"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
 
@@ -34,36 +35,50 @@ func NewDBPermits(engine *admission.Engine, rejections prometheus.Counter) (*DBP
 // Engine returns the engine holding the per-tenant gauges.
 func (d *DBPermits) Engine() *admission.Engine { return d.engine }
 
-type dbKey struct{}
-
 // DBBinding is one request's right to take database permits for its
-// tenant. It is live from Bind until End; afterwards Acquire takes nothing,
-// so a goroutine that outlives the request is not counted (and not
-// refused).
+// tenant: the shards.Permits of the request's accessor. It is live from
+// Bind until End; afterwards Acquire takes nothing, so a goroutine that
+// outlives the request is not counted (and not refused).
 type DBBinding struct {
 	permits *DBPermits
 	tenant  string
 	live    atomic.Bool
 }
 
-// Bind returns ctx carrying a live binding of d to tenant, and the binding.
-// The Tenant middleware calls it for each admitted request and calls End
-// when the handler returns; other request-shaped callers do the same. When
-// ctx is the server's request scope (tenant.Scope) the binding is attached
-// to it and ctx itself is returned, so the request is not copied again.
-func (d *DBPermits) Bind(ctx context.Context, tenantID string) (context.Context, *DBBinding) {
+// Bind returns a live binding of d to tenantID. The caller ends it when
+// the handler returns (Shard does both).
+func (d *DBPermits) Bind(tenantID string) *DBBinding {
 	b := &DBBinding{permits: d, tenant: tenantID}
 	b.live.Store(true)
-	if s, ok := tenant.ScopeOf(ctx); ok && s.Attach(dbKey{}, b) {
-		return ctx, b
-	}
-	return context.WithValue(ctx, dbKey{}, b), b
+	return b
 }
 
-// DBBindingFrom returns the binding the request's context carries, or nil.
-func DBBindingFrom(ctx context.Context) *DBBinding {
-	b, _ := ctx.Value(dbKey{}).(*DBBinding)
-	return b
+// Handler serves a tenant route: sh is the request's accessor to its
+// tenant's shard, with the request's database permits.
+type Handler = func(c echo.Context, sh shards.Accessor) error
+
+// Shard returns the innermost step of a tenant route, after the request
+// and server permits: it builds the request's accessor once — set's shard
+// of the tenant the tenancy middleware found, its checkouts taking permits
+// from a binding of d (nil d: not counted) — and hands it to h. The
+// binding ends when h returns. A tenant whose slot another cell owns is
+// answered ErrTenantOtherCell without calling h; any other accessor error
+// (no tenant, a nil set) is left for h's checkouts to return.
+func (d *DBPermits) Shard(set *shards.Set, h Handler) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, _ := tenant.From(c.Request().Context())
+		var p shards.Permits
+		if d != nil && id != "" {
+			b := d.Bind(id)
+			defer b.End()
+			p = b
+		}
+		sh := set.Accessor(id, p)
+		if errors.Is(sh.Err(), shards.ErrOtherCell) {
+			return ErrTenantOtherCell.Write(c)
+		}
+		return h(c, sh)
+	}
 }
 
 // End marks the request over. Permits already taken stay valid until

@@ -5,7 +5,8 @@
 //
 // The two middlewares run in this order, after the tenancy middleware:
 //
-//	tenancy → Tenant (per-tenant permit) → Admission (server permit) → handler
+//	tenancy → Tenant (per-tenant permit) → Admission (server permit) →
+//	DBPermits.Shard (the request's shard accessor) → handler
 //
 // so a request refused by its tenant's bulkhead never takes a server
 // permit, and one tenant can hold at most its cap of the server limit. Both
@@ -19,9 +20,11 @@
 // Database permits are different: a checkout through the shard accessor
 // (internal/shards.Accessor) takes one while the request is in
 // flight, the streaming body included, and gives it back with the
-// connection. The Tenant middleware binds them to the request's context
-// (DBPermits.Bind); the binding goes dead when the handler returns, so a goroutine
-// that outlives its request is not counted.
+// connection. DBPermits.Shard, the innermost step of a tenant route, builds
+// the request's accessor once, with a binding of the permits (Bind), and
+// passes it to the handler as an argument; the binding goes dead when the
+// handler returns, so a goroutine that outlives its request is not
+// counted.
 //
 // Refusals are *Rejection values: 503 with Retry-After for the bulkheads
 // and the server limit, 429 for the rate limit and the quota. The
@@ -35,7 +38,7 @@
 // atomic after construction and safe for concurrent use. The request path
 // takes no lock and allocates nothing for the request and server permits
 // (the per-request writer wrapper is pooled); binding database permits costs
-// one context value per request. A DBBinding belongs to one request:
+// one DBBinding per request. A DBBinding belongs to one request:
 // Acquire may be called from any goroutine, but each returned permit has one
 // owner that releases it once. A ResponseWriter is not safe for concurrent
 // use (net/http's rule), and neither is the wrapper.

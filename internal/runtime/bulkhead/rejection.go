@@ -15,7 +15,8 @@ import (
 // RFC 9457 problem details (httpguard.Problem: Message is the detail, Code
 // the code) with Status and, when RetryAfter > 0, a Retry-After header.
 type Rejection struct {
-	// Status is the HTTP status: 503 for capacity, 429 for rate and quota.
+	// Status is the HTTP status: 503 for capacity, 429 for rate and quota,
+	// 421 for a tenant of another cell.
 	Status int
 	// RetryAfter is the Retry-After value in whole seconds; 0 sends none.
 	RetryAfter int
@@ -63,6 +64,11 @@ var (
 	// tenants and none is idle enough to evict.
 	ErrTenantCapacity = NewRejection(http.StatusServiceUnavailable, 1, "tenant_capacity",
 		"too many tenants are active")
+	// ErrTenantOtherCell: the tenant's slot belongs to another cell (the
+	// client, or a router with an old slot map, sent it to the wrong one).
+	// Nothing was counted; retrying here does not help.
+	ErrTenantOtherCell = NewRejection(http.StatusMisdirectedRequest, 0, "tenant_other_cell",
+		"the tenant belongs to another cell")
 	// ErrTenantQuota: the tenant's funding line and overage allowance are
 	// spent. Retrying does not help until the control plane funds it, so
 	// there is no Retry-After.

@@ -21,9 +21,6 @@ type TenantConfig struct {
 	// funding settings are the optional rate limit and quota. nil: no
 	// request bulkhead.
 	Requests *admission.Engine
-	// DB, when set, binds per-tenant database permits to each admitted
-	// request's context (see DBPermits.Bind). nil: checkouts are not counted.
-	DB *DBPermits
 	// Rejections counts the 503s of the request bulkhead (the series
 	// cellgate_tenant_bulkhead_rejections_total{kind="request"}); nil
 	// counts nothing. Rate and quota refusals are in the engine's outcome
@@ -48,8 +45,8 @@ var DefaultTenantConfig = TenantConfig{
 // request with a tenant it asks cfg.Requests for a permit: refused for
 // concurrency or capacity, it answers 503 with Retry-After: 1; for rate,
 // 429 with Retry-After; for quota, 429. Admitted, the permit is held until
-// the response head is written or the handler returns, and cfg.DB (if any)
-// is bound to the request's context for the handler's lifetime.
+// the response head is written or the handler returns. Database permits
+// are bound by DBPermits.Shard, the innermost step.
 func TenantWithConfig(cfg TenantConfig) (echo.MiddlewareFunc, error) {
 	if cfg.Skipper == nil {
 		cfg.Skipper = DefaultTenantConfig.Skipper
@@ -73,8 +70,7 @@ func (m *tenantMW) serve(c echo.Context, next echo.HandlerFunc) error {
 	if m.cfg.Skipper(c) {
 		return next(c)
 	}
-	r := c.Request()
-	id, ok := tenant.From(r.Context())
+	id, ok := tenant.From(c.Request().Context())
 	if !ok {
 		return next(c)
 	}
@@ -91,13 +87,6 @@ func (m *tenantMW) serve(c echo.Context, next echo.HandlerFunc) error {
 		g.tenant = p
 		g.held.Or(heldTenant)
 		defer g.finish(res, heldTenant, installed)
-	}
-	if m.cfg.DB != nil {
-		ctx, b := m.cfg.DB.Bind(r.Context(), id)
-		if ctx != r.Context() {
-			c.SetRequest(r.WithContext(ctx))
-		}
-		defer b.End()
 	}
 	return next(c)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cellgate/cellgate/internal/admission"
+	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // tenantEcho returns Echo with recover → fake tenancy → tenant bulkhead
@@ -254,8 +256,9 @@ func TestWriterKeepsInterfaces(t *testing.T) {
 	}
 }
 
-// TestDBBindingLivesForTheHandler: database permits bound by the middleware
-// are capped while the handler runs and not taken after it returns.
+// TestDBBindingLivesForTheHandler: the accessor Shard hands the handler
+// takes database permits, capped, while the handler runs and none after it
+// returns; a tenant of another cell is refused before the handler.
 func TestDBBindingLivesForTheHandler(t *testing.T) {
 	dbEng := newEngine(t, func(c *admission.Config) { c.MaxConcurrent = 2 })
 	rej := counter()
@@ -263,14 +266,17 @@ func TestDBBindingLivesForTheHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kept *DBBinding
+	var kept shards.Accessor
 	var errs []error
-	e := tenantEcho(t, TenantConfig{DB: permits}, func(c echo.Context) error {
-		b := DBBindingFrom(c.Request().Context())
-		if b == nil || !b.Live() {
-			t.Fatal("no live binding in the handler")
+	// No databases: the accessor cannot check out, but its permits are
+	// what the test looks at, through Permits.
+	e := echo.New()
+	e.GET("/x", fakeTenancy(permits.Shard(nil, func(c echo.Context, sh shards.Accessor) error {
+		kept = sh
+		if sh.Tenant() != "acme" || !errors.Is(sh.Err(), shards.ErrNoDatabases) {
+			t.Errorf("accessor of %q, err %v", sh.Tenant(), sh.Err())
 		}
-		kept = b
+		b := sh.Permits()
 		p1, err1 := b.Acquire()
 		p2, err2 := b.Acquire()
 		_, err3 := b.Acquire()
@@ -278,7 +284,7 @@ func TestDBBindingLivesForTheHandler(t *testing.T) {
 		p1.Release()
 		p2.Release()
 		return c.NoContent(204)
-	})
+	})))
 	do(e, "GET", "/x", "acme")
 	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ErrTenantDBOverloaded) {
 		t.Fatalf("acquire errors: %v", errs)
@@ -286,16 +292,64 @@ func TestDBBindingLivesForTheHandler(t *testing.T) {
 	if testutil.ToFloat64(rej) != 1 {
 		t.Fatalf("db rejections = %v, want 1", testutil.ToFloat64(rej))
 	}
-	if kept.Live() {
+	if kept.Permits().(*DBBinding).Live() {
 		t.Fatal("binding still live after the handler returned")
 	}
-	p, err := kept.Acquire()
+	p, err := kept.Permits().Acquire()
 	if err != nil || p.Held() || dbEng.InFlight() != 0 {
 		t.Fatalf("after the request: permit held=%v err=%v in flight=%d", p.Held(), err, dbEng.InFlight())
 	}
 	var nilBinding *DBBinding
 	if p, err := nilBinding.Acquire(); err != nil || p.Held() {
 		t.Fatal("a nil binding must take nothing and refuse nothing")
+	}
+	var off *DBPermits // tenancy.max_db_connections = 0
+	e.GET("/off", fakeTenancy(off.Shard(nil, func(c echo.Context, sh shards.Accessor) error {
+		if sh.Permits() != nil {
+			t.Error("permits bound with the database cap off")
+		}
+		return c.NoContent(204)
+	})))
+	if rec := do(e, "GET", "/off", "acme"); rec.Code != 204 {
+		t.Fatalf("cap off: status %d", rec.Code)
+	}
+}
+
+// TestShardRefusesOtherCell: a tenant whose slot another cell owns gets
+// 421 before the handler runs, and holds no database permit.
+func TestShardRefusesOtherCell(t *testing.T) {
+	db := config.Database{
+		Control: config.ControlDB{Name: "control", DSNEnv: "DSN"},
+		Shards: []config.Shard{{Name: "shard-0", DSNEnv: "DSN", Slots: []string{"0-8191"}},
+			{Name: "shard-1", DSNEnv: "DSN", Slots: []string{"8192-16383"}}},
+	}
+	cells := []config.Cell{{Name: "cell-1", Slots: []string{"0-8191"}}, {Name: "cell-2", Slots: []string{"8192-16383"}}}
+	// Pools connect lazily: nothing listens at port 1, and nothing dials.
+	set, err := shards.OpenCell(context.Background(), db, cells, "cell-2",
+		func(string) string { return "postgres://x@127.0.0.1:1/db" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	dbEng := newEngine(t, func(c *admission.Config) { c.MaxConcurrent = 2 })
+	permits, _ := NewDBPermits(dbEng, nil)
+	e := echo.New()
+	called := 0
+	e.GET("/x", fakeTenancy(permits.Shard(set, func(c echo.Context, sh shards.Accessor) error {
+		called++
+		if sh.Err() != nil || sh.Shard().Name != "shard-1" {
+			t.Errorf("own tenant: %v", sh.Err())
+		}
+		return c.NoContent(204)
+	})))
+	if rec := do(e, "GET", "/x", "{user1}.following"); rec.Code != http.StatusMisdirectedRequest || decode(t, rec)["code"] != "tenant_other_cell" { // slot 8106
+		t.Fatalf("other cell's tenant: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(e, "GET", "/x", "123456789"); rec.Code != 204 || called != 1 { // slot 12739
+		t.Fatalf("own tenant: %d, handler called %d times", rec.Code, called)
+	}
+	if dbEng.InFlight() != 0 {
+		t.Fatalf("%d database permits held", dbEng.InFlight())
 	}
 }
 

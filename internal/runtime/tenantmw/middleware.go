@@ -73,8 +73,8 @@ func PublicSkipper(paths ...string) (middleware.Skipper, error) {
 //
 // For each request that the Skipper does not skip, the middleware extracts
 // the tenant. On success it stores the id in the request's context.Context
-// (in the server's request scope when there is one, else with tenant.With),
-// where both FromEcho and tenant.From find it, and calls the next handler;
+// (tenant.With), where FromEcho, tenant.From and the job runtime (which
+// stamps jobs the handler enqueues) find it, and calls the next handler;
 // on failure it calls cfg.ErrorHandler and does not call the next handler.
 func WithConfig(cfg Config) (echo.MiddlewareFunc, error) {
 	if cfg.Skipper == nil {
@@ -114,11 +114,7 @@ func (m *tenancyMW) serve(c echo.Context, next echo.HandlerFunc) error {
 	if err != nil {
 		return m.onError(c, tenancy.AsError(err))
 	}
-	if s, ok := tenant.ScopeOf(r.Context()); ok {
-		s.SetTenant(id) // the server's request scope: no request copy
-	} else {
-		c.SetRequest(r.WithContext(tenant.With(r.Context(), id)))
-	}
+	c.SetRequest(r.WithContext(tenant.With(r.Context(), id)))
 	return next(c)
 }
 

@@ -3,22 +3,39 @@
 // Package api declares the service's HTTP surface from the spec's routes:
 // the Handler interface the app implements and Register, which wires each
 // route as public (no tenancy, never counted) or tenant (tenancy and
-// bulkheads first). Stateless; Register is called once at boot.
+// bulkheads first, then the handler gets its Request). Stateless; Register
+// is called once at boot.
 package api
 
 import (
 	"github.com/labstack/echo/v4"
+
+	"github.com/cellgate/cellgate/internal/shards"
 )
+
+// Request is what a tenant route's handler gets besides c: the request's
+// scope, which Register's wrapper fills once per request from what the
+// server's tenant chain built.
+type Request struct {
+	// Tenant is the request's tenant id, as the tenancy middleware found it.
+	Tenant string
+	// Shard is the accessor to the tenant's shard. Its checkouts (Conn, Tx)
+	// each take one of the tenant's database permits
+	// (tenancy.max_db_connections) while the handler runs, its streaming
+	// body included; once the handler has returned they take none, so a
+	// goroutine that outlives the request is never counted.
+	Shard shards.Accessor
+}
 
 // Handler is implemented by the app (app/): one method per spec route.
 type Handler interface {
 	// Docs serves GET /docs (public).
 	Docs(c echo.Context) error
 	// CreateOrder serves POST /orders (tenant).
-	CreateOrder(c echo.Context) error
+	CreateOrder(c echo.Context, r Request) error
 	// GetOrder serves GET /orders/{id} (tenant).
 	// Path parameters: c.Param("id").
-	GetOrder(c echo.Context) error
+	GetOrder(c echo.Context, r Request) error
 }
 
 // Router is what Register needs from the server: a way to add a public
@@ -26,16 +43,21 @@ type Handler interface {
 type Router interface {
 	// Public adds a route that skips tenancy and is never counted.
 	Public(method, path string, h echo.HandlerFunc)
-	// Tenant adds a route behind tenancy, the tenant bulkhead and admission.
-	Tenant(method, path string, h echo.HandlerFunc)
+	// Tenant adds a route behind tenancy, the tenant bulkhead and
+	// admission; h gets the request's accessor to its tenant's shard.
+	Tenant(method, path string, h func(c echo.Context, sh shards.Accessor) error)
 }
 
 // Register adds every spec route to r, served by h. A spec path parameter
 // {name} is registered in Echo's form :name.
 func Register(r Router, h Handler) {
 	r.Public("GET", "/docs", h.Docs)
-	r.Tenant("POST", "/orders", h.CreateOrder)
-	r.Tenant("GET", "/orders/:id", h.GetOrder)
+	r.Tenant("POST", "/orders", func(c echo.Context, sh shards.Accessor) error {
+		return h.CreateOrder(c, Request{Tenant: sh.Tenant(), Shard: sh})
+	})
+	r.Tenant("GET", "/orders/:id", func(c echo.Context, sh shards.Accessor) error {
+		return h.GetOrder(c, Request{Tenant: sh.Tenant(), Shard: sh})
+	})
 }
 
 // Route describes one spec route.

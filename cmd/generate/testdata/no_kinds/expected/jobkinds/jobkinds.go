@@ -9,6 +9,7 @@ package jobkinds
 
 import (
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/shards"
 )
 
 // Kinds lists every kind's spec in spec order.
@@ -22,6 +23,7 @@ type Workers interface {
 }
 
 // RegisterWorkers registers every method of impl as the worker of its kind
-// on r. Call it once, before r is given to the job runtime.
-func RegisterWorkers(r *jobs.Workers, impl Workers) {
+// on r, each job getting set's accessor for the job's tenant. Call it
+// once, before r is given to the job runtime.
+func RegisterWorkers(r *jobs.Workers, set *shards.Set, impl Workers) {
 }
