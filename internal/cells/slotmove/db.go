@@ -309,6 +309,9 @@ func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 			return err
 		}
 		mv.log.Info("copied from snapshot", "shard", sc.name, "rows", total)
+		if err := mv.crashAt("copying"); err != nil {
+			return err
+		}
 	}
 	for _, t := range mv.tables {
 		if err := mv.bumpIdentity(ctx, t); err != nil {

@@ -108,6 +108,18 @@ type Config struct {
 	AfterCopy func(ctx context.Context) error
 	// Sleep waits d or until ctx ends. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+
+	// crash, set by tests, makes Move stop dead at a named point (no
+	// restore, as if the process were killed) when it returns an error.
+	crash func(point string) error
+}
+
+// crashAt is the test hook of Config.crash.
+func (mv *mover) crashAt(point string) error {
+	if mv.cfg.crash == nil {
+		return nil
+	}
+	return mv.cfg.crash(point)
 }
 
 // Report says what a Move did.
@@ -355,11 +367,17 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		if err := mv.initialCopy(ctx, &rep); err != nil {
 			return rep, err
 		}
+		if err := mv.crashAt("copied"); err != nil {
+			return rep, err
+		}
 		if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepStreaming}); err != nil {
 			return rep, err
 		}
 	}
 	if err := mv.startStreams(ctx); err != nil {
+		return rep, err
+	}
+	if err := mv.crashAt("streaming"); err != nil {
 		return rep, err
 	}
 
@@ -425,6 +443,9 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, restore(err)
 	}
 	fencedAt := time.Now()
+	if err := mv.crashAt("fenced"); err != nil {
+		return rep, err
+	}
 	if _, _, err := mv.catchUp(ctx); err != nil {
 		return rep, restore(err)
 	}
@@ -444,6 +465,9 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		"catch_up", caughtUpAt.Sub(fencedAt).Round(time.Millisecond).String(), "verify", time.Since(caughtUpAt).Round(time.Millisecond).String())
 	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified}); err != nil {
 		return rep, restore(err)
+	}
+	if err := mv.crashAt("verified"); err != nil {
+		return rep, err
 	}
 	return rep, mv.switchAndFinish(ctx, &rep, fm, frozenAt)
 }
@@ -496,6 +520,9 @@ func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.
 		return err
 	}
 	mv.log.Info("slot map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified)
+	if err := mv.crashAt("switched"); err != nil {
+		return err
+	}
 	return mv.finish(ctx, rep)
 }
 
