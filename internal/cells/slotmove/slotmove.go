@@ -1,35 +1,42 @@
 // Package slotmove moves a range of slots, and so the tenants hashed into
-// it, from one cell to another: copy, verify, change the slot map, delete.
+// it, from one cell to another online: the range is copied from a
+// consistent snapshot, its changes are streamed from PostgreSQL logical
+// replication until the target has caught up, and the tenants are refused
+// only for a short freeze at the end.
 //
-// The steps, each safe to run again:
+// The steps, each safe to run again (stream.go and verify.go say why the
+// design is what it is):
 //
-//  1. copy: every row of the range is copied from the source cell's shards
-//     to the target cell's shards, ids kept (OVERRIDING SYSTEM VALUE), rows
-//     already present skipped (ON CONFLICT DO NOTHING), identity sequences
-//     on the target moved past the copied ids. Traffic still flows.
-//  2. freeze: the slot map marks the range frozen; routers answer its
-//     tenants 503 with Retry-After: 1. After Settle (at least the routers'
-//     reload interval) no router sends them to the source any more.
-//  3. fence: triggers on the source tables refuse any write to the range
-//     (creating them waits for write transactions in flight), so nothing a
-//     slow router or request lets through can land after the final copy.
-//  4. catch-up copy, then verify: row count and checksum of every table,
-//     per chunk of the range, on both sides. A difference stops the move:
-//     the fence is dropped and the original map restored byte for byte, so
-//     routing is exactly as before.
-//  5. switch: the map gives the range to the target and unfreezes it
-//     (written atomically: temporary file + rename). A state file records
-//     that the range was verified before the switch.
-//  6. jobs: the moved tenants' waiting and scheduled jobs in the source
-//     shards' jobs tables move to the target shards, verified like the
-//     rows (running ones stay and finish at the source: see jobs.go).
-//  7. delete: only when the map gives the range to the target and the
-//     state file says it was verified, the source rows are deleted (child
-//     tables first) and the fence dropped.
+//  1. copy: per source shard, a publication of the tables filtered on the
+//     range and a logical replication slot whose exported snapshot the
+//     copy reads; ids are kept (OVERRIDING SYSTEM VALUE) and identity
+//     sequences on the target moved past them. Traffic still flows.
+//  2. stream: the range's inserts, updates and deletes are applied to the
+//     target (upserts and deletes by primary key) until a marker written
+//     at the source comes back quickly.
+//  3. verify before the freeze: count and checksum per chunk, then row by
+//     row where a chunk differs, then again only the rows that differed or
+//     that the stream changed since.
+//  4. freeze: the slot map marks the range frozen; routers answer its
+//     tenants 503 with Retry-After: 1 (after Settle, no router sends them
+//     to the source any more).
+//  5. fence: triggers on the source tables refuse any write to the range
+//     (creating them waits for write transactions in flight).
+//  6. catch up to the fence (a marker written after it), then compare the
+//     rows that differed or changed since the last round. A difference
+//     stops the move: the fence is dropped and the original map restored
+//     byte for byte.
+//  7. switch: the map gives the range to the target and unfreezes it
+//     (written atomically: temporary file + rename).
+//  8. finish: the replication slots and publications are dropped, the
+//     moved tenants' waiting and scheduled shard-local jobs move (see
+//     jobs.go), the source rows are deleted (child tables first) and the
+//     fence dropped.
 //
 // Run again after a crash with the same arguments: the map and the state
-// file say where to resume. Concurrency: one move per slot map at a time
-// (the state file enforces it); Move itself is not safe to call
+// file say where to resume; Status lists the replication slots of moves
+// and Abort gives a move up. Concurrency: one move per slot map at a time
+// (the state file enforces it); Move and Abort are not safe to call
 // concurrently on the same map.
 package slotmove
 
