@@ -267,9 +267,10 @@ func (mv *mover) hasReplication(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// catchUp emits a marker on every source shard and applies each stream
-// until it has delivered its marker: then everything committed at the
-// source before catchUp was called is on the target. It returns the
+// catchUp commits a marker on every source shard and applies each stream
+// until it has delivered the marker's transaction: then everything
+// committed at the source before catchUp was called is on the target
+// (logical decoding sends transactions in commit order). It returns the
 // longest marker round trip and the largest lag in bytes seen at the
 // emission.
 func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
@@ -279,8 +280,17 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 		s := mv.streams[i]
 		token := fmt.Sprintf("%d-%d", time.Now().UnixNano(), i)
 		start := time.Now()
+		// A transactional marker whose commit is flushed at once: the
+		// walsender sends only flushed WAL, and PostgreSQL 15 does not
+		// flush a non-transactional message by itself.
 		var lsn pglogrepl.LSN
-		if err := sc.conn.QueryRow(ctx, "SELECT pg_logical_emit_message(false, $1, $2)::text", markerMessagePrefix, token).Scan(&lsn); err != nil {
+		err := pgx.BeginFunc(ctx, sc.conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT pg_logical_emit_message(true, $1, $2)::text", markerMessagePrefix, token).Scan(&lsn)
+		})
+		if err != nil {
 			return 0, 0, fmt.Errorf("slotmove: marker on source %s: %w", sc.name, err)
 		}
 		if lag := int64(lsn) - int64(s.applied); lag > lagBytes {
