@@ -413,6 +413,11 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		}
 		log.Info("verified what changed", "rows", n, "rows_to_check_again", mv.mismatchedCount())
 	}
+	// The last compare paused the streams: catch up once more, so the
+	// freeze's catch-up has only its own moments to apply.
+	if err := mv.catchUpQuick(ctx); err != nil {
+		return rep, err
+	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
 	fm, err := m.WithFrozen(cfg.Range, true)
