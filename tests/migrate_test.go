@@ -96,8 +96,8 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 		}
 	}
 	// sqlc would accept this file; PostgreSQL rejects its second statement.
-	write("000002_add_nickname.up.sql", "ALTER TABLE accounts ADD COLUMN nickname text;\nALTER TABLE acounts ADD COLUMN x int;\n")
-	write("000002_add_nickname.down.sql", "ALTER TABLE accounts DROP COLUMN nickname;\n")
+	write("000003_add_nickname.up.sql", "ALTER TABLE accounts ADD COLUMN nickname text;\nALTER TABLE acounts ADD COLUMN x int;\n")
+	write("000003_add_nickname.down.sql", "ALTER TABLE accounts DROP COLUMN nickname;\n")
 	bad := buildServer(t, dir, "server-bad")
 
 	env := cellEnv(t)
@@ -107,7 +107,7 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 	var failed map[string]string
 	for {
 		code, f := readyz(t, c)
-		if code == http.StatusServiceUnavailable && strings.Contains(f["migrations"], "000002_add_nickname.up.sql") {
+		if code == http.StatusServiceUnavailable && strings.Contains(f["migrations"], "000003_add_nickname.up.sql") {
 			failed = f
 			break
 		}
@@ -117,7 +117,7 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	msg := failed["migrations"]
-	for _, want := range []string{"shard-0:", `relation "acounts" does not exist`, "SQLSTATE 42P01", "dirty at version 2", "server migrate -db shard-0 force 1"} {
+	for _, want := range []string{"shard-0:", `relation "acounts" does not exist`, "SQLSTATE 42P01", "dirty at version 3", "server migrate -db shard-0 force 2"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("/readyz migrations = %q, lacks %q", msg, want)
 		}
@@ -136,7 +136,7 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 	if n := strings.Count(logs, "migration failed"); n != 1 {
 		t.Errorf("%d 'migration failed' log lines, want exactly 1 (no retry loop):\n%s", n, logs)
 	}
-	if !strings.Contains(logs, `"file":"000002_add_nickname.up.sql"`) || !strings.Contains(logs, `"database":"shard-0"`) {
+	if !strings.Contains(logs, `"file":"000003_add_nickname.up.sql"`) || !strings.Contains(logs, `"database":"shard-0"`) {
 		t.Errorf("the log does not name the database and the file:\n%s", logs)
 	}
 	_ = c.cmd.Process.Kill()
@@ -150,8 +150,8 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 	}
 	for _, want := range []string{
 		"DATABASE  SCHEMA  VERSION  STATE",
-		"shard-0   app     2/2      DIRTY: 000002_add_nickname.up.sql failed",
-		"shard-1   app     -/2      behind: 2 pending (000001_accounts.up.sql, 000002_add_nickname.up.sql)",
+		"shard-0   app     3/3      DIRTY: 000003_add_nickname.up.sql failed",
+		"shard-1   app     -/3      behind: 3 pending (000001_accounts.up.sql, 000002_replica_identity.up.sql, 000003_add_nickname.up.sql)",
 		"the app schema is not at one version on every database",
 	} {
 		if !strings.Contains(out, want) {
@@ -163,11 +163,11 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 	}
 
 	// Repair: fix the file, force the version before it, boot.
-	write("000002_add_nickname.up.sql", "ALTER TABLE accounts ADD COLUMN nickname text;\n")
+	write("000003_add_nickname.up.sql", "ALTER TABLE accounts ADD COLUMN nickname text;\n")
 	good := buildServer(t, dir, "server-good")
-	if out, err := runServer(t, good, env, "migrate", "-db", "shard-0", "force", "1"); err != nil {
-		t.Fatalf("migrate force 1: %v\n%s", err, out)
-	} else if !strings.Contains(out, "shard-0   app     1/2      behind: 1 pending (000002_add_nickname.up.sql)") {
+	if out, err := runServer(t, good, env, "migrate", "-db", "shard-0", "force", "2"); err != nil {
+		t.Fatalf("migrate force 2: %v\n%s", err, out)
+	} else if !strings.Contains(out, "shard-0   app     2/3      behind: 1 pending (000003_add_nickname.up.sql)") {
 		t.Errorf("migrate force printed:\n%s", out)
 	}
 	c2 := startProcessCell(t, good, env)

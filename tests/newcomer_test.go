@@ -39,6 +39,8 @@ const (
     FOREIGN KEY (tenant_id, account_id) REFERENCES accounts (tenant_id, id) ON DELETE CASCADE
 );
 CREATE INDEX invoices_slot_idx ON invoices (slot);
+CREATE UNIQUE INDEX invoices_replica_identity ON invoices (tenant_id, id, slot);
+ALTER TABLE invoices REPLICA IDENTITY USING INDEX invoices_replica_identity;
 `
 
 	newcomerQueries = `-- name: CreateInvoice :one
@@ -211,8 +213,8 @@ func TestNewcomerExtendsTheTemplate(t *testing.T) {
 		}`+newcomerKind)
 	editFile(t, dir, "schema/app.cue", `tenant_tables: ["accounts", "orders"]`, `tenant_tables: ["accounts", "orders", "invoices"]`)
 	writeFiles(t, dir, map[string]string{
-		"sql/migrations/000002_invoices.up.sql":   newcomerMigrationUp,
-		"sql/migrations/000002_invoices.down.sql": "DROP TABLE invoices;\n",
+		"sql/migrations/000003_invoices.up.sql":   newcomerMigrationUp,
+		"sql/migrations/000003_invoices.down.sql": "DROP TABLE invoices;\n",
 		"sql/queries/invoices.sql":                newcomerQueries,
 	})
 	if out, err := goIn(t, dir, "run", "-trimpath", "./cmd/generate"); err != nil {
@@ -298,8 +300,8 @@ func TestNewcomerExtendsTheTemplate(t *testing.T) {
 	// A migration PostgreSQL rejects: the cell on the same databases stays
 	// unready, naming the file.
 	writeFiles(t, dir, map[string]string{
-		"sql/migrations/000003_broken.up.sql":   "ALTER TABLE invoicez ADD COLUMN due date;\n",
-		"sql/migrations/000003_broken.down.sql": "ALTER TABLE invoices DROP COLUMN due;\n",
+		"sql/migrations/000004_broken.up.sql":   "ALTER TABLE invoicez ADD COLUMN due date;\n",
+		"sql/migrations/000004_broken.down.sql": "ALTER TABLE invoices DROP COLUMN due;\n",
 	})
 	if out, err := goIn(t, dir, "build", "-trimpath", "-o", bin, "./cmd/server"); err != nil {
 		t.Fatalf("build with the broken migration: %v\n%s", err, out)
@@ -309,20 +311,20 @@ func TestNewcomerExtendsTheTemplate(t *testing.T) {
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		code, failed := readyz(t, c2)
-		if code == http.StatusServiceUnavailable && strings.Contains(failed["migrations"], "000003_broken.up.sql") {
+		if code == http.StatusServiceUnavailable && strings.Contains(failed["migrations"], "000004_broken.up.sql") {
 			break
 		}
 		if code == http.StatusOK {
 			t.Fatal("/readyz = 200 with a migration PostgreSQL rejects")
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never named 000003_broken.up.sql: %d %v", code, failed)
+			t.Fatalf("/readyz never named 000004_broken.up.sql: %d %v", code, failed)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
-	if code, failed := readyz(t, c2); code != http.StatusServiceUnavailable || !strings.Contains(failed["migrations"], "000003_broken.up.sql") {
-		t.Fatalf("/readyz = %d %v a second later, want 503 naming 000003_broken.up.sql", code, failed)
+	if code, failed := readyz(t, c2); code != http.StatusServiceUnavailable || !strings.Contains(failed["migrations"], "000004_broken.up.sql") {
+		t.Fatalf("/readyz = %d %v a second later, want 503 naming 000004_broken.up.sql", code, failed)
 	}
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
 }

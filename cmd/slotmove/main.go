@@ -1,9 +1,18 @@
 // Command slotmove moves a slot range, and the tenants in it, from one cell
-// to another: copy → verify → switch the router's slot map → delete at the
-// source (see internal/cells/slotmove and docs/cells.md).
+// to another online: snapshot copy → the range's changes streamed by
+// logical replication → a short freeze to catch up and verify what
+// changed → switch the router's slot map → delete at the source (see
+// internal/cells/slotmove and docs/cells.md).
 //
 //	slotmove -map deploy/slotmap.json -layout cells.layout.json \
 //	         -slots 100-199 -from cell-1 -to cell-2 [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs]
+//	slotmove status -layout cells.layout.json [-map deploy/slotmap.json]
+//	slotmove abort  -map deploy/slotmap.json -layout cells.layout.json -slots 100-199 -from cell-1 -to cell-2
+//
+// status lists the moves' replication slots on every shard of the layout
+// (a slot nobody reads holds WAL on its server forever) and the map's
+// unfinished move; abort drops a move's slots, publications and fence and
+// gives the range back to the source, unfrozen.
 //
 // It moves the spec's tenant tables (database.tenant_tables, parents
 // first) unless -tables names others, and the moved tenants' waiting and
@@ -19,11 +28,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	genspec "github.com/cellgate/cellgate/gen/spec"
@@ -45,7 +57,14 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, log *slog.Logger, getenv func(string) string) error {
-	fs := flag.NewFlagSet("slotmove", flag.ContinueOnError)
+	cmd := "move"
+	if len(args) > 0 && (args[0] == "status" || args[0] == "abort") {
+		cmd, args = args[0], args[1:]
+	}
+	if cmd == "status" {
+		return status(ctx, args, os.Stdout, getenv)
+	}
+	fs := flag.NewFlagSet("slotmove "+cmd, flag.ContinueOnError)
 	mapFile := fs.String("map", "", "the router's slot map file (rewritten atomically)")
 	layoutFile := fs.String("layout", "", "JSON file naming each cell's shards and their DSN variables")
 	spec := fs.String("slots", "", "slot range to move, e.g. 100-199")
@@ -83,16 +102,89 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	if err != nil {
 		return err
 	}
-	rep, err := slotmove.Move(ctx, slotmove.Config{
+	cfg := slotmove.Config{
 		MapFile: *mapFile, StateFile: *state, Range: rg, From: *from, To: *to,
 		Source: src, Target: dst, Tables: strings.Split(*tables, ","),
 		ChunkSlots: *chunk, Settle: *settle, ResetTarget: *reset, SkipJobs: *skipJobs, Logger: log,
-	})
+	}
+	if cmd == "abort" {
+		return slotmove.Abort(ctx, cfg)
+	}
+	rep, err := slotmove.Move(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	log.Info("slot move complete", "slots", rg.String(), "from", *from, "to", *to,
-		"copied", fmt.Sprint(rep.Copied), "verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
+		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
+		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes,
+		"freeze", rep.Freeze.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
+		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
 		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning)
+	return nil
+}
+
+// status prints the moves' replication slots on every shard of the
+// layout, and the unfinished move the map's state file records.
+func status(ctx context.Context, args []string, out io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("slotmove status", flag.ContinueOnError)
+	layoutFile := fs.String("layout", "", "JSON file naming each cell's shards and their DSN variables")
+	mapFile := fs.String("map", "", "the router's slot map file (to show its unfinished move)")
+	state := fs.String("state", "", "state file (default: <map>.move.json)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *layoutFile == "" {
+		fs.Usage()
+		return errors.New("-layout is required")
+	}
+	layout, err := slotmove.ReadLayout(*layoutFile)
+	if err != nil {
+		return err
+	}
+	cellNames := make([]string, 0, len(layout.Cells))
+	for c := range layout.Cells {
+		cellNames = append(cellNames, c)
+	}
+	sort.Strings(cellNames)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CELL\tSHARD\tREPLICATION SLOT\tACTIVE\tWAL HELD")
+	n := 0
+	for _, c := range cellNames {
+		shards, err := layout.Shards(c, getenv)
+		if err != nil {
+			return err
+		}
+		slots, err := slotmove.Status(ctx, shards)
+		if err != nil {
+			return err
+		}
+		for _, s := range slots {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d bytes\n", c, s.Shard, s.Slot, s.Active, s.RetainedBytes)
+			n++
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintln(out, "no replication slots of moves")
+	} else {
+		fmt.Fprintln(out, "an inactive slot holds WAL until dropped: run the move again, or `slotmove abort` with its arguments")
+	}
+	if *mapFile != "" {
+		path := *state
+		if path == "" {
+			path = *mapFile + ".move.json"
+		}
+		raw, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			fmt.Fprintln(out, "no unfinished move in", path)
+		case err != nil:
+			return err
+		default:
+			fmt.Fprintf(out, "unfinished move (%s): %s\n", path, strings.TrimSpace(string(raw)))
+		}
+	}
 	return nil
 }

@@ -10,7 +10,6 @@ package testpg
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -37,9 +36,13 @@ func Server() string {
 // its connections terminated) in t.Cleanup.
 func CreateDB(t testing.TB, prefix string) string {
 	t.Helper()
+	return createDB(t, Server(), prefix)
+}
+
+func createDB(t testing.TB, admin, prefix string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin := Server()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		t.Fatalf("testpg: PostgreSQL is not reachable at %s (set CELLGATE_TEST_PG or start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start): %v", admin, err)
@@ -49,20 +52,23 @@ func CreateDB(t testing.TB, prefix string) string {
 	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		t.Fatalf("testpg: create database %s: %v", name, err)
 	}
-	t.Cleanup(func() { Drop(t, name) })
-	u, err := url.Parse(admin)
+	t.Cleanup(func() { drop(t, admin, name) })
+	u, err := dbURL(admin, name)
 	if err != nil {
 		t.Fatalf("testpg: %v", err)
 	}
-	u.Path = "/" + name
-	return u.String()
+	return u
 }
 
 // Drop removes a database, terminating its connections first.
 func Drop(t testing.TB, name string) {
+	drop(t, Server(), name)
+}
+
+func drop(t testing.TB, admin, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, Server())
+	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		t.Errorf("testpg: drop %s: %v", name, err)
 		return

@@ -25,6 +25,49 @@ type mover struct {
 	dstMap *slots.Map
 	segs   []segment
 	tables []tableInfo
+
+	// streams are the replication connections, by source shard.
+	streams []*stream
+	// streamed counts the changes applied from the streams; peakLag is
+	// the largest distance in bytes between a server's WAL position and
+	// what had been applied.
+	streamed int64
+	peakLag  int64
+	// tracking, once on, records in dirty every key the streams change:
+	// what the verify inside the freeze must look at again. mismatched
+	// holds the keys the full verify found different.
+	tracking   bool
+	dirty      map[string]map[string]rowKey
+	mismatched map[string]map[string]rowKey
+}
+
+// rowKey is a row's primary key (text values) and its slot.
+type rowKey struct {
+	slot int
+	key  [][]byte
+}
+
+func (mv *mover) markDirty(t *tableInfo, slot int, key [][]byte) {
+	if mv.tracking {
+		addKey(mv.dirty, t.name, rowKey{slot: slot, key: key})
+	}
+}
+
+func addKey(set map[string]map[string]rowKey, table string, k rowKey) {
+	m := set[table]
+	if m == nil {
+		m = map[string]rowKey{}
+		set[table] = m
+	}
+	m[joinKey(k.key)] = k
+}
+
+func joinKey(key [][]byte) string {
+	parts := make([]string, len(key))
+	for i, k := range key {
+		parts[i] = string(k)
+	}
+	return strings.Join(parts, "\x00")
 }
 
 type shardConn struct {
@@ -46,6 +89,26 @@ type tableInfo struct {
 	cols     []string // quoted column names, in order; generated columns left out
 	identity []string // identity column names (unquoted)
 	list     string   // cols joined
+	pk       []string // primary key column names (unquoted), in key order
+	pkTypes  []string // their SQL types
+}
+
+// pkList is the quoted primary key columns, joined.
+func (t *tableInfo) pkList() string {
+	q := make([]string, len(t.pk))
+	for i, c := range t.pk {
+		q[i] = pgx.Identifier{c}.Sanitize()
+	}
+	return strings.Join(q, ", ")
+}
+
+// deleteByKey deletes a row by its primary key, given as parameters.
+func (t *tableInfo) deleteByKey() string {
+	w := make([]string, len(t.pk))
+	for i, c := range t.pk {
+		w[i] = fmt.Sprintf("%s = $%d", pgx.Identifier{c}.Sanitize(), i+1)
+	}
+	return fmt.Sprintf("DELETE FROM %s WHERE %s", t.ident, strings.Join(w, " AND "))
 }
 
 // sessionParams make row text (the checksum input) identical on both
@@ -60,7 +123,8 @@ var sessionParams = map[string]string{
 }
 
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
-	mv := &mover{cfg: cfg, log: log}
+	mv := &mover{cfg: cfg, log: log, streams: make([]*stream, len(cfg.Source)),
+		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{}}
 	var err error
 	if mv.srcMap, err = shardMap(cfg.Source); err != nil {
 		return nil, fmt.Errorf("slotmove: source cell %s: %w", cfg.From, err)
@@ -141,6 +205,7 @@ func shardMap(shards []Shard) (*slots.Map, error) {
 }
 
 func (mv *mover) close() {
+	mv.closeStreams()
 	for _, group := range [][]*shardConn{mv.source, mv.target} {
 		for _, sc := range group {
 			if sc != nil {
@@ -184,28 +249,96 @@ func describe(ctx context.Context, c *pgx.Conn, table string) (tableInfo, error)
 		return tableInfo{}, fmt.Errorf("slotmove: table %s has no slot column; only slot-keyed tables can move", table)
 	}
 	ti.list = strings.Join(ti.cols, ", ")
+	pk, err := c.Query(ctx, `
+		SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+		FROM pg_index i
+		JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+		WHERE i.indrelid = $1::regclass AND i.indisprimary
+		ORDER BY array_position(i.indkey::int2[], a.attnum)`, ti.ident)
+	if err != nil {
+		return tableInfo{}, fmt.Errorf("slotmove: primary key of %s: %w", table, err)
+	}
+	for pk.Next() {
+		var name, typ string
+		if err := pk.Scan(&name, &typ); err != nil {
+			return tableInfo{}, fmt.Errorf("slotmove: primary key of %s: %w", table, err)
+		}
+		ti.pk = append(ti.pk, name)
+		ti.pkTypes = append(ti.pkTypes, typ)
+	}
+	if err := pk.Err(); err != nil {
+		return tableInfo{}, fmt.Errorf("slotmove: primary key of %s: %w", table, err)
+	}
+	if len(ti.pk) == 0 {
+		return tableInfo{}, fmt.Errorf("slotmove: table %s has no primary key; the stream applies changes by primary key", table)
+	}
 	return ti, nil
 }
 
-// copyAll copies every segment of every table, parents first.
-func (mv *mover) copyAll(ctx context.Context, rep *Report) error {
+// initialCopy creates each source shard's publication and replication
+// slot and copies the range's rows from the slot's exported snapshot,
+// parents first, then moves the target's identity sequences past them.
+func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 	start := time.Now()
-	for _, t := range mv.tables {
-		var total int64
-		for _, seg := range mv.segs {
-			n, err := mv.copySegment(ctx, t, seg)
-			if err != nil {
-				return err
-			}
-			total += n
+	var total int64
+	for i, sc := range mv.source {
+		snap, err := mv.createReplication(ctx, i)
+		if err != nil {
+			return err
 		}
-		rep.Copied[t.name] += total
+		err = pgx.BeginTxFunc(ctx, sc.conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+strings.ReplaceAll(snap, "'", "''")+"'"); err != nil {
+				return fmt.Errorf("slotmove: snapshot %s on source %s: %w", snap, sc.name, err)
+			}
+			for _, t := range mv.tables {
+				for _, seg := range mv.segs {
+					if seg.src != i {
+						continue
+					}
+					n, err := mv.copySegment(ctx, t, seg)
+					if err != nil {
+						return err
+					}
+					rep.Copied[t.name] += n
+					total += n
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		mv.log.Info("copied from snapshot", "shard", sc.name, "rows", total)
+		if err := mv.crashAt("copying"); err != nil {
+			return err
+		}
+	}
+	for _, t := range mv.tables {
 		if err := mv.bumpIdentity(ctx, t); err != nil {
 			return err
 		}
-		mv.log.Info("copied", "table", t.name, "new_rows", total)
 	}
-	mv.log.Info("copy pass done", "took", time.Since(start).Round(time.Millisecond).String())
+	rep.CopyTime = time.Since(start)
+	rate := float64(total) / max(rep.CopyTime.Seconds(), 1e-3)
+	mv.log.Info("initial copy done", "rows", total, "took", rep.CopyTime.Round(time.Millisecond).String(), "rows_per_s", int64(rate))
+	return nil
+}
+
+// targetEmpty refuses a fresh move onto a target that already holds rows
+// of the range (left by a failed move of another tool or run).
+func (mv *mover) targetEmpty(ctx context.Context) error {
+	for _, t := range mv.tables {
+		for _, seg := range mv.segs {
+			var n int64
+			q := fmt.Sprintf("SELECT count(*) FROM %s WHERE slot BETWEEN $1 AND $2", t.ident)
+			if err := mv.target[seg.dst].conn.QueryRow(ctx, q, seg.rg.Lo, seg.rg.Hi).Scan(&n); err != nil {
+				return fmt.Errorf("slotmove: count %s on target %s: %w", t.name, mv.target[seg.dst].name, err)
+			}
+			if n > 0 {
+				return fmt.Errorf("slotmove: target %s already holds %d rows of %s in slots %s; run again with -reset-target (ResetTarget) to delete them first", mv.target[seg.dst].name, n, t.name, seg.rg)
+			}
+		}
+	}
 	return nil
 }
 
@@ -276,34 +409,6 @@ func (mv *mover) bumpIdentity(ctx context.Context, t tableInfo) error {
 				return fmt.Errorf("slotmove: identity %s.%s on target %s: %w", t.name, col, dst.name, err)
 			}
 		}
-	}
-	return nil
-}
-
-// verify compares row counts and checksums of every table, segment by
-// segment. The checksum is the sum of a 64-bit hash of each row's text,
-// so row order does not matter and any changed value shows.
-func (mv *mover) verify(ctx context.Context, rep *Report) error {
-	for _, t := range mv.tables {
-		q := fmt.Sprintf(`SELECT count(*), coalesce(sum(hashtextextended(ROW(%s)::text, 0)), 0)::text FROM %s WHERE slot BETWEEN $1 AND $2`,
-			t.list, t.ident)
-		var total int64
-		for _, seg := range mv.segs {
-			var sn, tn int64
-			var ssum, tsum string
-			if err := mv.source[seg.src].conn.QueryRow(ctx, q, seg.rg.Lo, seg.rg.Hi).Scan(&sn, &ssum); err != nil {
-				return fmt.Errorf("slotmove: verify %s on source %s: %w", t.name, mv.source[seg.src].name, err)
-			}
-			if err := mv.target[seg.dst].conn.QueryRow(ctx, q, seg.rg.Lo, seg.rg.Hi).Scan(&tn, &tsum); err != nil {
-				return fmt.Errorf("slotmove: verify %s on target %s: %w", t.name, mv.target[seg.dst].name, err)
-			}
-			if sn != tn || ssum != tsum {
-				return &VerifyError{Table: t.name, Range: seg.rg, SourceRows: sn, TargetRows: tn, SourceSum: ssum, TargetSum: tsum}
-			}
-			total += sn
-		}
-		rep.Verified[t.name] = total
-		mv.log.Info("verified", "table", t.name, "rows", total)
 	}
 	return nil
 }

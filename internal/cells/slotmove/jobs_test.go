@@ -31,8 +31,14 @@ func TestMoveUserTableAndJobs(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	for name, c := range w.conns {
-		if _, err := c.Exec(ctx, invoicesSQL); err != nil {
-			t.Fatalf("%s: %v", name, err)
+		for _, q := range []string{invoicesSQL,
+			// What a user's table needs for the move's row filter.
+			`CREATE UNIQUE INDEX invoices_replica_identity ON invoices (tenant_id, id, slot)`,
+			`ALTER TABLE invoices REPLICA IDENTITY USING INDEX invoices_replica_identity`,
+		} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
 		}
 		for _, sh := range append(append([]Shard(nil), w.src...), w.dst...) {
 			if sh.Name == name {

@@ -1,35 +1,42 @@
 // Package slotmove moves a range of slots, and so the tenants hashed into
-// it, from one cell to another: copy, verify, change the slot map, delete.
+// it, from one cell to another online: the range is copied from a
+// consistent snapshot, its changes are streamed from PostgreSQL logical
+// replication until the target has caught up, and the tenants are refused
+// only for a short freeze at the end.
 //
-// The steps, each safe to run again:
+// The steps, each safe to run again (stream.go and verify.go say why the
+// design is what it is):
 //
-//  1. copy: every row of the range is copied from the source cell's shards
-//     to the target cell's shards, ids kept (OVERRIDING SYSTEM VALUE), rows
-//     already present skipped (ON CONFLICT DO NOTHING), identity sequences
-//     on the target moved past the copied ids. Traffic still flows.
-//  2. freeze: the slot map marks the range frozen; routers answer its
-//     tenants 503 with Retry-After: 1. After Settle (at least the routers'
-//     reload interval) no router sends them to the source any more.
-//  3. fence: triggers on the source tables refuse any write to the range
-//     (creating them waits for write transactions in flight), so nothing a
-//     slow router or request lets through can land after the final copy.
-//  4. catch-up copy, then verify: row count and checksum of every table,
-//     per chunk of the range, on both sides. A difference stops the move:
-//     the fence is dropped and the original map restored byte for byte, so
-//     routing is exactly as before.
-//  5. switch: the map gives the range to the target and unfreezes it
-//     (written atomically: temporary file + rename). A state file records
-//     that the range was verified before the switch.
-//  6. jobs: the moved tenants' waiting and scheduled jobs in the source
-//     shards' jobs tables move to the target shards, verified like the
-//     rows (running ones stay and finish at the source: see jobs.go).
-//  7. delete: only when the map gives the range to the target and the
-//     state file says it was verified, the source rows are deleted (child
-//     tables first) and the fence dropped.
+//  1. copy: per source shard, a publication of the tables filtered on the
+//     range and a logical replication slot whose exported snapshot the
+//     copy reads; ids are kept (OVERRIDING SYSTEM VALUE) and identity
+//     sequences on the target moved past them. Traffic still flows.
+//  2. stream: the range's inserts, updates and deletes are applied to the
+//     target (upserts and deletes by primary key) until a marker written
+//     at the source comes back quickly.
+//  3. verify before the freeze: count and checksum per chunk, then row by
+//     row where a chunk differs, then again only the rows that differed or
+//     that the stream changed since.
+//  4. freeze: the slot map marks the range frozen; routers answer its
+//     tenants 503 with Retry-After: 1 (after Settle, no router sends them
+//     to the source any more).
+//  5. fence: triggers on the source tables refuse any write to the range
+//     (creating them waits for write transactions in flight).
+//  6. catch up to the fence (a marker written after it), then compare the
+//     rows that differed or changed since the last round. A difference
+//     stops the move: the fence is dropped and the original map restored
+//     byte for byte.
+//  7. switch: the map gives the range to the target and unfreezes it
+//     (written atomically: temporary file + rename).
+//  8. finish: the replication slots and publications are dropped, the
+//     moved tenants' waiting and scheduled shard-local jobs move (see
+//     jobs.go), the source rows are deleted (child tables first) and the
+//     fence dropped.
 //
 // Run again after a crash with the same arguments: the map and the state
-// file say where to resume. Concurrency: one move per slot map at a time
-// (the state file enforces it); Move itself is not safe to call
+// file say where to resume; Status lists the replication slots of moves
+// and Abort gives a move up. Concurrency: one move per slot map at a time
+// (the state file enforces it); Move and Abort are not safe to call
 // concurrently on the same map.
 package slotmove
 
@@ -95,11 +102,31 @@ type Config struct {
 	ResetTarget bool
 	// Logger reports progress. Default: slog.Default().
 	Logger *slog.Logger
-	// AfterCopy, when set, runs after the final copy and before verify
-	// (tests tamper with the target here).
+	// CatchUpTarget: before the full verify and the freeze, the tool
+	// catches up with the streams until a marker it writes at the source
+	// comes back within this time. Default: 200ms.
+	CatchUpTarget time.Duration
+	// BeforeVerify, when set, runs after the initial copy and catch-up,
+	// before the full verify (tests damage the target here).
+	BeforeVerify func(ctx context.Context) error
+	// AfterCopy, when set, runs inside the freeze once the streams have
+	// delivered everything up to the fence, before the verify of what
+	// changed (tests write to the fenced source here).
 	AfterCopy func(ctx context.Context) error
 	// Sleep waits d or until ctx ends. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+
+	// crash, set by tests, makes Move stop dead at a named point (no
+	// restore, as if the process were killed) when it returns an error.
+	crash func(point string) error
+}
+
+// crashAt is the test hook of Config.crash.
+func (mv *mover) crashAt(point string) error {
+	if mv.cfg.crash == nil {
+		return nil
+	}
+	return mv.cfg.crash(point)
 }
 
 // Report says what a Move did.
@@ -116,6 +143,18 @@ type Report struct {
 	// active job with the same uniqueness key; JobsLeftRunning the moved
 	// tenants' jobs that were running at the source and stayed there.
 	JobsMoved, JobsDuplicate, JobsLeftRunning int64
+	// CopyTime is how long the initial copy took (Copied holds its rows).
+	CopyTime time.Duration
+	// Streamed counts the changes applied from the replication streams;
+	// PeakLagBytes is the largest distance seen between a source's WAL
+	// position and what had been applied.
+	Streamed, PeakLagBytes int64
+	// Freeze is the time from writing the frozen map to writing the
+	// switched one: how long the moving tenants were refused, plus the
+	// routers' reload delay. FreezeVerified counts the rows compared
+	// inside it.
+	Freeze         time.Duration
+	FreezeVerified int
 }
 
 // VerifyError is a verification difference: the move stopped before the
@@ -139,12 +178,14 @@ type state struct {
 	From  string `json:"from"`
 	To    string `json:"to"`
 	Slots string `json:"slots"`
-	Step  string `json:"step"` // "verified" or "switched"
+	Step  string `json:"step"` // one of the step* constants
 }
 
 const (
-	stepVerified = "verified"
-	stepSwitched = "switched"
+	stepCopying   = "copying"   // slots created, initial copy under way
+	stepStreaming = "streaming" // initial copy done; the slots stream
+	stepVerified  = "verified"  // verified inside the freeze
+	stepSwitched  = "switched"  // the map gives the range to the target
 )
 
 func (c Config) withDefaults() Config {
@@ -153,6 +194,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ChunkSlots == 0 {
 		c.ChunkSlots = 1024
+	}
+	if c.CatchUpTarget == 0 {
+		c.CatchUpTarget = 200 * time.Millisecond
 	}
 	if c.Settle == 0 {
 		c.Settle = 3 * time.Second
@@ -203,9 +247,9 @@ func (c Config) validate() error {
 }
 
 // Move runs (or resumes) the move described by cfg.
-func Move(ctx context.Context, cfg Config) (Report, error) {
+func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	cfg = cfg.withDefaults()
-	rep := Report{Copied: map[string]int64{}, Deleted: map[string]int64{}, Verified: map[string]int64{}}
+	rep = Report{Copied: map[string]int64{}, Deleted: map[string]int64{}, Verified: map[string]int64{}}
 	if err := cfg.validate(); err != nil {
 		return rep, err
 	}
@@ -215,6 +259,9 @@ func Move(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer mv.close()
+	defer func() {
+		rep.Streamed, rep.PeakLagBytes = mv.streamed, mv.peakLag
+	}()
 
 	origRaw, err := os.ReadFile(cfg.MapFile)
 	if err != nil {
@@ -248,6 +295,10 @@ func Move(ctx context.Context, cfg Config) (Report, error) {
 			}
 			if left == 0 {
 				rep.Resumed = "done"
+				// A crash after the delete may have left the slot.
+				if err := mv.dropReplication(ctx); err != nil {
+					return rep, err
+				}
 				log.Info("nothing to do: the map gives the range to the target and the source holds none of its rows")
 				return rep, nil
 			}
@@ -258,23 +309,117 @@ func Move(ctx context.Context, cfg Config) (Report, error) {
 		log.Info("resuming: map already switched; deleting at the source")
 		return rep, mv.finish(ctx, &rep)
 	}
+	if err := mv.preflight(ctx); err != nil {
+		return rep, err
+	}
+
+	if frozen && st != nil && st.Step == stepVerified {
+		// Verified inside the freeze, crashed before the switch: the fence
+		// has been up since, and only the stream writes the target, so the
+		// verdict still holds.
+		rep.Resumed = "switch"
+		log.Info("resuming: range verified while frozen; switching")
+		return rep, mv.switchAndFinish(ctx, &rep, m, time.Now())
+	}
 	if frozen {
-		rep.Resumed = "freeze"
-		log.Info("resuming: range already frozen")
+		// A run died inside the freeze: give the range back to its
+		// tenants first, then start the freeze over.
+		if err := mv.unfence(ctx); err != nil {
+			return rep, err
+		}
+		uf, err := m.WithFrozen(cfg.Range, false)
+		if err != nil {
+			return rep, err
+		}
+		if err := cells.WriteSlotMap(cfg.MapFile, uf); err != nil {
+			return rep, fmt.Errorf("slotmove: unfreeze: %w", err)
+		}
+		m = uf
+		origRaw = uf.Marshal()
+		log.Info("resuming: a run stopped inside the freeze; range unfrozen and unfenced")
+	}
+
+	resumable := !cfg.ResetTarget && st != nil && st.Step == stepStreaming
+	if resumable {
+		ok, err := mv.hasReplication(ctx)
+		if err != nil {
+			return rep, err
+		}
+		resumable = ok
+	}
+	if resumable {
+		rep.Resumed = "stream"
+		log.Info("resuming: copy done; streaming from the replication slots")
 	} else {
-		if cfg.ResetTarget {
+		if st != nil || cfg.ResetTarget {
+			// An earlier run's slots, publications and partial copy are of
+			// no use without its snapshot: start over.
+			if err := mv.dropReplication(ctx); err != nil {
+				return rep, err
+			}
 			n, err := mv.deleteRange(ctx, mv.target, "target")
 			if err != nil {
 				return rep, err
 			}
-			log.Info("target rows of the range deleted before copying", "rows", n)
+			if st != nil {
+				rep.Resumed = "copy"
+			}
+			log.Info("starting over: target rows of the range deleted, replication slots dropped", "rows", fmt.Sprint(n))
+		} else if err := mv.targetEmpty(ctx); err != nil {
+			return rep, err
 		}
-		if err := mv.copyAll(ctx, &rep); err != nil {
+		if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepCopying}); err != nil {
+			return rep, err
+		}
+		if err := mv.initialCopy(ctx, &rep); err != nil {
+			return rep, err
+		}
+		if err := mv.crashAt("copied"); err != nil {
+			return rep, err
+		}
+		if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepStreaming}); err != nil {
 			return rep, err
 		}
 	}
+	if err := mv.startStreams(ctx); err != nil {
+		return rep, err
+	}
+	if err := mv.crashAt("streaming"); err != nil {
+		return rep, err
+	}
 
-	// Freeze, settle, fence, copy what came in meanwhile, verify.
+	// Catch up until a marker comes back quickly, verify everything once
+	// and then what changed meanwhile (the streams paused each time),
+	// catch up again, then freeze: the freeze is left with only the last
+	// moments' changes to apply and compare.
+	if err := mv.catchUpQuick(ctx); err != nil {
+		return rep, err
+	}
+	if cfg.BeforeVerify != nil {
+		if err := cfg.BeforeVerify(ctx); err != nil {
+			return rep, err
+		}
+	}
+	if err := mv.fullVerify(ctx, &rep); err != nil {
+		return rep, err
+	}
+	for range 2 {
+		if err := mv.catchUpQuick(ctx); err != nil {
+			return rep, err
+		}
+		n, err := mv.keyVerify(ctx, false)
+		if err != nil {
+			return rep, err
+		}
+		log.Info("verified what changed", "rows", n, "rows_to_check_again", mv.mismatchedCount())
+	}
+	// The last compare paused the streams: catch up once more, so the
+	// freeze's catch-up has only its own moments to apply.
+	if err := mv.catchUpQuick(ctx); err != nil {
+		return rep, err
+	}
+
+	// Freeze, settle, fence, catch up to the fence, verify what changed.
 	fm, err := m.WithFrozen(cfg.Range, true)
 	if err != nil {
 		return rep, err
@@ -283,10 +428,8 @@ func Move(ctx context.Context, cfg Config) (Report, error) {
 	if err := cells.WriteFileAtomic(cfg.MapFile, frozenRaw, 0o644); err != nil {
 		return rep, fmt.Errorf("slotmove: freeze: %w", err)
 	}
+	frozenAt := time.Now()
 	log.Info("range frozen in the slot map; waiting for routers to reload", "settle", cfg.Settle.String())
-	if err := cfg.Sleep(ctx, cfg.Settle); err != nil {
-		return rep, err
-	}
 	restore := func(cause error) error {
 		// Put routing back exactly as it was, unless someone else has
 		// changed the file meanwhile: then leave theirs and say so.
@@ -300,60 +443,103 @@ func Move(ctx context.Context, cfg Config) (Report, error) {
 		case string(cur) != string(frozenRaw):
 			return errors.Join(cause, fmt.Errorf("slotmove: %s changed during the move; not restoring it", cfg.MapFile))
 		}
-		orig := origRaw
-		if frozen {
-			// Resumed with the range frozen: unfreeze rather than restore
-			// a frozen file.
-			uf, err := m.WithFrozen(cfg.Range, false)
-			if err != nil {
-				return errors.Join(cause, err)
-			}
-			orig = uf.Marshal()
-		}
-		if err := cells.WriteFileAtomic(cfg.MapFile, orig, 0o644); err != nil {
+		if err := cells.WriteFileAtomic(cfg.MapFile, origRaw, 0o644); err != nil {
 			return errors.Join(cause, err)
 		}
 		return cause
 	}
+	if err := cfg.Sleep(ctx, cfg.Settle); err != nil {
+		return rep, restore(err)
+	}
 	if err := mv.fence(ctx); err != nil {
 		return rep, restore(err)
 	}
-	log.Info("source fenced; copying what came in meanwhile")
-	if err := mv.copyAll(ctx, &rep); err != nil {
+	fencedAt := time.Now()
+	if err := mv.crashAt("fenced"); err != nil {
+		return rep, err
+	}
+	if _, _, err := mv.catchUp(ctx); err != nil {
 		return rep, restore(err)
 	}
+	caughtUpAt := time.Now()
 	if cfg.AfterCopy != nil {
 		if err := cfg.AfterCopy(ctx); err != nil {
 			return rep, restore(err)
 		}
 	}
-	if err := mv.verify(ctx, &rep); err != nil {
+	n, err := mv.keyVerify(ctx, true)
+	if err != nil {
 		log.Error("verify failed; slot map restored", "error", err.Error())
 		return rep, restore(err)
 	}
+	rep.FreezeVerified = n
+	log.Info("verified inside the freeze", "rows", n, "fence", fencedAt.Sub(frozenAt).Round(time.Millisecond).String(),
+		"catch_up", caughtUpAt.Sub(fencedAt).Round(time.Millisecond).String(), "verify", time.Since(caughtUpAt).Round(time.Millisecond).String())
 	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified}); err != nil {
 		return rep, restore(err)
 	}
+	if err := mv.crashAt("verified"); err != nil {
+		return rep, err
+	}
+	return rep, mv.switchAndFinish(ctx, &rep, fm, frozenAt)
+}
 
-	// Switch.
-	sw, err := fm.Reassign(cfg.Range, cfg.From, cfg.To)
+func (mv *mover) mismatchedCount() int {
+	n := 0
+	for _, m := range mv.mismatched {
+		n += len(m)
+	}
+	return n
+}
+
+// catchUpQuick catches up with the streams until a marker comes back
+// within CatchUpTarget (at most 20 rounds: a range written faster than it
+// can be applied still moves, with a longer freeze).
+func (mv *mover) catchUpQuick(ctx context.Context) error {
+	for round := 1; ; round++ {
+		rtt, lag, err := mv.catchUp(ctx)
+		if err != nil {
+			return err
+		}
+		mv.log.Info("caught up", "round", round, "marker_round_trip", rtt.Round(time.Millisecond).String(), "lag_bytes", lag, "changes_applied", mv.streamed)
+		if rtt <= mv.cfg.CatchUpTarget || round >= 20 {
+			return nil
+		}
+	}
+}
+
+// switchAndFinish moves the target's identity sequences past the streamed
+// ids, gives the range to the target (unfrozen), and finishes the move.
+func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, frozenAt time.Time) error {
+	cfg := mv.cfg
+	for _, t := range mv.tables {
+		if err := mv.bumpIdentity(ctx, t); err != nil {
+			return err
+		}
+	}
+	sw, err := frozen.Reassign(cfg.Range, cfg.From, cfg.To)
 	if err == nil {
 		sw, err = sw.WithFrozen(cfg.Range, false)
 	}
 	if err != nil {
-		return rep, restore(err)
+		return err
 	}
 	if err := cells.WriteSlotMap(cfg.MapFile, sw); err != nil {
-		return rep, restore(err)
+		return err
 	}
+	rep.Freeze = time.Since(frozenAt)
 	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepSwitched}); err != nil {
-		return rep, err
+		return err
 	}
-	log.Info("slot map switched to the target")
-	return rep, mv.finish(ctx, &rep)
+	mv.log.Info("slot map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified)
+	if err := mv.crashAt("switched"); err != nil {
+		return err
+	}
+	return mv.finish(ctx, rep)
 }
 
-// finish deletes the range at the source, drops the fence and the state.
+// finish drops the replication, deletes the range at the source, drops
+// the fence and the state.
 func (mv *mover) finish(ctx context.Context, rep *Report) error {
 	// Re-read the map: delete only what the map really gives the target.
 	_, r, err := cells.ReadSlotMap(mv.cfg.MapFile)
@@ -362,6 +548,11 @@ func (mv *mover) finish(ctx context.Context, rep *Report) error {
 	}
 	if owner, _, err := rangeState(r, mv.cfg); err != nil || owner != mv.cfg.To {
 		return fmt.Errorf("slotmove: refusing to delete: the map does not give slots %s to %s (%v)", mv.cfg.Range, mv.cfg.To, err)
+	}
+	// The source's changes no longer matter: an abandoned slot would hold
+	// WAL forever, so it goes first.
+	if err := mv.dropReplication(ctx); err != nil {
+		return err
 	}
 	// The fence must be up while deleting so that nothing can be written
 	// to the range at the source again; installing it again is harmless.

@@ -22,6 +22,26 @@ import (
 	"github.com/cellgate/cellgate/internal/testpg"
 )
 
+// cluster is the package's private PostgreSQL cluster (wal_level =
+// logical), shared by its tests: the moves stream from logical
+// replication slots, which the shared test server may not allow.
+var cluster *testpg.Cluster
+
+func TestMain(m *testing.M) {
+	c, err := testpg.NewCluster(testpg.ClusterOptions{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
 // world is two cells on real databases: cell-1 with two shards (0-8191,
 // 8192-16383), cell-2 with one, and a slot map giving cell-1 everything
 // but 16000-16383.
@@ -37,7 +57,7 @@ func newWorld(t *testing.T) *world {
 	ctx := context.Background()
 	w := &world{conns: map[string]*pgx.Conn{}}
 	mk := func(name string, slotSpecs ...string) Shard {
-		dsn := testpg.CreateDB(t, name)
+		dsn := cluster.CreateDB(t, name)
 		if err := cgsql.Migrate(ctx, dsn); err != nil {
 			t.Fatal(err)
 		}
@@ -218,16 +238,17 @@ func TestMoveFailedVerifyLeavesMapUnchanged(t *testing.T) {
 	}
 	cfg := w.config(t, moveRange)
 	var fenceErr error
+	cfg.BeforeVerify = func(ctx context.Context) error {
+		// Tamper with one copied row on the target.
+		_, err := w.conns["c2s0"].Exec(ctx, `UPDATE accounts SET name = 'tampered' WHERE tenant_id = $1`, in[1])
+		return err
+	}
 	cfg.AfterCopy = func(ctx context.Context) error {
 		// The source is fenced now: writes to the range fail...
 		s, _ := slots.Slot(in[0])
 		_, fenceErr = w.conns["c1s1"].Exec(ctx, `INSERT INTO accounts (tenant_id, slot, email) VALUES ($1, $2, 'late@x')`, in[0], s)
 		// ...while others go on.
-		if _, err := w.conns["c1s1"].Exec(ctx, `INSERT INTO accounts (tenant_id, slot, email) VALUES ('other', 9999, 'o@x')`); err != nil {
-			return err
-		}
-		// Tamper with one copied row on the target.
-		_, err := w.conns["c2s0"].Exec(ctx, `UPDATE accounts SET name = 'tampered' WHERE tenant_id = $1`, in[1])
+		_, err := w.conns["c1s1"].Exec(ctx, `INSERT INTO accounts (tenant_id, slot, email) VALUES ('other', 9999, 'o@x')`)
 		return err
 	}
 	_, err = Move(ctx, cfg)
@@ -253,9 +274,10 @@ func TestMoveFailedVerifyLeavesMapUnchanged(t *testing.T) {
 	if _, err := w.conns["c1s1"].Exec(ctx, `INSERT INTO accounts (tenant_id, slot, email) VALUES ($1, $2, 'after@x')`, in[0], s); err != nil {
 		t.Errorf("fence not dropped after the failed move: %v", err)
 	}
-	// A plain re-run keeps failing (the tampered row is skipped as
-	// present); with ResetTarget it succeeds.
-	cfg.AfterCopy = nil
+	// A plain re-run resumes the stream and keeps failing (the stream
+	// never touches the tampered row); with ResetTarget it starts over
+	// and succeeds.
+	cfg.AfterCopy, cfg.BeforeVerify = nil, nil
 	if _, err := Move(ctx, cfg); !errors.As(err, &ve) {
 		t.Fatalf("re-run without reset: %v", err)
 	}

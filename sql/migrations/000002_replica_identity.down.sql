@@ -1,0 +1,5 @@
+ALTER TABLE orders REPLICA IDENTITY DEFAULT;
+DROP INDEX IF EXISTS orders_replica_identity;
+
+ALTER TABLE accounts REPLICA IDENTITY DEFAULT;
+DROP INDEX IF EXISTS accounts_replica_identity;
