@@ -31,6 +31,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if err := srv.Registry().Register(shards.NewPoolCollector(set)); err != nil {
+		return fmt.Errorf("pool metrics: %w", err)
+	}
 	// Handlers' checkouts take the per-tenant database permits the tenant
 	// middleware binds to each request.
 	set.UsePermits(runtime.ShardPermits)
