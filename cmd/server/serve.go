@@ -10,6 +10,7 @@ import (
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/internal/buildinfo"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs"
@@ -33,6 +34,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	if err := srv.Registry().Register(shards.NewPoolCollector(set)); err != nil {
 		return fmt.Errorf("pool metrics: %w", err)
+	}
+	if err := srv.Registry().Register(buildinfo.NewCollector()); err != nil {
+		return fmt.Errorf("build info metric: %w", err)
 	}
 	// Handlers' checkouts take the per-tenant database permits the tenant
 	// middleware binds to each request.
