@@ -5,10 +5,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ControlDatabase is the database label of the control database's pool
-// metrics; a shard's series carry the shard's spec name.
-const ControlDatabase = "control"
-
 // poolDesc is one pool metric: its descriptor, its type and how to read it
 // from a pool's Stat.
 type poolDesc struct {
@@ -22,7 +18,8 @@ type poolDesc struct {
 // scrape time, so it costs the request path nothing. A saturated pool
 // (acquired = max, acquire wait rising, empty acquires counting) tells
 // itself apart from a slow database (acquired below max, queries slow).
-// The database label is bounded by the spec's shards.
+// The database label is ControlName or a shard's spec name, as in
+// cellgate_database_up: bounded by the spec.
 //
 // Concurrency: safe for concurrent scrapes; the Set's pools are fixed at
 // Open.
@@ -39,7 +36,7 @@ type namedPool struct {
 // NewPoolCollector returns the collector of s's pools; register it once
 // per registry.
 func NewPoolCollector(s *Set) *PoolCollector {
-	pools := []namedPool{{ControlDatabase, s.control}}
+	pools := []namedPool{{ControlName, s.control}}
 	for _, sh := range s.shards {
 		pools = append(pools, namedPool{sh.Name, sh.Pool})
 	}
