@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/buildinfo"
 	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/configload"
 	"github.com/cellgate/cellgate/internal/routerconsole"
@@ -86,7 +87,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	// The registry is made here so the console's counter joins the
 	// router's /metrics.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
 	return router.Run(ctx, cfg, router.Options{
 		Address:        *addr,
 		Registry:       reg,

@@ -10,6 +10,7 @@ import (
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/internal/buildinfo"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs"
@@ -32,6 +33,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set})
 	if err != nil {
 		return err
+	}
+	if err := srv.Registry().Register(shards.NewPoolCollector(set)); err != nil {
+		return fmt.Errorf("pool metrics: %w", err)
+	}
+	if err := srv.Registry().Register(buildinfo.NewCollector()); err != nil {
+		return fmt.Errorf("build info metric: %w", err)
 	}
 
 	workers := jobs.NewWorkers()

@@ -87,6 +87,12 @@ func problemErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		if c.Response().Committed {
 			return
 		}
+		if clientGone(c, err) {
+			// Nobody is left to read an answer; the metrics count 499.
+			log.Debug("client went away", "error", err, "path", c.Path(),
+				"request_id", c.Response().Header().Get(requestid.Header))
+			return
+		}
 		if rej, ok := rejectionOf(err); ok {
 			// A refused database checkout: 503 with Retry-After, and the
 			// bulkhead's own body.

@@ -10,7 +10,8 @@ import (
 
 // httpMetrics are the per-route request series. The route label is the
 // registered pattern (bounded by the spec's routes), never the raw path;
-// the code label is the status class. Probes are not instrumented.
+// the code label is the status class, or 499 for a request whose client
+// went away before the answer. Probes are not instrumented.
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -20,7 +21,7 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	m := &httpMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellgate_http_requests_total",
-			Help: "HTTP requests served on spec routes, by route pattern, method and status class.",
+			Help: "HTTP requests served on spec routes, by route pattern, method and status class (499: the client went away first).",
 		}, []string{"route", "method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cellgate_http_request_duration_seconds",
@@ -36,8 +37,11 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	return m, nil
 }
 
-// statusClasses are the code label values, indexed by status/100.
-var statusClasses = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx"}
+// statusClasses are the code label values, indexed by status/100; index
+// gone is "499", a request whose client went away (see clientGone).
+var statusClasses = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx", "499"}
+
+const gone = len(statusClasses) - 1
 
 // route returns the middleware for one route. Its series are bound at
 // registration, so a request pays two clock reads, one counter increment
@@ -62,8 +66,11 @@ func (m *httpMetrics) route(method, path string) echo.MiddlewareFunc {
 					}
 				}
 				i := status / 100
-				if i < 1 || i >= len(counts) {
+				if i < 1 || i >= gone {
 					i = 0
+				}
+				if returned && err != nil && !c.Response().Committed && clientGone(c, err) {
+					i = gone
 				}
 				counts[i].Inc()
 				obs.Observe(time.Since(start).Seconds())
