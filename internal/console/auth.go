@@ -40,7 +40,7 @@ func newAuthenticator(cfg Config) (*consoleauth.Authenticator, error) {
 		Store: cfg.Sessions, TTL: cfg.SessionTTL, Idle: cfg.SessionIdle, Now: cfg.Now,
 		Cookie: SessionCookie, Path: "/admin",
 		Network: nw, SecureCookies: cfg.SecureCookies, Limiter: cfg.Limiter, Metrics: m,
-		Console: "cell", Logger: cfg.Logger,
+		Console: "cell", Logger: cfg.Logger, OIDC: cfg.OIDC,
 	})
 }
 

@@ -109,6 +109,10 @@ type Config struct {
 	// SampleEvery is the sampler's period (RunSampler); 0 means
 	// DefaultSampleEvery. The series keep SeriesPoints samples.
 	SampleEvery time.Duration
+	// OIDC, when set, lets operators log in as themselves through an
+	// OpenID Connect provider (console.oidc); the tokens stay for
+	// automation.
+	OIDC *consoleauth.OIDCConfig
 	// Logger receives the audit lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (sessions, ages, the queue counts' cache); nil means
