@@ -52,7 +52,8 @@ type Database interface {
 type Config struct {
 	// AdminToken reads (required: without it there is no console).
 	AdminToken string
-	// OperatorToken reads and acts; "" means nobody may act.
+	// OperatorToken reads and acts; "" means no token may act (people
+	// mapped to the operator role through OIDC still may).
 	OperatorToken string
 	// Databases are the cell's jobs databases, control first.
 	Databases []Database
@@ -205,7 +206,7 @@ func New(cfg Config) (*Console, error) {
 	if c.auth, err = newAuthenticator(cfg); err != nil {
 		return nil, err
 	}
-	c.confirmKey = confirmKey(cfg.OperatorToken)
+	c.confirmKey = confirmKey(cfg.OperatorToken, cfg.OIDC)
 	if err := parseTemplates(); err != nil {
 		return nil, err
 	}
