@@ -39,3 +39,36 @@ func TestLoadReportsFileAndLine(t *testing.T) {
 		t.Fatalf("empty dir: %v", err)
 	}
 }
+
+// console.oidc: an issuer or redirect URL that is not an http(s) URL, an
+// empty role claim and a secret variable that is no variable name are
+// refused, naming the field; a good block passes.
+func TestCheckConsoleOIDC(t *testing.T) {
+	raw, err := Load(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const from = `"issuer":""`
+	if !strings.Contains(string(raw), from) {
+		t.Fatalf("fixture: the app spec no longer has %s", from)
+	}
+	good := strings.Replace(string(raw), from, `"issuer":"https://sso.example.com/realms/ops"`, 1)
+	if err := Check([]byte(good)); err != nil {
+		t.Errorf("a good issuer: %v", err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{from, `"issuer":"sso.example.com"`, "console.oidc.issuer"},
+		{from, `"issuer":"https://sso.example.com/?a=1"`, "console.oidc.issuer"},
+		{`"redirect_url":""`, `"redirect_url":"/admin/oidc/callback"`, "console.oidc.redirect_url"},
+		{`"role_claim":"groups"`, `"role_claim":""`, "console.oidc.role_claim"},
+		{`"client_secret_env":"CELLGATE_CONSOLE_OIDC_CLIENT_SECRET"`, `"client_secret_env":"not a var"`, "console.oidc.client_secret_env"},
+	} {
+		bad := strings.Replace(string(raw), c.from, c.to, 1)
+		if bad == string(raw) {
+			t.Fatalf("fixture: the app spec no longer has %s", c.from)
+		}
+		if err := Check([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one naming %s", c.to, err, c.want)
+		}
+	}
+}
