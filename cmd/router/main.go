@@ -88,6 +88,12 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	// router's /metrics.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
+	// console.oidc is checked only when the router has a console: a
+	// router without one needs no client secret.
+	oidc, err := routerconsole.OIDCFromSpec(cfg.Console.OIDC, os.Getenv)
+	if err != nil && cfg.Router.AdminTokenEnv != "" && os.Getenv(cfg.Router.AdminTokenEnv) != "" {
+		return err
+	}
 	return router.Run(ctx, cfg, router.Options{
 		Address:        *addr,
 		Registry:       reg,
@@ -98,6 +104,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			SlotMapFile: *slotMap, Logger: log, Registry: reg,
 			SessionTTL: cfg.Console.SessionTTL.D(), SessionIdle: cfg.Console.SessionIdle.D(),
 			TrustedProxies: cfg.Console.TrustedProxies, SecureCookies: cfg.Console.SecureCookies,
+			OIDC: oidc,
 		}),
 		Proxy: router.ProxyConfig{
 			HealthInterval:        *hInterval,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
+	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/runtime"
@@ -31,6 +32,10 @@ func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, clien
 	if cfg.Server.OperatorTokenEnv != "" {
 		operator = os.Getenv(cfg.Server.OperatorTokenEnv)
 	}
+	oidc, err := consoleauth.OIDCFromSpec(cfg.Console.OIDC, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	var databases []console.Database
 	for _, db := range dbs {
 		databases = append(databases, db)
@@ -52,6 +57,7 @@ func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, clien
 		SessionIdle:      cfg.Console.SessionIdle.D(),
 		TrustedProxies:   cfg.Console.TrustedProxies,
 		SecureCookies:    cfg.Console.SecureCookies,
+		OIDC:             oidc,
 		Registry:         srv.Registry(),
 		Databases:        databases,
 		Spec:             cfg,

@@ -206,6 +206,29 @@ type Console struct {
 	SessionIdle Duration `json:"session_idle"`
 	// SessionTTL is the longest a session lasts from its login.
 	SessionTTL Duration `json:"session_ttl"`
+	// OIDC is the consoles' OpenID Connect login (off without an Issuer).
+	OIDC ConsoleOIDC `json:"oidc"`
+}
+
+// ConsoleOIDC lets operators log in to the consoles through an OpenID
+// Connect provider.
+type ConsoleOIDC struct {
+	// Issuer is the provider's issuer URL; "" turns the login off.
+	Issuer string `json:"issuer"`
+	// ClientID is the consoles' client at the provider.
+	ClientID string `json:"client_id"`
+	// ClientSecretEnv names the env var holding the client's secret.
+	ClientSecretEnv string `json:"client_secret_env"`
+	// RedirectURL is the registered callback; "" derives it per request.
+	RedirectURL string `json:"redirect_url"`
+	// Scopes are asked for besides openid and email.
+	Scopes []string `json:"scopes"`
+	// RoleClaim is the ID token's claim that maps a person to a role.
+	RoleClaim string `json:"role_claim"`
+	// OperatorValues in RoleClaim make a person an operator.
+	OperatorValues []string `json:"operator_values"`
+	// ReadOnlyValues in RoleClaim make a person read-only.
+	ReadOnlyValues []string `json:"read_only_values"`
 }
 
 // Jobs configures the job runtime.

@@ -40,14 +40,20 @@ func newAuthenticator(cfg Config) (*consoleauth.Authenticator, error) {
 		Store: cfg.Sessions, TTL: cfg.SessionTTL, Idle: cfg.SessionIdle, Now: cfg.Now,
 		Cookie: SessionCookie, Path: "/admin",
 		Network: nw, SecureCookies: cfg.SecureCookies, Limiter: cfg.Limiter, Metrics: m,
-		Console: "cell", Logger: cfg.Logger,
+		Console: "cell", Logger: cfg.Logger, OIDC: cfg.OIDC,
 	})
 }
 
 // confirmKey is the key of bulk confirmations: a hash of the operator
-// token, the same in every process of the cell.
-func confirmKey(operator string) []byte {
-	sum := sha256.Sum256([]byte("cellgate console bulk confirmation\x00" + operator))
+// token and the OpenID client secret, the same in every process of the
+// cell, and secret when either is set (with OpenID operators and no
+// operator token, the token alone would be the empty string).
+func confirmKey(operator string, oidc *consoleauth.OIDCConfig) []byte {
+	secret := ""
+	if oidc != nil {
+		secret = oidc.ClientSecret
+	}
+	sum := sha256.Sum256([]byte("cellgate console bulk confirmation\x00" + operator + "\x00" + secret))
 	return sum[:]
 }
 

@@ -52,7 +52,8 @@ type Database interface {
 type Config struct {
 	// AdminToken reads (required: without it there is no console).
 	AdminToken string
-	// OperatorToken reads and acts; "" means nobody may act.
+	// OperatorToken reads and acts; "" means no token may act (people
+	// mapped to the operator role through OIDC still may).
 	OperatorToken string
 	// Databases are the cell's jobs databases, control first.
 	Databases []Database
@@ -109,6 +110,10 @@ type Config struct {
 	// SampleEvery is the sampler's period (RunSampler); 0 means
 	// DefaultSampleEvery. The series keep SeriesPoints samples.
 	SampleEvery time.Duration
+	// OIDC, when set, lets operators log in as themselves through an
+	// OpenID Connect provider (console.oidc); the tokens stay for
+	// automation.
+	OIDC *consoleauth.OIDCConfig
 	// Logger receives the audit lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (sessions, ages, the queue counts' cache); nil means
@@ -201,7 +206,7 @@ func New(cfg Config) (*Console, error) {
 	if c.auth, err = newAuthenticator(cfg); err != nil {
 		return nil, err
 	}
-	c.confirmKey = confirmKey(cfg.OperatorToken)
+	c.confirmKey = confirmKey(cfg.OperatorToken, cfg.OIDC)
 	if err := parseTemplates(); err != nil {
 		return nil, err
 	}

@@ -68,8 +68,8 @@ func (p *PGSessions) Put(ctx context.Context, id string, s consoleauth.Session) 
 		return err
 	}
 	_, err := p.pool.Exec(ctx, `WITH swept AS (DELETE FROM cellgate_console_sessions WHERE expires_at <= $7 OR seen_at <= $7 - $8::interval)
-INSERT INTO cellgate_console_sessions (id, role, csrf, token, created_at, seen_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $9)`,
-		id, int16(s.Role), s.CSRF, s.Token, s.Created, s.Seen, s.Created, p.idle, s.Expires)
+INSERT INTO cellgate_console_sessions (id, role, csrf, token, created_at, seen_at, expires_at, subject, email) VALUES ($1, $2, $3, $4, $5, $6, $9, $10, $11)`,
+		id, int16(s.Role), s.CSRF, s.Token, s.Created, s.Seen, s.Created, p.idle, s.Expires, s.Subject, s.Email)
 	return err
 }
 
@@ -80,8 +80,8 @@ func (p *PGSessions) Get(ctx context.Context, id string) (consoleauth.Session, b
 	}
 	var s consoleauth.Session
 	var role int16
-	err := p.pool.QueryRow(ctx, `SELECT role, csrf, token, created_at, seen_at, expires_at FROM cellgate_console_sessions WHERE id = $1`, id).
-		Scan(&role, &s.CSRF, &s.Token, &s.Created, &s.Seen, &s.Expires)
+	err := p.pool.QueryRow(ctx, `SELECT role, csrf, token, created_at, seen_at, expires_at, subject, email FROM cellgate_console_sessions WHERE id = $1`, id).
+		Scan(&role, &s.CSRF, &s.Token, &s.Created, &s.Seen, &s.Expires, &s.Subject, &s.Email)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return consoleauth.Session{}, false, nil
 	}

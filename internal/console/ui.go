@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -96,7 +97,8 @@ type view struct {
 	Cell       string
 	Flash      string
 	Failure    string
-	Refresh    int // seconds; 0 = no auto-refresh
+	Refresh    int  // seconds; 0 = no auto-refresh
+	OIDC       bool // the login page offers the OpenID provider
 	Data       any
 	status     int
 	page       string
@@ -162,9 +164,13 @@ func (c *Console) registerUI(e *echo.Echo) {
 	get(Prefix+"static/*", echo.WrapHandler(staticFiles()))
 	get("/admin", func(ec echo.Context) error { return ec.Redirect(http.StatusSeeOther, Prefix) })
 	get(Prefix+"login", func(ec echo.Context) error {
-		return c.render(ec, view{Title: "Log in", page: "login"})
+		return c.render(ec, c.loginView("", 0))
 	})
 	post(Prefix+"login", c.login)
+	if c.auth.OIDCEnabled() {
+		get(Prefix+"oidc/login", c.oidcLogin)
+		get(Prefix+"oidc/callback", c.oidcCallback)
+	}
 	post(Prefix+"logout", c.page(RoleReader, func(ec echo.Context, w who) error {
 		if err := c.auth.Logout(ec.Request().Context(), w); err != nil {
 			return c.storeDown(ec, err)
@@ -213,12 +219,12 @@ func (c *Console) page(need Role, h func(echo.Context, who) error) echo.HandlerF
 		if ref != nil {
 			if ref.Status == http.StatusTooManyRequests {
 				ref.SetRetryAfter(ec.Response().Header())
-				return c.render(ec, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+				return c.render(ec, c.loginView(throttledText(ref), ref.Status))
 			}
 			if ec.Request().Method == http.MethodGet {
 				return ec.Redirect(http.StatusSeeOther, Prefix+"login")
 			}
-			return c.render(ec, view{Title: "Log in", page: "login", Failure: "Your session has ended; log in again.", status: http.StatusUnauthorized})
+			return c.render(ec, c.loginView("Your session has ended; log in again.", http.StatusUnauthorized))
 		}
 		if need == RoleOperator && !w.Role.CanAct() {
 			return c.render(ec, c.failure(w, http.StatusForbidden, "The read-only token cannot act; log in with the operator token."))
@@ -234,7 +240,7 @@ func (c *Console) page(need Role, h func(echo.Context, who) error) echo.HandlerF
 // 503, the cause logged, not shown to a caller who may hold no session.
 func (c *Console) storeDown(ec echo.Context, err error) error {
 	c.log.Error("console sessions", "error", err.Error())
-	return c.render(ec, view{Title: "Log in", page: "login", Failure: "The console's sessions are unavailable (the control database does not answer); try again shortly.", status: http.StatusServiceUnavailable})
+	return c.render(ec, c.loginView("The console's sessions are unavailable (the control database does not answer); try again shortly.", http.StatusServiceUnavailable))
 }
 
 // throttledText says how long a throttled source waits.
@@ -265,6 +271,42 @@ func (c *Console) render(ec echo.Context, v view) error {
 	return ec.HTMLBlob(v.status, buf.Bytes())
 }
 
+// loginView is the login page, with a failure and its status.
+func (c *Console) loginView(failure string, status int) view {
+	return view{Title: "Log in", page: "login", Failure: failure, status: status, OIDC: c.auth.OIDCEnabled()}
+}
+
+// oidcLogin sends the browser to the OpenID provider.
+func (c *Console) oidcLogin(ec echo.Context) error {
+	ck, to, err := c.auth.OIDCStart(ec.Request())
+	if err != nil {
+		return c.render(ec, c.loginView("The OpenID provider does not answer; try again shortly, or log in with a token.", http.StatusServiceUnavailable))
+	}
+	ec.SetCookie(ck)
+	return ec.Redirect(http.StatusSeeOther, to)
+}
+
+// oidcCallback trades the provider's code for a fresh session.
+func (c *Console) oidcCallback(ec echo.Context) error {
+	_, cookie, clear, ref, err := c.auth.OIDCCallback(ec.Request())
+	if clear != nil {
+		ec.SetCookie(clear)
+	}
+	switch {
+	case errors.Is(err, consoleauth.ErrProvider):
+		return c.render(ec, c.loginView("The OpenID provider does not answer; try again shortly, or log in with a token.", http.StatusServiceUnavailable))
+	case err != nil:
+		return c.storeDown(ec, err)
+	case ref != nil && ref.Status == http.StatusForbidden:
+		return c.render(ec, c.loginView("The OpenID provider names you, but your groups give you no role in this console.", ref.Status))
+	case ref != nil:
+		return c.render(ec, c.loginView("The OpenID login failed or expired; try again.", ref.Status))
+	}
+	ec.SetCookie(c.auth.SessionCookie(ec.Request(), cookie))
+	consoleauth.WriteContinue(ec.Response(), Prefix)
+	return nil
+}
+
 // login trades a token (the form's body only) for a fresh session.
 func (c *Console) login(ec echo.Context) error {
 	_, cookie, ref, err := c.auth.Login(ec.Request())
@@ -273,9 +315,9 @@ func (c *Console) login(ec echo.Context) error {
 		return c.storeDown(ec, err)
 	case ref != nil && ref.Status == http.StatusTooManyRequests:
 		ref.SetRetryAfter(ec.Response().Header())
-		return c.render(ec, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+		return c.render(ec, c.loginView(throttledText(ref), ref.Status))
 	case ref != nil:
-		return c.render(ec, view{Title: "Log in", page: "login", Failure: "That token is not the admin or the operator token.", status: http.StatusUnauthorized})
+		return c.render(ec, c.loginView("That token is not the admin or the operator token.", http.StatusUnauthorized))
 	}
 	ec.SetCookie(c.auth.SessionCookie(ec.Request(), cookie))
 	return ec.Redirect(http.StatusSeeOther, Prefix)

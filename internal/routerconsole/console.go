@@ -61,6 +61,10 @@ type Config struct {
 	// AdminTokenEnv names the token's variable in errors; "" means the
 	// spec's default.
 	AdminTokenEnv string
+	// OIDC, when set, lets operators log in as themselves through an
+	// OpenID Connect provider (console.oidc); the token stays for
+	// automation.
+	OIDC *consoleauth.OIDCConfig
 	// Logger receives the audit lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -82,6 +86,10 @@ const (
 // the cells' (cellgate_console): a browser keeps cookies per host, not per
 // port, so a router and a cell on one host would overwrite each other's.
 const SessionCookie = "cellgate_router_console"
+
+// OIDCFromSpec is consoleauth.OIDCFromSpec, for the router's main: it
+// builds Config.OIDC from the spec's console.oidc block.
+var OIDCFromSpec = consoleauth.OIDCFromSpec
 
 // Prefix is where the pages live; APIPrefix the JSON.
 const (
@@ -170,7 +178,7 @@ func New(cfg Config) (*Console, error) {
 		AdminToken: cfg.AdminToken, Store: store, TTL: cfg.SessionTTL, Idle: cfg.SessionIdle, Now: cfg.Now,
 		Cookie: SessionCookie, Path: router.AdminPath,
 		Network: nw, SecureCookies: cfg.SecureCookies, Limiter: cfg.Limiter, Metrics: m,
-		Console: "router", Logger: cfg.Logger,
+		Console: "router", Logger: cfg.Logger, OIDC: cfg.OIDC,
 	})
 	if err != nil {
 		return nil, err

@@ -60,7 +60,7 @@ type env struct {
 	srv   *httptest.Server
 }
 
-func newEnv(tb testing.TB) *env {
+func newEnv(tb testing.TB, configure ...func(*Config)) *env {
 	tb.Helper()
 	now := time.Date(2026, 3, 4, 5, 6, 0, 0, time.UTC)
 	src := &fakeSource{
@@ -74,11 +74,15 @@ func newEnv(tb testing.TB) *env {
 	}
 	var audit bytes.Buffer
 	e := &env{src: src, now: &now, audit: &audit}
-	c, err := New(Config{
+	cfg := Config{
 		AdminToken: testToken, Source: src, SlotMapFile: "/etc/cellgate/slotmap.json",
 		SampleEvery: 5 * time.Second, Samples: 4,
 		Logger: slog.New(slog.NewTextHandler(&audit, nil)), Now: func() time.Time { return *e.now },
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	c, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -52,7 +52,8 @@ type view struct {
 	LoggedIn   bool
 	CSRF       string
 	Failure    string
-	Refresh    int // seconds; 0 = no auto-refresh
+	Refresh    int  // seconds; 0 = no auto-refresh
+	OIDC       bool // the login page offers the OpenID provider
 	Now        time.Time
 	Data       any
 	status     int
@@ -69,9 +70,13 @@ func (c *Console) routes() *http.ServeMux {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 	})
 	mux.HandleFunc("GET "+Prefix+"login", func(w http.ResponseWriter, r *http.Request) {
-		c.render(w, view{Title: "Log in", page: "login"})
+		c.render(w, c.loginView("", 0))
 	})
 	mux.HandleFunc("POST "+Prefix+"login", c.login)
+	if c.auth.OIDCEnabled() {
+		mux.HandleFunc("GET "+Prefix+"oidc/login", c.oidcLogin)
+		mux.HandleFunc("GET "+Prefix+"oidc/callback", c.oidcCallback)
+	}
 	mux.HandleFunc("POST "+Prefix+"logout", c.page(func(w http.ResponseWriter, r *http.Request, who consoleauth.Who) {
 		_ = c.auth.Logout(r.Context(), who) // a MemoryStore never fails
 		http.SetCookie(w, c.auth.SessionCookie(r, ""))
@@ -145,7 +150,7 @@ func (c *Console) page(h func(http.ResponseWriter, *http.Request, consoleauth.Wh
 		who, ref, _ := c.auth.Identify(r) // a MemoryStore never fails
 		if ref != nil && ref.Status == http.StatusTooManyRequests {
 			ref.SetRetryAfter(w.Header())
-			c.render(w, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+			c.render(w, c.loginView(throttledText(ref), ref.Status))
 			return
 		}
 		if ref != nil {
@@ -153,7 +158,7 @@ func (c *Console) page(h func(http.ResponseWriter, *http.Request, consoleauth.Wh
 				http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 				return
 			}
-			c.render(w, view{Title: "Log in", page: "login", Failure: "Your session has ended; log in again.", status: http.StatusUnauthorized})
+			c.render(w, c.loginView("Your session has ended; log in again.", http.StatusUnauthorized))
 			return
 		}
 		if r.Method == http.MethodPost {
@@ -190,6 +195,44 @@ func (c *Console) render(w http.ResponseWriter, v view) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+// loginView is the login page, with a failure and its status.
+func (c *Console) loginView(failure string, status int) view {
+	return view{Title: "Log in", page: "login", Failure: failure, status: status, OIDC: c.auth.OIDCEnabled()}
+}
+
+// oidcLogin sends the browser to the OpenID provider.
+func (c *Console) oidcLogin(w http.ResponseWriter, r *http.Request) {
+	ck, to, err := c.auth.OIDCStart(r)
+	if err != nil {
+		c.render(w, c.loginView("The OpenID provider does not answer; try again shortly, or log in with the token.", http.StatusServiceUnavailable))
+		return
+	}
+	http.SetCookie(w, ck)
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// oidcCallback trades the provider's code for a fresh session in this
+// router's memory (a MemoryStore never fails).
+func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
+	_, cookie, clear, ref, err := c.auth.OIDCCallback(r)
+	if clear != nil {
+		http.SetCookie(w, clear)
+	}
+	switch {
+	case err != nil:
+		c.render(w, c.loginView("The OpenID provider does not answer; try again shortly, or log in with the token.", http.StatusServiceUnavailable))
+		return
+	case ref != nil && ref.Status == http.StatusForbidden:
+		c.render(w, c.loginView("The OpenID provider names you, but your groups give you no role in this console.", ref.Status))
+		return
+	case ref != nil:
+		c.render(w, c.loginView("The OpenID login failed or expired; try again.", ref.Status))
+		return
+	}
+	http.SetCookie(w, c.auth.SessionCookie(r, cookie))
+	consoleauth.WriteContinue(w, Prefix)
+}
+
 // login trades the token (the form's body only) for a fresh session in
 // this router's memory.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
@@ -198,10 +241,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case ref != nil && ref.Status == http.StatusTooManyRequests:
 		ref.SetRetryAfter(w.Header())
-		c.render(w, view{Title: "Log in", page: "login", Failure: throttledText(ref), status: ref.Status})
+		c.render(w, c.loginView(throttledText(ref), ref.Status))
 		return
 	case ref != nil:
-		c.render(w, view{Title: "Log in", page: "login", Failure: "That token is not the router's admin token.", status: http.StatusUnauthorized})
+		c.render(w, c.loginView("That token is not the router's admin token.", http.StatusUnauthorized))
 		return
 	}
 	http.SetCookie(w, c.auth.SessionCookie(r, cookie))

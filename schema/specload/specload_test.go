@@ -124,3 +124,45 @@ func loadApp(tb testing.TB, app string) *schema.Spec {
 	}
 	return sp
 }
+
+// console.oidc: an issuer or redirect URL that is not an http(s) URL, an
+// empty role claim and a secret variable that is no variable name are
+// refused, naming the field; a good block passes.
+func TestCheckConsoleOIDC(t *testing.T) {
+	raw, err := Load(specDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replacements apply inside the console.oidc block only: other blocks
+	// (tenancy.jwt) have an issuer too.
+	at := strings.Index(string(raw), `"oidc":{`)
+	if at < 0 {
+		t.Fatal(`fixture: the app spec has no "oidc":{ block`)
+	}
+	replace := func(from, to string) string {
+		return string(raw[:at]) + strings.Replace(string(raw[at:]), from, to, 1)
+	}
+	const from = `"issuer":""`
+	if !strings.Contains(string(raw[at:]), from) {
+		t.Fatalf("fixture: the oidc block no longer has %s", from)
+	}
+	good := replace(from, `"issuer":"https://sso.example.com/realms/ops"`)
+	if err := schema.Check([]byte(good)); err != nil {
+		t.Errorf("a good issuer: %v", err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{from, `"issuer":"sso.example.com"`, "console.oidc.issuer"},
+		{from, `"issuer":"https://sso.example.com/?a=1"`, "console.oidc.issuer"},
+		{`"redirect_url":""`, `"redirect_url":"/admin/oidc/callback"`, "console.oidc.redirect_url"},
+		{`"role_claim":"groups"`, `"role_claim":""`, "console.oidc.role_claim"},
+		{`"client_secret_env":"CELLGATE_CONSOLE_OIDC_CLIENT_SECRET"`, `"client_secret_env":"not a var"`, "console.oidc.client_secret_env"},
+	} {
+		bad := replace(c.from, c.to)
+		if bad == string(raw) {
+			t.Fatalf("fixture: the app spec no longer has %s", c.from)
+		}
+		if err := schema.Check([]byte(bad)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one naming %s", c.to, err, c.want)
+		}
+	}
+}

@@ -125,6 +125,9 @@ type Config struct {
 	Console string
 	// Logger receives the audit lines of refusals; nil means slog.Default().
 	Logger *slog.Logger
+	// OIDC, when set, lets operators log in as themselves through an
+	// OpenID Connect provider (OIDCStart, OIDCCallback).
+	OIDC *OIDCConfig
 }
 
 // Authenticator turns a bearer token or a session cookie into a Who.
@@ -132,6 +135,7 @@ type Authenticator struct {
 	admin, operator [sha256.Size]byte
 	hasOperator     bool
 	cfg             Config
+	oidc            *oidcLogin
 }
 
 // New builds an Authenticator.
@@ -151,12 +155,20 @@ func New(c Config) (*Authenticator, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return &Authenticator{
+	a := &Authenticator{
 		admin:       sha256.Sum256([]byte(c.AdminToken)),
 		operator:    sha256.Sum256([]byte(c.OperatorToken)),
 		hasOperator: c.OperatorToken != "",
 		cfg:         c,
-	}, nil
+	}
+	if c.OIDC != nil {
+		o, err := newOIDCLogin(*c.OIDC)
+		if err != nil {
+			return nil, err
+		}
+		a.oidc = o
+	}
+	return a, nil
 }
 
 // Token returns the role of a token; both compares always run.
@@ -199,14 +211,21 @@ type Who struct {
 	CSRF string
 	// Remote is the client's address (trusted proxies only).
 	Remote string
+	// Subject and Email name the person of an OpenID Connect login (the
+	// ID token's sub and email claims); "" for a token.
+	Subject, Email string
 }
 
-// Actor names the credential in audit lines: "admin-token" and
+// Actor names the credential in audit lines: "oidc:<subject>" for a
+// person who logged in through the OpenID provider (a refused one
+// included, once the provider named them), "admin-token" and
 // "operator-token" for the shared tokens of automation, "session:<first
-// 12 hex digits of its id>" for a login, so one session's lines can be
-// followed from its login to its logout.
+// 12 hex digits of its id>" for a token login, so one session's lines can
+// be followed from its login to its logout.
 func (w Who) Actor() string {
 	switch {
+	case w.Subject != "":
+		return "oidc:" + w.Subject
 	case w.Role == RoleNone:
 		return "none"
 	case w.Session != "":
@@ -295,9 +314,17 @@ func (a *Authenticator) session(ctx context.Context, cookie string) (Who, error)
 		return Who{}, nil
 	}
 	now := a.cfg.Now()
-	alive := now.Before(s.Expires) && now.Sub(s.Seen) < a.cfg.Idle &&
-		(s.Role == RoleReader || (s.Role == RoleOperator && a.hasOperator)) &&
-		subtle.ConstantTimeCompare([]byte(s.Token), []byte(a.fingerprint(s.Role))) == 1
+	var alive bool
+	if s.Subject != "" {
+		// A person's session: ends when OIDC is turned off or its issuer,
+		// client or role mapping changes.
+		alive = a.oidc != nil && (s.Role == RoleReader || s.Role == RoleOperator) &&
+			subtle.ConstantTimeCompare([]byte(s.Token), []byte(a.oidc.fp)) == 1
+	} else {
+		alive = (s.Role == RoleReader || (s.Role == RoleOperator && a.hasOperator)) &&
+			subtle.ConstantTimeCompare([]byte(s.Token), []byte(a.fingerprint(s.Role))) == 1
+	}
+	alive = alive && now.Before(s.Expires) && now.Sub(s.Seen) < a.cfg.Idle
 	if !alive {
 		// Ended by time or by a token change: gone for every process.
 		if err := a.cfg.Store.Delete(ctx, id); err != nil {
@@ -312,7 +339,7 @@ func (a *Authenticator) session(ctx context.Context, cookie string) (Who, error)
 			return Who{}, fmt.Errorf("%w: %v", ErrStore, err)
 		}
 	}
-	return Who{Role: s.Role, Session: id, CSRF: s.CSRF}, nil
+	return Who{Role: s.Role, Session: id, CSRF: s.CSRF, Subject: s.Subject, Email: s.Email}, nil
 }
 
 // Login checks a token sent by the login form (the POST body only: a token
@@ -434,9 +461,17 @@ func SetPageHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
 }
 
-// Audit writes one audit line: who (role, actor, remote address), what
-// (action), how it ended, and any further key/value pairs.
+// Audit writes one audit line: who (role, actor, remote address, and the
+// email and session of a person), what (action), how it ended, and any
+// further key/value pairs.
 func Audit(log *slog.Logger, level slog.Level, w Who, action, outcome string, kv ...any) {
-	args := append([]any{"role", w.Role.String(), "actor", w.Actor(), "remote", w.Remote, "action", action, "outcome", outcome}, kv...)
+	args := []any{"role", w.Role.String(), "actor", w.Actor(), "remote", w.Remote}
+	if w.Subject != "" {
+		args = append(args, "email", w.Email)
+		if w.Session != "" {
+			args = append(args, "session", w.Session[:12])
+		}
+	}
+	args = append(append(args, "action", action, "outcome", outcome), kv...)
 	log.Log(context.Background(), level, AuditMessage, args...)
 }

@@ -12,9 +12,13 @@ type Session struct {
 	Role Role
 	// CSRF is the session's own CSRF secret, drawn at login.
 	CSRF string
-	// Token is a fingerprint of the role's token at login: a session whose
-	// token has changed since ends.
+	// Token is a fingerprint of the role's token at login (of the OpenID
+	// settings for a person's login): a session whose token or settings
+	// have changed since ends.
 	Token string
+	// Subject and Email name the person of an OpenID Connect login; ""
+	// for a token login.
+	Subject, Email string
 	// Created, Seen (last use, written at most every Idle/16) and Expires
 	// time it.
 	Created, Seen, Expires time.Time
