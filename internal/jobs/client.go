@@ -29,6 +29,12 @@ type Options struct {
 	// Clock is the time source for the backend's scheduling. nil means
 	// SystemClock.
 	Clock Clock
+	// Middleware wraps every worker call, Middleware[0] outermost (see
+	// Middleware). None means the handlers are called directly.
+	Middleware []Middleware
+	// InsertMiddleware wraps every enqueue, InsertMiddleware[0] outermost
+	// (see InsertMiddleware).
+	InsertMiddleware []InsertMiddleware
 }
 
 // StopReport says what Stop left behind.
@@ -86,6 +92,8 @@ type Client struct {
 	done      chan struct{}
 
 	tenantCtxs tenantCtxCache // handler contexts by tenant, under workCtx
+
+	insert InsertFunc // the insert middleware chain; nil without middleware
 }
 
 // tenantCtxCache keeps the handler context of recently seen tenants (the
@@ -181,10 +189,12 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 		done:    make(chan struct{}),
 	}
 	c.tenantCtxs.seed = maphash.MakeSeed()
+	c.insert = c.chainInsert(o.InsertMiddleware)
 	kms := make([]kindMetrics, 0, len(w.kinds)+1)
 	for name, r := range w.kinds {
 		r2 := *r // the registry may back several clients; counters are per client
 		r2.idx = len(kms)
+		r2.run = handlerFunc(chainWork(WorkFunc(r.run), o.Middleware))
 		kms = append(kms, c.m.forKind(name))
 		c.kinds[name] = &r2
 	}
@@ -269,6 +279,9 @@ func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) 
 	if err := c.insertParams(ctx, "Enqueue", args, opts, &p); err != nil {
 		return EnqueueResult{}, err
 	}
+	if c.insert != nil {
+		return c.insertOne(ctx, nil, p)
+	}
 	return c.backend.Insert(ctx, p)
 }
 
@@ -280,6 +293,9 @@ func (c *Client) EnqueueTx(ctx context.Context, tx shards.Tx, args Args, opts ..
 	var p InsertParams
 	if err := c.insertParams(ctx, "EnqueueTx", args, opts, &p); err != nil {
 		return EnqueueResult{}, err
+	}
+	if c.insert != nil {
+		return c.insertOne(ctx, &tx, p)
 	}
 	return c.backend.InsertTx(ctx, tx, p)
 }
@@ -297,6 +313,9 @@ func (c *Client) EnqueueMany(ctx context.Context, args []Args, opts ...EnqueueOp
 	if err != nil || len(ps) == 0 {
 		return nil, err
 	}
+	if c.insert != nil {
+		return c.insertMany(ctx, nil, ps)
+	}
 	return c.backend.InsertMany(ctx, ps)
 }
 
@@ -307,6 +326,9 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, o
 	ps, err := c.manyParams(ctx, "EnqueueManyTx", args, opts)
 	if err != nil || len(ps) == 0 {
 		return nil, err
+	}
+	if c.insert != nil {
+		return c.insertMany(ctx, &tx, ps)
 	}
 	return c.backend.InsertManyTx(ctx, tx, ps)
 }
