@@ -82,6 +82,11 @@ type Backend interface {
 	// Fail records that the running job failed for good with errMsg.
 	Fail(ctx context.Context, job *JobRow, errMsg string) error
 
+	// Snooze makes the running job wait again until delay has passed
+	// without counting the attempt: the next Claim of it gives the same
+	// Attempt as this one, and the attempt budget is not consumed.
+	Snooze(ctx context.Context, job *JobRow, delay time.Duration) error
+
 	// Stats reports the jobs per queue, for metrics and the shutdown report.
 	Stats(ctx context.Context) ([]QueueStats, error)
 

@@ -538,6 +538,13 @@ func (c *Client) process(w *workerState, row *JobRow) {
 		}
 		return
 	}
+	if d, ok := snoozed(err); ok {
+		counts.inc(outcomeSnoozed)
+		if rerr := c.backend.Snooze(ctx, row, max(d, 0)); rerr != nil {
+			c.reportErr(rerr, id)
+		}
+		return
+	}
 	if IsPermanent(err) || attempt >= row.MaxAttempts {
 		counts.inc(outcomeFailed)
 		c.logger.Error("jobs: job failed for good", "id", id, "kind", kind, "attempt", attempt, "err", err)

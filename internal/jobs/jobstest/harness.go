@@ -79,6 +79,7 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Shutdown", testShutdown},
 		{"Middleware", testMiddleware},
 		{"InsertMiddleware", testInsertMiddleware},
+		{"Snooze", testSnooze},
 	}
 	if caps.TenantIsolation {
 		tests = append(tests, []struct {

@@ -377,6 +377,16 @@ func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Durati
 	return db.retry(ctx, row, delay, errMsg)
 }
 
+// Snooze makes the job available again after delay without counting the
+// attempt, in its database.
+func (b *Backend) Snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) error {
+	db, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return db.snooze(ctx, row, delay)
+}
+
 // Fail records that the job failed for good, in its database.
 func (b *Backend) Fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
 	db, err := owner(row)
