@@ -333,6 +333,30 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, o
 	return c.backend.InsertManyTx(ctx, tx, ps)
 }
 
+// Cancel cancels the waiting job id (one Enqueue or EnqueueMany made):
+// it will not run, and it ends failed with "cancelled" as its error. It
+// returns an error wrapping ErrNotWaiting when the job is running, has
+// ended or does not exist, and ErrNoCancel on a backend that is no
+// Canceller (the local one).
+func (c *Client) Cancel(ctx context.Context, id JobID) error {
+	cb, ok := c.backend.(Canceller)
+	if !ok {
+		return ErrNoCancel
+	}
+	return cb.Cancel(ctx, id)
+}
+
+// CancelTx is Cancel written with the caller's transaction tx, on tx's
+// database (where EnqueueTx with such a tx put the job): the job stays
+// cancelled if and only if tx commits.
+func (c *Client) CancelTx(ctx context.Context, tx shards.Tx, id JobID) error {
+	cb, ok := c.backend.(Canceller)
+	if !ok {
+		return ErrNoCancel
+	}
+	return cb.CancelTx(ctx, tx, id)
+}
+
 // manyParams validates and encodes every element of args.
 func (c *Client) manyParams(ctx context.Context, op string, args []Args, opts []EnqueueOption) ([]InsertParams, error) {
 	ps := make([]InsertParams, len(args))

@@ -94,6 +94,14 @@ func RunConformance(t *testing.T, h Harness) {
 	} else {
 		t.Log("jobstest: backend reports no TenantIsolation; fairness, slots and lanes are not part of its contract")
 	}
+	if _, ok := probe.(jobs.Canceller); ok {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"Cancel", testCancel})
+	} else {
+		t.Log("jobstest: backend is no jobs.Canceller; cancelling jobs is not part of its contract")
+	}
 	if pauses {
 		tests = append(tests, struct {
 			name string
