@@ -150,6 +150,28 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// snoozeError is a handler's request to run the job again later.
+type snoozeError struct{ delay time.Duration }
+
+func (e *snoozeError) Error() string { return "snoozed for " + e.delay.String() }
+
+// Snooze is what a handler returns to put its job back to waiting and run
+// it again once d has passed (0 or less: as soon as a worker is free), for
+// work that is not ready yet (a rate limit, a resource still being built).
+// The attempt is not counted: the next run has the same Job.Attempt, and
+// the job's MaxAttempts is not consumed, so a job may snooze any number of
+// times. Wrapped in another error, it still snoozes.
+func Snooze(d time.Duration) error { return &snoozeError{delay: d} }
+
+// snoozed reports whether err came from Snooze, and its delay.
+func snoozed(err error) (time.Duration, bool) {
+	var s *snoozeError
+	if errors.As(err, &s) {
+		return s.delay, true
+	}
+	return 0, false
+}
+
 // EnqueueResult is what Enqueue reports.
 type EnqueueResult struct {
 	// ID is the new job, or the active job that made this enqueue a duplicate.

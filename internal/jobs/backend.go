@@ -82,6 +82,11 @@ type Backend interface {
 	// Fail records that the running job failed for good with errMsg.
 	Fail(ctx context.Context, job *JobRow, errMsg string) error
 
+	// Snooze makes the running job wait again until delay has passed
+	// without counting the attempt: the next Claim of it gives the same
+	// Attempt as this one, and the attempt budget is not consumed.
+	Snooze(ctx context.Context, job *JobRow, delay time.Duration) error
+
 	// Stats reports the jobs per queue, for metrics and the shutdown report.
 	Stats(ctx context.Context) ([]QueueStats, error)
 
@@ -197,6 +202,28 @@ func (SystemClock) Now() time.Time { return time.Now() }
 
 // AfterFunc wraps time.AfterFunc.
 func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// ErrNotWaiting is the answer of Client.Cancel and CancelTx for a job that
+// is not waiting: it is running, has completed or failed, or does not
+// exist.
+var ErrNotWaiting = errors.New("jobs: the job is not waiting")
+
+// ErrNoCancel is the answer of Client.Cancel and CancelTx on a backend that
+// is no Canceller.
+var ErrNoCancel = errors.New("jobs: this job backend cannot cancel jobs")
+
+// Canceller is the optional Backend behaviour behind Client.Cancel and
+// CancelTx: a waiting job (available, scheduled for later or for a retry)
+// is failed for good without running again, with "cancelled" as its last
+// error. A running job is not touched. The PostgreSQL backend implements it.
+type Canceller interface {
+	// Cancel cancels the waiting job id of the database Insert writes to;
+	// ErrNotWaiting when there is no such waiting job.
+	Cancel(ctx context.Context, id JobID) error
+	// CancelTx cancels the waiting job id of tx's database with tx: the
+	// job stays cancelled if and only if tx commits.
+	CancelTx(ctx context.Context, tx shards.Tx, id JobID) error
+}
 
 // QueuePauser is the optional Backend behaviour behind pausing a queue (the
 // operator console's pause and resume). A paused queue's waiting jobs are

@@ -28,6 +28,12 @@ type Options struct {
 	// Clock is the time source for the backend's scheduling. nil means
 	// SystemClock.
 	Clock Clock
+	// Middleware wraps every worker call, Middleware[0] outermost (see
+	// Middleware). None means the handlers are called directly.
+	Middleware []Middleware
+	// InsertMiddleware wraps every enqueue, InsertMiddleware[0] outermost
+	// (see InsertMiddleware).
+	InsertMiddleware []InsertMiddleware
 }
 
 // StopReport says what Stop left behind.
@@ -83,6 +89,8 @@ type Client struct {
 	// a PostgreSQL backend still records jobs that end during a hard stop.
 	reportCtx context.Context
 	done      chan struct{}
+
+	insert InsertFunc // the insert middleware chain; nil without middleware
 }
 
 // workerState is one worker's state, read by Stop and by metric scrapes
@@ -138,10 +146,12 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 		ws:      make([]workerState, eff.Workers),
 		done:    make(chan struct{}),
 	}
+	c.insert = c.chainInsert(o.InsertMiddleware)
 	kms := make([]kindMetrics, 0, len(w.kinds)+1)
 	for name, r := range w.kinds {
 		r2 := *r // the registry may back several clients; counters are per client
 		r2.idx = len(kms)
+		r2.run = handlerFunc(chainWork(WorkFunc(r.run), o.Middleware))
 		kms = append(kms, c.m.forKind(name))
 		c.kinds[name] = &r2
 	}
@@ -226,6 +236,9 @@ func (c *Client) Enqueue(ctx context.Context, args Args, opts ...EnqueueOption) 
 	if err := c.insertParams(ctx, "Enqueue", args, opts, &p); err != nil {
 		return EnqueueResult{}, err
 	}
+	if c.insert != nil {
+		return c.insertOne(ctx, nil, p)
+	}
 	return c.backend.Insert(ctx, p)
 }
 
@@ -237,6 +250,9 @@ func (c *Client) EnqueueTx(ctx context.Context, tx shards.Tx, args Args, opts ..
 	var p InsertParams
 	if err := c.insertParams(ctx, "EnqueueTx", args, opts, &p); err != nil {
 		return EnqueueResult{}, err
+	}
+	if c.insert != nil {
+		return c.insertOne(ctx, &tx, p)
 	}
 	return c.backend.InsertTx(ctx, tx, p)
 }
@@ -254,6 +270,9 @@ func (c *Client) EnqueueMany(ctx context.Context, args []Args, opts ...EnqueueOp
 	if err != nil || len(ps) == 0 {
 		return nil, err
 	}
+	if c.insert != nil {
+		return c.insertMany(ctx, nil, ps)
+	}
 	return c.backend.InsertMany(ctx, ps)
 }
 
@@ -265,7 +284,34 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, o
 	if err != nil || len(ps) == 0 {
 		return nil, err
 	}
+	if c.insert != nil {
+		return c.insertMany(ctx, &tx, ps)
+	}
 	return c.backend.InsertManyTx(ctx, tx, ps)
+}
+
+// Cancel cancels the waiting job id (one Enqueue or EnqueueMany made):
+// it will not run, and it ends failed with "cancelled" as its error. It
+// returns an error wrapping ErrNotWaiting when the job is running, has
+// ended or does not exist, and ErrNoCancel on a backend that is no
+// Canceller (the local one).
+func (c *Client) Cancel(ctx context.Context, id JobID) error {
+	cb, ok := c.backend.(Canceller)
+	if !ok {
+		return ErrNoCancel
+	}
+	return cb.Cancel(ctx, id)
+}
+
+// CancelTx is Cancel written with the caller's transaction tx, on tx's
+// database (where EnqueueTx with such a tx put the job): the job stays
+// cancelled if and only if tx commits.
+func (c *Client) CancelTx(ctx context.Context, tx shards.Tx, id JobID) error {
+	cb, ok := c.backend.(Canceller)
+	if !ok {
+		return ErrNoCancel
+	}
+	return cb.CancelTx(ctx, tx, id)
 }
 
 // manyParams validates and encodes every element of args.
@@ -469,6 +515,13 @@ func (c *Client) process(w *workerState, row *JobRow) {
 	if err == nil {
 		counts.inc(outcomeCompleted)
 		if rerr := c.backend.Complete(ctx, row); rerr != nil {
+			c.reportErr(rerr, id)
+		}
+		return
+	}
+	if d, ok := snoozed(err); ok {
+		counts.inc(outcomeSnoozed)
+		if rerr := c.backend.Snooze(ctx, row, max(d, 0)); rerr != nil {
 			c.reportErr(rerr, id)
 		}
 		return

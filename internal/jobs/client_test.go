@@ -304,6 +304,7 @@ func TestMetrics(t *testing.T) {
 		"cellgate_jobs_completed_total":   "COUNTER:kind",
 		"cellgate_jobs_failed_total":      "COUNTER:kind",
 		"cellgate_jobs_retried_total":     "COUNTER:kind",
+		"cellgate_jobs_snoozed_total":     "COUNTER:kind",
 		"cellgate_jobs_lane_busy_workers": "GAUGE:lane",
 	}
 	mfs, err := reg.Gather()

@@ -29,6 +29,7 @@ type metrics struct {
 	completed *prometheus.CounterVec
 	failed    *prometheus.CounterVec
 	retried   *prometheus.CounterVec
+	snoozed   *prometheus.CounterVec
 	laneBusy  *prometheus.GaugeVec
 	depth     *depthCollector
 
@@ -39,7 +40,7 @@ type metrics struct {
 
 // kindMetrics are one kind's counters, resolved once.
 type kindMetrics struct {
-	completed, failed, retried prometheus.Counter
+	completed, failed, retried, snoozed prometheus.Counter
 }
 
 func newMetrics(b Backend, logger *slog.Logger) *metrics {
@@ -59,6 +60,10 @@ func newMetrics(b Backend, logger *slog.Logger) *metrics {
 		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellgate_jobs_retried_total",
 			Help: "Failed job attempts that were scheduled for a retry, by kind.",
+		}, []string{"kind"}),
+		snoozed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellgate_jobs_snoozed_total",
+			Help: "Job attempts that snoozed (jobs.Snooze: run again later, not counted as an attempt), by kind.",
 		}, []string{"kind"}),
 		laneBusy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cellgate_jobs_lane_busy_workers",
@@ -82,13 +87,13 @@ func (m *metrics) register(reg *prometheus.Registry) error {
 }
 
 // folding collects the metrics the workers count into, after folding the
-// workers' counts in once per scrape (one collector for all five, so a
+// workers' counts in once per scrape (one collector for all six, so a
 // scrape folds once and sees them all from the same fold).
 type folding struct{ m *metrics }
 
-func (f folding) collectors() [5]prometheus.Collector {
+func (f folding) collectors() [6]prometheus.Collector {
 	m := f.m
-	return [5]prometheus.Collector{m.running, m.completed, m.failed, m.retried, m.laneBusy}
+	return [6]prometheus.Collector{m.running, m.completed, m.failed, m.retried, m.snoozed, m.laneBusy}
 }
 
 func (f folding) Describe(ch chan<- *prometheus.Desc) {
@@ -111,6 +116,7 @@ const (
 	outcomeCompleted = iota
 	outcomeFailed
 	outcomeRetried
+	outcomeSnoozed
 	numOutcomes
 )
 
@@ -167,7 +173,7 @@ func (f *folder) fold() {
 				sum[o] += c.n[o].Load()
 			}
 		}
-		for o, ctr := range [numOutcomes]prometheus.Counter{km.completed, km.failed, km.retried} {
+		for o, ctr := range [numOutcomes]prometheus.Counter{km.completed, km.failed, km.retried, km.snoozed} {
 			if d := sum[o] - f.added[k][o]; d > 0 {
 				ctr.Add(float64(d))
 				f.added[k][o] = sum[o]
@@ -193,6 +199,7 @@ func (m *metrics) forKind(name string) kindMetrics {
 		completed: m.completed.WithLabelValues(name),
 		failed:    m.failed.WithLabelValues(name),
 		retried:   m.retried.WithLabelValues(name),
+		snoozed:   m.snoozed.WithLabelValues(name),
 	}
 }
 

@@ -77,6 +77,9 @@ func RunConformance(t *testing.T, h Harness) {
 		{"EnqueueMany", testEnqueueMany},
 		{"KindConcurrency", testKindConcurrency},
 		{"Shutdown", testShutdown},
+		{"Middleware", testMiddleware},
+		{"InsertMiddleware", testInsertMiddleware},
+		{"Snooze", testSnooze},
 	}
 	if caps.TenantIsolation {
 		tests = append(tests, []struct {
@@ -90,6 +93,14 @@ func RunConformance(t *testing.T, h Harness) {
 		}...)
 	} else {
 		t.Log("jobstest: backend reports no TenantIsolation; fairness, slots and lanes are not part of its contract")
+	}
+	if _, ok := probe.(jobs.Canceller); ok {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"Cancel", testCancel})
+	} else {
+		t.Log("jobstest: backend is no jobs.Canceller; cancelling jobs is not part of its contract")
 	}
 	if pauses {
 		tests = append(tests, struct {
@@ -120,12 +131,20 @@ type env struct {
 
 func newEnv(t *testing.T, h Harness, cfg jobs.Config, w *jobs.Workers) *env {
 	t.Helper()
+	return newEnvOpts(t, h, cfg, w, jobs.Options{})
+}
+
+// newEnvOpts is newEnv with o's middleware (its logger and registry are
+// the env's own).
+func newEnvOpts(t *testing.T, h Harness, cfg jobs.Config, w *jobs.Workers, o jobs.Options) *env {
+	t.Helper()
 	b := h.NewBackend(t)
 	reg := prometheus.NewRegistry()
 	// Abandoned handlers may log after the test ends, so logs go nowhere
 	// rather than to t.Log.
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := jobs.NewClient(context.Background(), cfg, b, w, jobs.Options{Logger: logger, Registry: reg})
+	o.Logger, o.Registry = logger, reg
+	c, err := jobs.NewClient(context.Background(), cfg, b, w, o)
 	if err != nil {
 		t.Fatalf("NewClient: %v", err)
 	}

@@ -72,3 +72,13 @@ func (a uniqueArgs) UniqueKey() string { return jobs.UniqueKeyOf(a.Key) }
 type badArgs struct{}
 
 func (badArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{} }
+
+// snoozeArgs has a budget of one attempt, so a snooze that counted as an
+// attempt would leave no run after it.
+type snoozeArgs struct {
+	Key string `json:"key"`
+}
+
+func (snoozeArgs) JobSpec() jobs.KindSpec {
+	return jobs.KindSpec{Name: "jobstest_snooze", MaxAttempts: 1}
+}

@@ -344,6 +344,17 @@ func (b *Backend) Retry(_ context.Context, row *jobs.JobRow, delay time.Duration
 	return nil
 }
 
+// Snooze makes the job available again after delay, its attempt not
+// counted: Claim counts it again.
+func (b *Backend) Snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) error {
+	row.Attempt--
+	if err := b.Retry(ctx, row, delay, ""); err != nil {
+		row.Attempt++ // still running as that attempt
+		return err
+	}
+	return nil
+}
+
 // Stats counts the jobs of each queue, in the order queues were first seen.
 func (b *Backend) Stats(context.Context) ([]jobs.QueueStats, error) {
 	b.mu.Lock()

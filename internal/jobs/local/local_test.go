@@ -500,3 +500,20 @@ func TestNowFollowsTheWallClock(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelUnsupported: jobs in memory have no Canceller, and the Client
+// says so rather than pretending to cancel.
+func TestCancelUnsupported(t *testing.T) {
+	ctx := context.Background()
+	c, err := jobs.NewClient(ctx, jobs.Config{Workers: 1}, New(), nil, jobs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Stop(ctx) }()
+	if err := c.Cancel(ctx, 1); !errors.Is(err, jobs.ErrNoCancel) {
+		t.Errorf("Cancel = %v, want ErrNoCancel", err)
+	}
+	if err := c.CancelTx(ctx, shards.Tx{}, 1); !errors.Is(err, jobs.ErrNoCancel) {
+		t.Errorf("CancelTx = %v, want ErrNoCancel", err)
+	}
+}

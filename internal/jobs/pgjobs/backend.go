@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -316,6 +317,49 @@ func (b *Backend) InsertManyTx(ctx context.Context, tx shards.Tx, ps []jobs.Inse
 	return db.insertManyTx(ctx, tx, ps)
 }
 
+// Cancel cancels the waiting job id of the control database, where Insert
+// writes; see jobs.Canceller.
+func (b *Backend) Cancel(ctx context.Context, id jobs.JobID) error {
+	db := b.dbs[0]
+	cctx, cancel := context.WithTimeout(ctx, dbTimeout)
+	defer cancel()
+	tag, err := db.pool.Exec(cctx, sqlCancelWaiting, pgx.QueryExecModeExec, int64(id), db.now())
+	if err != nil {
+		return fmt.Errorf("pgjobs: cancel job %d of %s: %w", id, db.name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: job %d of %s", jobs.ErrNotWaiting, id, db.name)
+	}
+	return nil
+}
+
+// CancelTx cancels the waiting job id of tx's database with tx; see
+// jobs.Canceller.
+func (b *Backend) CancelTx(ctx context.Context, tx shards.Tx, id jobs.JobID) error {
+	db, err := b.dbOf(tx)
+	if err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, sqlCancelWaiting, int64(id), db.now())
+	if err != nil {
+		return fmt.Errorf("pgjobs: cancel job %d of %s: %w", id, db.name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: job %d of %s", jobs.ErrNotWaiting, id, db.name)
+	}
+	return nil
+}
+
+// sqlCancelWaiting fails a waiting job for good; a running one is its
+// worker's.
+const sqlCancelWaiting = `
+UPDATE cellgate_jobs
+SET state = 'failed', finished_at = $2, vtime = NULL,
+    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $2::timestamptz, 'error', 'cancelled'))
+WHERE id = $1 AND state = 'available'`
+
+var _ jobs.Canceller = (*Backend)(nil)
+
 // dbOf returns the DB of tx's database, ready for an insert.
 func (b *Backend) dbOf(tx shards.Tx) (*DB, error) {
 	if tx.Tx == nil {
@@ -375,6 +419,16 @@ func (b *Backend) Retry(ctx context.Context, row *jobs.JobRow, delay time.Durati
 		return err
 	}
 	return db.retry(ctx, row, delay, errMsg)
+}
+
+// Snooze makes the job available again after delay without counting the
+// attempt, in its database.
+func (b *Backend) Snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) error {
+	db, err := owner(row)
+	if err != nil {
+		return err
+	}
+	return db.snooze(ctx, row, delay)
 }
 
 // Fail records that the job failed for good, in its database.

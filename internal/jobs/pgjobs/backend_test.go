@@ -465,6 +465,54 @@ func TestEnqueueTx(t *testing.T) {
 	}
 }
 
+// TestCancelTx: a cancel in the caller's transaction holds if and only if
+// the transaction commits.
+func TestCancelTx(t *testing.T) {
+	pool := newMigratedPool(t, 4)
+	c, _ := newClient(t, pool, Config{}, 1, nil)
+	ctx := context.Background()
+	r, err := c.Enqueue(ctx, plainArgs{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []bool{false, true} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CancelTx(ctx, shards.WrapTx(tx, nil), r.ID); err != nil {
+			t.Fatalf("CancelTx(commit=%v): %v", commit, err)
+		}
+		if commit {
+			err = tx.Commit(ctx)
+		} else {
+			err = tx.Rollback(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "available"
+		if commit {
+			want = "failed"
+		}
+		var state string
+		if err := pool.QueryRow(ctx, `SELECT state FROM cellgate_jobs WHERE id = $1`, int64(r.ID)).Scan(&state); err != nil {
+			t.Fatal(err)
+		}
+		if state != want {
+			t.Fatalf("after CancelTx and commit=%v the job is %s, want %s", commit, state, want)
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := c.CancelTx(ctx, shards.WrapTx(tx, nil), r.ID); !errors.Is(err, jobs.ErrNotWaiting) {
+		t.Errorf("CancelTx of a cancelled job = %v, want ErrNotWaiting", err)
+	}
+}
+
 func TestConfig(t *testing.T) {
 	d := Config{}.WithDefaults()
 	if d.Claim != ClaimFair || d.RescueAfter != 5*time.Minute || d.Retention != 24*time.Hour ||

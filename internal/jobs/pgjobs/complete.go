@@ -105,6 +105,32 @@ func (b *DB) retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, e
 	return nil
 }
 
+// snooze makes the job available at now+delay with its attempt taken back,
+// so the next claim runs it as the same attempt; no error is recorded.
+func (b *DB) snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) error {
+	if err := b.own(row); err != nil {
+		return err
+	}
+	b.untrack(row.ID)
+	runAt := b.now().Add(max(delay, 0))
+	tag, err := b.writeOutcome(ctx, sqlSnooze, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt)
+	if err != nil {
+		return b.closedErr(fmt.Errorf("pgjobs: snooze job %d: %w", row.ID, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return errNotRunning
+	}
+	if delay <= 0 {
+		b.notifyNow()
+	} else {
+		b.wakeAt(runAt)
+	}
+	if b.capped[row.Kind] {
+		signal(b.wake)
+	}
+	return nil
+}
+
 // fail records the final failure; the job stays in the table, 'failed',
 // for the retention period.
 func (b *DB) fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
@@ -179,6 +205,11 @@ const sqlRetry = `
 UPDATE cellgate_jobs
 SET state = 'available', run_at = $3, vtime = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', $5::text))
+WHERE id = $1 AND attempt = $2 AND state = 'running'`
+
+const sqlSnooze = `
+UPDATE cellgate_jobs
+SET state = 'available', run_at = $3, vtime = NULL, attempt = attempt - 1
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
 const sqlFail = `
