@@ -11,7 +11,7 @@ TOOL  := $(GO) tool -modfile=tools/go.mod
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all help arch test-deps new generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
+.PHONY: all help arch test-deps new upgrade upgrade-check generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
 
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
@@ -44,8 +44,8 @@ gen-if-needed:
 	  $(MAKE) --no-print-directory generate; \
 	fi
 
-## check: import rules, drift check of gen/ and its input stamp, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet, cue fmt / opa fmt, opa check and opa test, conftest
-check: arch drift policy vet vet-bench tidy staticcheck sqlc-vet fmt-check opa-check conftest
+## check: template-owned files as recorded (upgrade-check; a no-op in the template itself), import rules, drift check of gen/ and its input stamp, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet, cue fmt / opa fmt, opa check and opa test, conftest
+check: upgrade-check arch drift policy vet vet-bench tidy staticcheck sqlc-vet fmt-check opa-check conftest
 
 drift:
 	$(GO) run ./cmd/generate -check
@@ -107,6 +107,16 @@ conftest:
 new:
 	@test -n "$(MODULE)" -a -n "$(DIR)" || { echo "usage: make new MODULE=example.com/acme/billing DIR=../billing"; exit 2; }
 	$(GO) run ./cmd/newservice -module $(MODULE) -dir $(DIR)
+
+## upgrade: a newer template into this service: make upgrade FROM=<path or git URL>
+## (three-way merge of template-owned files, conflicts listed, cellgate.lock updated, make generate)
+upgrade:
+	@test -n "$(FROM)" || { echo "usage: make upgrade FROM=<path or git URL of a newer template>"; exit 2; }
+	$(GO) run ./cmd/newservice upgrade -from $(FROM)
+
+## upgrade-check: template-owned files are as cellgate.lock records, or listed in its local_changes with a reason
+upgrade-check:
+	$(GO) run ./cmd/newservice check
 
 ## plan: effective-config difference per cell and operator actions since BASE (default: merge base with main); exit 2 when an action is needed
 plan:

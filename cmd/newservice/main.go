@@ -1,13 +1,20 @@
-// Command newservice writes a new service from this template (make new):
-// a copy of the template's tracked files at -dir with the template's module
-// path rewritten to -module everywhere it occurs (Go code, templates, every
-// go.mod, scripts, docs), a cellgate.lock recording the template commit and
-// the sha256 of every template-owned file, and a git repository holding it
-// all in one commit.
+// Command newservice writes a new service from this template (make new),
+// brings a newer template into such a service (make upgrade) and checks
+// that the service's template-owned files are the template's (make
+// upgrade-check).
+//
+// make new writes a copy of the template's tracked files at -dir with the
+// template's module path rewritten to -module everywhere it occurs (Go
+// code, templates, every go.mod, scripts, docs), a cellgate.lock recording
+// the template commit and the sha256 of every template-owned file, an
+// OWNERSHIP.md saying who owns what, and a git repository holding it all
+// in one commit.
 //
 // Usage:
 //
 //	newservice -module example.com/acme/billing -dir ../billing [-template .]
+//	newservice upgrade -from <path or git URL> [-dir .] [-generate=true]
+//	newservice check [-dir .]
 //
 // It is a one-shot command with no concurrency.
 package main
@@ -34,9 +41,20 @@ const templateModule = "github.com/cellgate/cellgate"
 const lockName = "cellgate.lock"
 
 // userOwned are the paths a service owns from its first commit: its spec,
-// handlers, tables and queries. Every other copied file is template-owned
-// and hashed in the lock. A pattern ending in "/" is a directory.
-var userOwned = []string{"app/", "schema/app.cue", "sql/", "policy/app/", lockName}
+// handlers, tables and queries, its lock and OWNERSHIP.md. Every other
+// copied file, generated ones aside, is template-owned and hashed in the
+// lock. A pattern ending in "/" is a directory.
+var userOwned = []string{"app/", "schema/app.cue", "sql/", "policy/app/", lockName, ownershipName}
+
+// generated are the paths cmd/generate writes from the template and the
+// service's spec together: neither side owns them, so they are neither
+// hashed nor merged; make generate writes them anew after an upgrade and
+// make check's drift check holds them to their inputs.
+var generated = []string{"gen/"}
+
+// ownershipName is the page written at the new service's root saying what
+// the user owns and what the template owns.
+const ownershipName = "OWNERSHIP.md"
 
 // Lock is the content of cellgate.lock.
 type Lock struct {
@@ -48,9 +66,23 @@ type Lock struct {
 	Module string `json:"module"`
 	// UserOwned are the path patterns the service owns (never hashed).
 	UserOwned []string `json:"user_owned"`
-	// Files maps every template-owned file to the sha256 (hex) of its
-	// content as written into the service.
+	// Files maps every template-owned file to the sha256 (hex) of the
+	// template's content of it at Version, module path rewritten.
 	Files map[string]string `json:"files"`
+	// LocalChanges are template-owned files the service changed on
+	// purpose, each with the reason; the user adds them by hand, and
+	// upgrade-check accepts a differing hash only for them.
+	LocalChanges []LocalChange `json:"local_changes"`
+	// Conflicts are the files the last upgrade left with conflict markers
+	// (or could not merge); upgrade-check fails while any is listed. The
+	// user removes an entry once the file is resolved.
+	Conflicts []string `json:"conflicts,omitempty"`
+}
+
+// LocalChange is a template-owned file the service changed deliberately.
+type LocalChange struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 func main() {
@@ -58,8 +90,22 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "upgrade":
+			return runUpgrade(args[1:], stdout, stderr)
+		case "check":
+			return runCheck(args[1:], stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("newservice", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: newservice -module example.com/acme/billing -dir ../billing [-template .]")
+		fmt.Fprintln(stderr, "       newservice upgrade -from <path or git URL of a newer template> [-dir .]")
+		fmt.Fprintln(stderr, "       newservice check [-dir .]")
+		fs.PrintDefaults()
+	}
 	mod := fs.String("module", "", "module path of the new service, e.g. example.com/acme/billing")
 	dir := fs.String("dir", "", "directory to write the new service into (must not exist or be empty)")
 	tmpl := fs.String("template", ".", "root of the template's git checkout")
@@ -138,9 +184,8 @@ func create(tmpl, dir, mod string) (*Lock, error) {
 		if err := os.WriteFile(dst, b, info.Mode().Perm()); err != nil {
 			return nil, err
 		}
-		if !owned(name) {
-			sum := sha256.Sum256(b)
-			lock.Files[name] = hex.EncodeToString(sum[:])
+		if templateOwned(lock.UserOwned, name) {
+			lock.Files[name] = hash(b)
 		}
 	}
 	// The stamp of the generator's inputs hashes files whose module path
@@ -149,18 +194,11 @@ func create(tmpl, dir, mod string) (*Lock, error) {
 		if out, err := exec.Command(filepath.Join(dir, "scripts", "genstamp.sh"), "write").CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("scripts/genstamp.sh write: %v: %s", err, out)
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "gen", ".inputs.sha256"))
-		if err != nil {
-			return nil, err
-		}
-		sum := sha256.Sum256(b)
-		lock.Files["gen/.inputs.sha256"] = hex.EncodeToString(sum[:])
 	}
-	raw, err := json.MarshalIndent(lock, "", "  ")
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(dir, ownershipName), ownership(lock), 0o644); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, lockName), append(raw, '\n'), 0o644); err != nil {
+	if err := writeLock(dir, lock); err != nil {
 		return nil, err
 	}
 	if err := commit(dir, lock); err != nil {
@@ -199,14 +237,80 @@ func rewrite(b []byte, mod string) []byte {
 	return bytes.ReplaceAll(b, []byte(templateModule), []byte(mod))
 }
 
-// owned reports whether the service owns name (userOwned).
-func owned(name string) bool {
-	for _, p := range userOwned {
+// matches reports whether name is one of patterns (a pattern ending in
+// "/" is a directory).
+func matches(patterns []string, name string) bool {
+	for _, p := range patterns {
 		if name == p || (strings.HasSuffix(p, "/") && strings.HasPrefix(name, p)) {
 			return true
 		}
 	}
 	return false
+}
+
+// templateOwned reports whether name is the template's: neither one of the
+// service's patterns (the lock's user_owned) nor generated.
+func templateOwned(user []string, name string) bool {
+	return !matches(user, name) && !matches(generated, name)
+}
+
+// hash is the hex sha256 the lock records of a file's content.
+func hash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// writeLock writes lock as dir's cellgate.lock.
+func writeLock(dir string, lock *Lock) error {
+	if lock.LocalChanges == nil {
+		lock.LocalChanges = []LocalChange{}
+	}
+	raw, err := json.MarshalIndent(lock, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, lockName), append(raw, '\n'), 0o644)
+}
+
+// readLock reads dir's cellgate.lock.
+func readLock(dir string) (*Lock, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, err
+	}
+	var lock Lock
+	if err := json.Unmarshal(raw, &lock); err != nil {
+		return nil, fmt.Errorf("%s: %v", lockName, err)
+	}
+	if lock.Version == "" || lock.Module == "" || lock.Files == nil {
+		return nil, fmt.Errorf("%s: version, module and files are required", lockName)
+	}
+	return &lock, nil
+}
+
+// ownership is the OWNERSHIP.md of a new service.
+func ownership(lock *Lock) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# What this service owns and what the template owns\n\n")
+	// The template's module path is named only by the lock and the
+	// changelog, so a search for it in the service finds only them.
+	fmt.Fprintf(&b, "This service was made from the cellgate template (`make new`); %s records\n", lockName)
+	fmt.Fprintf(&b, "the template commit and the sha256 of every template-owned file.\n\n")
+	fmt.Fprintf(&b, "**Yours** (never touched by `make upgrade`, never checked by `make upgrade-check`):\n\n")
+	for _, p := range lock.UserOwned {
+		fmt.Fprintf(&b, "- `%s`\n", p)
+	}
+	fmt.Fprintf(&b, "\n**Generated** (written by `make generate` from the template and your spec;\n")
+	fmt.Fprintf(&b, "`make check` holds them to their inputs):\n\n")
+	for _, p := range generated {
+		fmt.Fprintf(&b, "- `%s`\n", p)
+	}
+	fmt.Fprintf(&b, "\n**The template's**: every other file. `make upgrade FROM=<newer template>`\n")
+	fmt.Fprintf(&b, "merges a newer template into them (three-way, conflicts left with markers\n")
+	fmt.Fprintf(&b, "and listed); `make upgrade-check` (part of `make check`) fails when one of\n")
+	fmt.Fprintf(&b, "them differs from the template's version without a reason recorded in\n")
+	fmt.Fprintf(&b, "the lock's `local_changes` (`{\"path\": ..., \"reason\": ...}`).\n")
+	return []byte(b.String())
 }
 
 // commit makes dir a git repository with everything in one commit. Without
