@@ -38,12 +38,8 @@ func userPart(ctx *cue.Context, files []*ast.File) (cue.Value, *ast.StructLit, s
 // Check unifies a config given as JSON with #Config and reports what is
 // missing, mistyped or out of range. The server calls it at boot on the
 // config it will actually run, after the per-cell file was applied.
-func Check(configJSON []byte) error { return CheckNamed(configJSON, "config.json") }
-
-// CheckNamed is Check with the name positions in configJSON are reported
-// under.
-func CheckNamed(configJSON []byte, name string) error {
-	_, err := Complete(configJSON, name)
+func Check(configJSON []byte) error {
+	_, err := Complete(configJSON, "config.json")
 	return err
 }
 

@@ -44,9 +44,3 @@ const ControlName = "control"
 func (sh *Shard) Tx(ctx context.Context, fn func(Tx) error) error {
 	return pgx.BeginFunc(ctx, sh.Pool, func(tx pgx.Tx) error { return fn(Tx{Tx: tx, shard: sh}) })
 }
-
-// ControlTx runs fn in a transaction on the control database, committing
-// when fn returns nil.
-func (s *Set) ControlTx(ctx context.Context, fn func(Tx) error) error {
-	return pgx.BeginFunc(ctx, s.control, func(tx pgx.Tx) error { return fn(Tx{Tx: tx}) })
-}

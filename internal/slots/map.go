@@ -242,14 +242,6 @@ func (m *Map) OwnerOf(key string) (int, error) {
 	return int(m.owner[slot(key)]), nil
 }
 
-// OwnerOfBytes is OwnerOf for a byte slice.
-func (m *Map) OwnerOfBytes(key []byte) (int, error) {
-	if len(key) == 0 {
-		return -1, ErrEmptyKey
-	}
-	return int(m.owner[slot(key)]), nil
-}
-
 // Len is the number of owners.
 func (m *Map) Len() int { return len(m.names) }
 

@@ -55,15 +55,9 @@ func TestBuildTwoHalves(t *testing.T) {
 		if got, err := m.OwnerOf(v.key); err != nil || got != want {
 			t.Errorf("OwnerOf(%q) = %d, %v; want %d", v.key, got, err, want)
 		}
-		if got, err := m.OwnerOfBytes([]byte(v.key)); err != nil || got != want {
-			t.Errorf("OwnerOfBytes(%q) = %d, %v; want %d", v.key, got, err, want)
-		}
 	}
 	if got, err := m.OwnerOf(""); got != -1 || !errors.Is(err, ErrEmptyKey) {
 		t.Errorf("OwnerOf(\"\") = %d, %v; want -1, ErrEmptyKey", got, err)
-	}
-	if got, err := m.OwnerOfBytes(nil); got != -1 || !errors.Is(err, ErrEmptyKey) {
-		t.Errorf("OwnerOfBytes(nil) = %d, %v; want -1, ErrEmptyKey", got, err)
 	}
 }
 

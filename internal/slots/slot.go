@@ -71,14 +71,6 @@ func Slot(key string) (int, error) {
 	return slot(key), nil
 }
 
-// SlotBytes is [Slot] for a byte slice; it neither retains nor modifies key.
-func SlotBytes(key []byte) (int, error) {
-	if len(key) == 0 {
-		return -1, ErrEmptyKey
-	}
-	return slot(key), nil
-}
-
 // slot hashes a non-empty key. Most keys have no "{", so the key is hashed
 // while checking each block for one (predictable branches that stay off the
 // CRC's dependency chain). A key with a "{" stops there: a non-empty tag is then

@@ -59,10 +59,6 @@ func TestSlotVectors(t *testing.T) {
 		if err != nil || got != v.slot {
 			t.Errorf("Slot(%q) = %d, %v; want %d", v.key, got, err, v.slot)
 		}
-		got, err = SlotBytes([]byte(v.key))
-		if err != nil || got != v.slot {
-			t.Errorf("SlotBytes(%q) = %d, %v; want %d", v.key, got, err, v.slot)
-		}
 		if ref := refSlot(v.key); ref != v.slot {
 			t.Errorf("reference slot(%q) = %d; want %d (the reference is wrong)", v.key, ref, v.slot)
 		}
@@ -109,12 +105,6 @@ func TestSlotEmptyKey(t *testing.T) {
 	if s, err := Slot(""); s != -1 || !errors.Is(err, ErrEmptyKey) {
 		t.Errorf("Slot(\"\") = %d, %v; want -1, ErrEmptyKey", s, err)
 	}
-	if s, err := SlotBytes(nil); s != -1 || !errors.Is(err, ErrEmptyKey) {
-		t.Errorf("SlotBytes(nil) = %d, %v; want -1, ErrEmptyKey", s, err)
-	}
-	if s, err := SlotBytes([]byte{}); s != -1 || !errors.Is(err, ErrEmptyKey) {
-		t.Errorf("SlotBytes([]byte{}) = %d, %v; want -1, ErrEmptyKey", s, err)
-	}
 }
 
 func TestSlotMatchesReference(t *testing.T) {
@@ -137,21 +127,18 @@ func TestSlotMatchesReference(t *testing.T) {
 			if got, _ := Slot(key); got != want {
 				t.Fatalf("Slot(%q) = %d, reference %d", key, got, want)
 			}
-			if got, _ := SlotBytes(buf); got != want {
-				t.Fatalf("SlotBytes(%q) = %d, reference %d", key, got, want)
-			}
 		}
 	}
 }
 
 func TestSlotAllocs(t *testing.T) {
 	key := "tenant-000123"
-	bkey := []byte("x{tenant-000123}y")
+	tagged := "x{tenant-000123}y"
 	if n := testing.AllocsPerRun(100, func() { _, _ = Slot(key) }); n != 0 {
 		t.Errorf("Slot allocates %v times", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = SlotBytes(bkey) }); n != 0 {
-		t.Errorf("SlotBytes allocates %v times", n)
+	if n := testing.AllocsPerRun(100, func() { _, _ = Slot(tagged) }); n != 0 {
+		t.Errorf("Slot of a tagged key allocates %v times", n)
 	}
 }
 
@@ -175,9 +162,6 @@ func FuzzSlot(f *testing.F) {
 		}
 		if want := refSlot(key); got != want {
 			t.Fatalf("Slot(%q) = %d, reference %d", key, got, want)
-		}
-		if gb, _ := SlotBytes([]byte(key)); gb != got {
-			t.Fatalf("SlotBytes(%q) = %d, Slot = %d", key, gb, got)
 		}
 	})
 }

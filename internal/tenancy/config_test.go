@@ -114,12 +114,6 @@ func TestSources(t *testing.T) {
 			t.Errorf("ParseSource(%q) accepted", s)
 		}
 	}
-	want := map[Source]bool{SourceHeader: true, SourceSubdomain: true, SourceSession: false, SourceJWT: false, "bogus": false}
-	for s, w := range want {
-		if got := ClientChosen(s); got != w {
-			t.Errorf("ClientChosen(%q) = %v, want %v", s, got, w)
-		}
-	}
 }
 
 func TestKindStatusAndCode(t *testing.T) {

@@ -54,13 +54,6 @@ func ParseSource(s string) (Source, error) {
 	return "", fmt.Errorf("tenancy: unknown source %q (want header, subdomain, session or jwt)", s)
 }
 
-// ClientChosen reports whether the client picks its own tenant id with source
-// s, without proving anything. Per-tenant caps keyed by such an id limit an id,
-// not a client, so the generator and the server warn when caps are on with it.
-func ClientChosen(s Source) bool {
-	return s == SourceHeader || s == SourceSubdomain
-}
-
 // Defaults. They are applied in one place: DefaultConfig, which WithConfig and
 // NewExtractor use to fill zero fields.
 const (

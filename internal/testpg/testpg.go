@@ -60,11 +60,6 @@ func createDB(t testing.TB, admin, prefix string) string {
 	return u
 }
 
-// Drop removes a database, terminating its connections first.
-func Drop(t testing.TB, name string) {
-	drop(t, Server(), name)
-}
-
 func drop(t testing.TB, admin, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
