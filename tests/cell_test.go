@@ -58,10 +58,17 @@ func freeAddr(t testing.TB) string {
 // cellEnv creates the example spec's databases and returns their env.
 func cellEnv(t testing.TB) []string {
 	t.Helper()
+	return cellEnvOn(t, testpg.CreateDB)
+}
+
+// cellEnvOn is cellEnv with the databases made by createDB (a private
+// cluster's Cluster.CreateDB, for a test that needs its settings).
+func cellEnvOn(t testing.TB, createDB func(testing.TB, string) string) []string {
+	t.Helper()
 	return []string{
-		"CELLGATE_CONTROL_DSN=" + testpg.CreateDB(t, "control"),
-		"CELLGATE_SHARD_0_DSN=" + testpg.CreateDB(t, "shard0"),
-		"CELLGATE_SHARD_1_DSN=" + testpg.CreateDB(t, "shard1"),
+		"CELLGATE_CONTROL_DSN=" + createDB(t, "control"),
+		"CELLGATE_SHARD_0_DSN=" + createDB(t, "shard0"),
+		"CELLGATE_SHARD_1_DSN=" + createDB(t, "shard1"),
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/cells/slotmove"
 	"github.com/cellgate/cellgate/internal/slots"
+	"github.com/cellgate/cellgate/internal/testpg"
 )
 
 // The router and slotmove binaries are built together on first use, next
@@ -78,9 +79,15 @@ func (c *runningCell) dsn(name string) string { return envValue(c.env, name) }
 // databases, and waits until both are ready.
 func startTwoCells(t *testing.T) (*runningCell, *runningCell) {
 	t.Helper()
+	return startTwoCellsOn(t, testpg.CreateDB)
+}
+
+// startTwoCellsOn is startTwoCells with the databases made by createDB.
+func startTwoCellsOn(t *testing.T, createDB func(testing.TB, string) string) (*runningCell, *runningCell) {
+	t.Helper()
 	var cs [2]*runningCell
 	for i := range cs {
-		env := cellEnv(t)
+		env := cellEnvOn(t, createDB)
 		addr := freeAddr(t)
 		env = append(env, "CELLGATE_ADDRESS="+addr) // the last value of a key wins
 		c := startCell(t, env)
@@ -379,7 +386,10 @@ type ackedOrder struct {
 // tenant's current cell, and nothing else may exist.
 func TestCellsSlotMoveWhileRequestsFlow(t *testing.T) {
 	slotmoveBin := toolBinary(t, "slotmove") // before the load starts
-	c1, c2 := startTwoCells(t)
+	// An online move streams the range by logical replication: the cells'
+	// databases live in a private cluster with wal_level = logical.
+	pg := testpg.StartCluster(t, testpg.ClusterOptions{})
+	c1, c2 := startTwoCellsOn(t, pg.CreateDB)
 	dir := t.TempDir()
 	mapFile := filepath.Join(dir, "slotmap.json")
 	writeSlotMapFile(t, mapFile, cells.SlotMap{Cells: []cells.CellSpec{
