@@ -145,7 +145,7 @@ func BenchmarkServeLoopback(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	x, err := Extractor(headerTenancy(), os.Getenv)
+	x, err := Extractor(headerTenancy(), os.Getenv, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func newFixture(tb testing.TB, cfg ProxyConfig) *fixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	x, err := Extractor(headerTenancy(), os.Getenv)
+	x, err := Extractor(headerTenancy(), os.Getenv, nil, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -733,7 +733,7 @@ func TestProxySubdomainTenancy(t *testing.T) {
 		t.Fatal(err)
 	}
 	tn := config.Tenancy{Enabled: true, Source: "subdomain", Subdomain: config.SubdomainSource{BaseDomain: "example.test"}, MaxIDBytes: 64}
-	x, err := Extractor(tn, os.Getenv)
+	x, err := Extractor(tn, os.Getenv, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

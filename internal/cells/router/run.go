@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -108,9 +109,13 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 	}
 	log := opts.Logger
 
-	x, err := Extractor(cfg.Tenancy, opts.Getenv)
+	x, err := Extractor(cfg.Tenancy, opts.Getenv, opts.Registry, log)
 	if err != nil {
 		return err
+	}
+	if c, ok := x.(io.Closer); ok {
+		// A JWKS URL key set refreshes in the background until closed.
+		defer c.Close()
 	}
 	var router *cells.CellRouter
 	var watch *fileWatch
@@ -275,8 +280,10 @@ func probes(mux *http.ServeMux, p *Proxy, admin http.Handler) http.Handler {
 var jsonContentType = []string{"application/json"}
 
 // Extractor builds the tenant extractor for the spec's tenancy block, the
-// same way the cells build their middleware; nil when tenancy is off.
-func Extractor(t config.Tenancy, getenv func(string) string) (tenancy.Extractor, error) {
+// same way the cells build their middleware; nil when tenancy is off. A
+// JWKS URL key set reports its fetches in reg (nil: not at all) and log;
+// the caller closes an extractor that is an io.Closer.
+func Extractor(t config.Tenancy, getenv func(string) string, reg prometheus.Registerer, log *slog.Logger) (tenancy.Extractor, error) {
 	if !t.Enabled {
 		return nil, nil
 	}
@@ -284,6 +291,7 @@ func Extractor(t config.Tenancy, getenv func(string) string) (tenancy.Extractor,
 	if err != nil {
 		return nil, err
 	}
+	tc.Registerer, tc.Logger = reg, log
 	x, err := tenancy.NewExtractor(tc)
 	if err != nil {
 		return nil, fmt.Errorf("tenancy: %w", err)
