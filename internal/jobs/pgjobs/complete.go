@@ -91,6 +91,14 @@ func (b *DB) retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, e
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: retry job %d: %w", row.ID, err))
 	}
+	return b.madeAvailable(tag, row, delay, runAt)
+}
+
+// madeAvailable finishes a retry or snooze whose write tag reports: a job
+// no longer running is errNotRunning; otherwise idle workers learn of it
+// now (delay ≤ 0) or at runAt, and a capped kind's held-back jobs get
+// another look, since this job's running slot is free.
+func (b *DB) madeAvailable(tag pgconn.CommandTag, row *jobs.JobRow, delay time.Duration, runAt time.Time) error {
 	if tag.RowsAffected() == 0 {
 		return errNotRunning
 	}
@@ -117,18 +125,7 @@ func (b *DB) snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) 
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: snooze job %d: %w", row.ID, err))
 	}
-	if tag.RowsAffected() == 0 {
-		return errNotRunning
-	}
-	if delay <= 0 {
-		b.notifyNow()
-	} else {
-		b.wakeAt(runAt)
-	}
-	if b.capped[row.Kind] {
-		signal(b.wake)
-	}
-	return nil
+	return b.madeAvailable(tag, row, delay, runAt)
 }
 
 // fail records the final failure; the job stays in the table, 'failed',
