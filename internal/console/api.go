@@ -178,6 +178,7 @@ func (c *Console) act(ctx context.Context, w who, db Database, id jobs.JobID, ac
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.DatabaseTimeout)
 	defer cancel()
+	before := jobState(ctx, db, id)
 	err := fn(ctx, id)
 	count := 1
 	outcome := "ok"
@@ -185,8 +186,24 @@ func (c *Console) act(ctx context.Context, w who, db Database, id jobs.JobID, ac
 		count, outcome = 0, err.Error()
 	}
 	consoleauth.Audit(c.log, slog.LevelInfo, w, string(act), outcome, "console", "cell", "database", db.Name(),
-		"filter", "id="+strconv.FormatInt(int64(id), 10), "count", count)
+		"filter", "id="+strconv.FormatInt(int64(id), 10), "count", count,
+		"before", before, "after", jobState(ctx, db, id))
 	return err
+}
+
+// jobState is the job's state for an audit line: "absent" when there is
+// no such job (deleted, or never was), "unknown" when the database did not
+// answer. Read around an action rather than returned by it, it is what an
+// operator reading the job would have seen just before and just after.
+func jobState(ctx context.Context, db Database, id jobs.JobID) string {
+	j, err := db.Job(ctx, id)
+	switch {
+	case errors.Is(err, pgjobs.ErrJobNotFound):
+		return "absent"
+	case err != nil:
+		return "unknown"
+	}
+	return string(j.State)
 }
 
 // errorStatus maps a database call's error to a status and a body that

@@ -220,7 +220,11 @@ func TestAuth(t *testing.T) {
 		t.Errorf("deleted job = %d, want 404", st)
 	}
 	audit := env.Audit.String()
-	for _, want := range []string{"role=operator actor=operator-token remote=127.0.0.1 action=retry outcome=ok console=cell database=shard-1", "action=cancel", "outcome=\"pgjobs: the job's state does not allow this action\"", "action=delete"} {
+	for _, want := range []string{"role=operator actor=operator-token remote=127.0.0.1 action=retry outcome=ok console=cell database=shard-1",
+		`action=retry outcome=ok console=cell database=shard-1 filter="id=`, "count=1 before=failed after=available",
+		"action=cancel outcome=ok", "count=1 before=available after=failed",
+		"outcome=\"pgjobs: the job's state does not allow this action\"", "count=0 before=failed after=failed",
+		"action=delete outcome=ok", "count=1 before=failed after=absent"} {
 		if !strings.Contains(audit, want) {
 			t.Errorf("audit log lacks %q:\n%s", want, audit)
 		}
@@ -312,7 +316,8 @@ func TestBulk(t *testing.T) {
 	if st.Changed != 3 || st.Databases[2].Database != "shard-1" || st.Databases[2].Error == "" {
 		t.Errorf("bulk delete with shard-1 down = %+v, want shard-0's 3 and shard-1 named", st)
 	}
-	if !strings.Contains(env.Audit.String(), `action="bulk retry"`) || !strings.Contains(env.Audit.String(), "outcome=finished console=cell bulk=1") {
+	if !strings.Contains(env.Audit.String(), `action="bulk retry"`) || !strings.Contains(env.Audit.String(), "outcome=finished console=cell bulk=1") ||
+		!strings.Contains(env.Audit.String(), "count=5 before=failed after=available") || !strings.Contains(env.Audit.String(), "count=3 before=any after=absent") {
 		t.Errorf("audit lacks the bulk lines:\n%s", env.Audit.String())
 	}
 }

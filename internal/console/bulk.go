@@ -136,6 +136,14 @@ func (c *Console) startBulk(w who, act pgjobs.Act, f BulkFilter) (BulkStatus, er
 	return s, nil
 }
 
+// bulkAfter is the state a bulk action leaves the jobs it changed in (the
+// audit line's "after"; its "before" is the filter's state).
+var bulkAfter = map[pgjobs.Act]string{
+	pgjobs.ActRetry:  string(pgjobs.StateAvailable),
+	pgjobs.ActCancel: string(pgjobs.StateFailed),
+	pgjobs.ActDelete: "absent",
+}
+
 func (c *Console) runBulk(st *BulkStatus, dbs []Database) {
 	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
 	defer cancel()
@@ -157,7 +165,12 @@ func (c *Console) runBulk(st *BulkStatus, dbs []Database) {
 	c.bulk.mu.Unlock()
 	// Logged before it shows as finished: whoever sees it finished finds
 	// its audit line written.
-	consoleauth.Audit(c.log, slog.LevelInfo, st.who, "bulk "+string(st.Action), "finished", "console", "cell", "bulk", st.ID, "filter", st.Filter.String(), "count", changed)
+	before := string(st.Filter.State)
+	if before == "" {
+		before = "any"
+	}
+	consoleauth.Audit(c.log, slog.LevelInfo, st.who, "bulk "+string(st.Action), "finished", "console", "cell", "bulk", st.ID, "filter", st.Filter.String(), "count", changed,
+		"before", before, "after", bulkAfter[st.Action])
 	c.bulk.mu.Lock()
 	now := c.cfg.Now()
 	st.Finished = &now

@@ -105,16 +105,24 @@ func (c *Console) queueAct(ctx context.Context, w who, action, queue, database s
 	for i, p := range parts {
 		res.Databases[i] = PauseOutcome{DatabaseStatus: st[i], Changed: p.val && p.err == nil}
 		count, outcome := 0, "ok"
+		// The queue's state on this database before and after: a change
+		// flips it; "already paused" means it was as asked; an error
+		// leaves it unknown.
+		target, other := "paused", "active"
+		if action == actResume {
+			target, other = other, target
+		}
+		before, after := target, target
 		switch {
 		case p.err != nil:
-			outcome = p.err.Error()
+			outcome, before, after = p.err.Error(), "unknown", "unknown"
 		case p.val:
-			count = 1
+			count, before = 1, other
 		default:
 			outcome = "already " + action + "d"
 		}
 		consoleauth.Audit(c.log, slog.LevelInfo, w, action, outcome, "console", "cell", "database", p.db.Name(),
-			"filter", "queue="+strconv.Quote(queue), "count", count)
+			"filter", "queue="+strconv.Quote(queue), "count", count, "before", before, "after", after)
 	}
 	return res, nil
 }

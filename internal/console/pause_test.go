@@ -99,9 +99,9 @@ func TestQueuePause(t *testing.T) {
 	}
 	audit := env.Audit.String()
 	for _, want := range []string{
-		`role=operator actor=operator-token remote=127.0.0.1 action=pause outcome=ok console=cell database=shard-1 filter="queue=\"billing\"" count=1`,
-		`action=pause outcome="already paused" console=cell database=shard-1 filter="queue=\"billing\"" count=0`,
-		`action=resume outcome=ok console=cell database=shard-0 filter="queue=\"billing\"" count=1`,
+		`role=operator actor=operator-token remote=127.0.0.1 action=pause outcome=ok console=cell database=shard-1 filter="queue=\"billing\"" count=1 before=active after=paused`,
+		`action=pause outcome="already paused" console=cell database=shard-1 filter="queue=\"billing\"" count=0 before=paused after=paused`,
+		`action=resume outcome=ok console=cell database=shard-0 filter="queue=\"billing\"" count=1 before=paused after=active`,
 	} {
 		if !strings.Contains(audit, want) {
 			t.Errorf("audit log lacks %s:\n%s", want, audit)
