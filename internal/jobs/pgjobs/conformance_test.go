@@ -40,9 +40,9 @@ func TestConformance(t *testing.T) {
 					return open(tb, pool, l), open(tb, other, l)
 				},
 				// FIFO claims take jobs in enqueue order, whatever their
-				// priority (docs/jobs-postgres.md).
-				NoPriority: mode == ClaimFIFO,
-				Settle:     200 * time.Millisecond,
+				// tenant's weight or their priority (docs/jobs-postgres.md).
+				NoFairOrder: mode == ClaimFIFO,
+				Settle:      200 * time.Millisecond,
 			})
 		})
 	}
