@@ -51,15 +51,15 @@ type Backend struct {
 	systemClock bool
 	wallBase    atomic.Pointer[time.Time]
 
-	clock          jobs.Clock
-	isolated       bool
-	maxConcurrent  int // per-tenant slots (TenantConfig.MaxConcurrent), 0 = none
+	clock         jobs.Clock
+	isolated      bool
+	maxConcurrent int // per-tenant slots (TenantConfig.MaxConcurrent), 0 = none
 	// limitSrc is WithLimits' source; limits is it when it is not a
 	// jobs.UniformLimits (which Open folds into maxConcurrent): read on
 	// each claim and release of a tenant's job.
 	limitSrc, limits jobs.TenantLimits
-	numLanes       int // ≥ 1; worker i serves lane i % numLanes
-	lanesPerTenant int // shuffle-shard size; 0 unless isolated with lanes on
+	numLanes         int // ≥ 1; worker i serves lane i % numLanes
+	lanesPerTenant   int // shuffle-shard size; 0 unless isolated with lanes on
 
 	workers      []*worker   // by worker index, as passed to Claim
 	idleWorkers  [][]*worker // workers parked in Claim, per lane

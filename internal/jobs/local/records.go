@@ -32,7 +32,7 @@ type job struct {
 	reserved     bool // handed kind capacity while parked
 	hasUniqueKey bool // uniqueKey is set (saves reading it on every drop)
 	queueHint    uint8
-	prio         uint8 // priority, 1..4 (see tenantLine)
+	prio         uint8       // priority, 1..4 (see tenantLine)
 	ending       atomic.Bool // the attempt was completed, retried or failed
 	row          jobs.JobRow
 	uniqueKey    string    // kind, tenant and unique key: the key of Backend.byUniqueKey
