@@ -217,15 +217,8 @@ DECLARE
     v_mv_tids  tid[] := '{}';
     v_mv_vt    bigint[] := '{}';
     v_mv_for   bigint[] := '{}';
-    v_b_id     bigint;
-    v_b_tid    tid;
-    v_b_kind   text;
-    v_b_prio   smallint;
-    v_b_vtime  bigint;
     v_kind     text;
-    v_tenant   text;
     v_room     integer;
-    i          integer;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
 
@@ -386,34 +379,55 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Priority within a tenant: a candidate of priority p > 1 hands its
-    -- place to its tenant's best waiting job of a priority before p placed
-    -- after it (the jobs placed before it were candidates themselves, or
-    -- are locked by another claim), and takes that job's place.
+    -- Priority within a tenant: the k candidates of a tenant with one of
+    -- priority above 1 are its k places in this claim; they go to the
+    -- tenant's k best waiting jobs by (priority, place) from its first
+    -- candidate's place on (those before it were candidates themselves,
+    -- or are locked by another claim), in that order. A candidate left out
+    -- takes the place of a job claimed in its stead, so the tenant keeps
+    -- its places. One statement for all tenants.
     IF p_fair AND 1 < ANY (v_prios) THEN
-        FOR i IN 1 .. cardinality(v_ids) LOOP
-            IF v_prios[i] > 1 THEN
-                SELECT j.id, j.ctid, j.kind, j.priority, j.vtime
-                INTO v_b_id, v_b_tid, v_b_kind, v_b_prio, v_b_vtime
-                FROM cellgate_jobs j
+        WITH c AS MATERIALIZED (
+            SELECT u.i, u.id, u.tid, u.tenant, u.prio, u.vt, u.kind
+            FROM unnest(v_ids, v_tids, v_tenants, v_prios, v_vtimes, v_kinds)
+                 WITH ORDINALITY AS u(id, tid, tenant, prio, vt, kind, i)),
+        t AS MATERIALIZED (
+            SELECT c.tenant, count(*) AS k, min(c.vt) AS minv FROM c
+            GROUP BY c.tenant HAVING max(c.prio) > 1),
+        best AS MATERIALIZED (
+            SELECT t.tenant, b.id, b.tid, b.kind, b.vtime,
+                   row_number() OVER (PARTITION BY t.tenant ORDER BY b.priority, b.vtime) AS m
+            FROM t CROSS JOIN LATERAL (
+                SELECT j.id, j.ctid AS tid, j.kind, j.vtime, j.priority FROM cellgate_jobs j
                 WHERE j.state = 'available' AND j.vtime IS NOT NULL AND j.priority > 0
-                  AND j.tenant = v_tenants[i] AND j.priority < v_prios[i] AND j.vtime > v_vtimes[i]
+                  AND j.tenant = t.tenant AND j.vtime >= t.minv
                   AND j.queue <> ALL (v_paused) AND j.kind <> ALL (v_full)
-                  AND j.id <> ALL (v_ids) AND j.ctid <> ALL (v_mv_tids)
                 ORDER BY j.priority, j.vtime
-                LIMIT 1
-                FOR UPDATE SKIP LOCKED;
-                IF FOUND THEN
-                    v_mv_tids := v_mv_tids || v_tids[i];
-                    v_mv_vt := v_mv_vt || v_b_vtime;
-                    v_mv_for := v_mv_for || v_b_id;
-                    v_ids[i] := v_b_id;
-                    v_tids[i] := v_b_tid;
-                    v_kinds[i] := v_b_kind;
-                    v_prios[i] := v_b_prio;
-                END IF;
-            END IF;
-        END LOOP;
+                LIMIT t.k
+                FOR UPDATE SKIP LOCKED) b),
+        slot AS (
+            SELECT c.i, c.id, c.tid, c.kind, c.tenant,
+                   row_number() OVER (PARTITION BY c.tenant ORDER BY c.i) AS m
+            FROM c),
+        final AS MATERIALIZED (
+            SELECT s.i, coalesce(b.id, s.id) AS id, coalesce(b.tid, s.tid) AS tid, coalesce(b.kind, s.kind) AS kind
+            FROM slot s LEFT JOIN best b ON b.tenant = s.tenant AND b.m = s.m),
+        displaced AS (
+            SELECT c.tid, c.tenant, row_number() OVER (PARTITION BY c.tenant ORDER BY c.vt) AS r
+            FROM c WHERE c.tenant IN (SELECT t.tenant FROM t)
+              AND c.id NOT IN (SELECT b.id FROM best b)),
+        newcomer AS (
+            SELECT b.id, b.vtime, b.tenant, row_number() OVER (PARTITION BY b.tenant ORDER BY b.vtime) AS r
+            FROM best b WHERE b.id NOT IN (SELECT c.id FROM c)),
+        moves AS MATERIALIZED (
+            SELECT d.tid, n.vtime, n.id FROM displaced d JOIN newcomer n ON n.tenant = d.tenant AND n.r = d.r)
+        SELECT (SELECT array_agg(f.id ORDER BY f.i) FROM final f),
+               (SELECT array_agg(f.tid ORDER BY f.i) FROM final f),
+               (SELECT array_agg(f.kind ORDER BY f.i) FROM final f),
+               (SELECT coalesce(array_agg(mv.tid), '{}') FROM moves mv),
+               (SELECT coalesce(array_agg(mv.vtime), '{}') FROM moves mv),
+               (SELECT coalesce(array_agg(mv.id), '{}') FROM moves mv)
+        INTO v_ids, v_tids, v_kinds, v_mv_tids, v_mv_vt, v_mv_for;
     END IF;
 
     -- Kinds' caps, as in 000002. Locks in one order (by kind) in every
@@ -440,30 +454,29 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Tenants' caps, the same way, after the kinds' locks, in the order of
-    -- the lock keys (two tenants may share a key): no deadlocks. Under the
-    -- lock a fresh snapshot counts every job claimed by the claims that held
-    -- it before.
+    -- Tenants' caps: the capped tenants among the candidates are locked
+    -- after the kinds' locks, in the order of the lock keys (two tenants
+    -- may share a key), so claimers never deadlock; then one count, whose
+    -- fresh snapshot sees every job claimed by the claims that held the
+    -- locks before, keeps each tenant's first candidates up to its room.
     IF v_tcaps THEN
-        FOR v_tenant, v_room IN
-            SELECT l.tenant, l.max_running FROM cellgate_jobs_tenant_limits l
-            WHERE l.tenant = ANY (v_tenants) AND l.max_running > 0
-            ORDER BY hashtext(l.tenant), l.tenant
-        LOOP
-            PERFORM pg_advisory_xact_lock(1667723884, hashtext(v_tenant));
-            SELECT v_room - count(*) INTO v_room FROM cellgate_jobs j
-            WHERE j.state = 'running' AND j.attempt > 0 AND j.tenant <> '' AND j.tenant = v_tenant;
-            FOR i IN 1 .. cardinality(v_ids) LOOP
-                IF v_tenants[i] = v_tenant AND v_ids[i] IS NOT NULL THEN
-                    IF v_room > 0 THEN
-                        v_room := v_room - 1;
-                    ELSE
-                        v_ids[i] := NULL;
-                        v_tids[i] := NULL;
-                    END IF;
-                END IF;
-            END LOOP;
-        END LOOP;
+        PERFORM pg_advisory_xact_lock(1667723884, k.key)
+        FROM (SELECT DISTINCT hashtext(l.tenant) AS key FROM cellgate_jobs_tenant_limits l
+              WHERE l.tenant = ANY (v_tenants) AND l.max_running > 0
+              ORDER BY 1) k;
+        SELECT array_agg(CASE WHEN x.keep THEN x.id END ORDER BY x.i),
+               array_agg(CASE WHEN x.keep THEN x.tid END ORDER BY x.i)
+        INTO v_ids, v_tids
+        FROM (SELECT c.i, c.id, c.tid,
+                     l.max_running IS NULL
+                     OR row_number() OVER (PARTITION BY c.tenant, c.id IS NULL ORDER BY c.i)
+                        <= l.max_running - coalesce(r.n, 0) AS keep
+              FROM unnest(v_ids, v_tids, v_tenants) WITH ORDINALITY AS c(id, tid, tenant, i)
+              LEFT JOIN cellgate_jobs_tenant_limits l ON l.tenant = c.tenant AND l.max_running > 0
+              LEFT JOIN (SELECT j.tenant, count(*) AS n FROM cellgate_jobs j
+                         WHERE j.state = 'running' AND j.attempt > 0 AND j.tenant <> ''
+                           AND j.tenant = ANY (v_tenants)
+                         GROUP BY j.tenant) r ON r.tenant = c.tenant) x;
     END IF;
 
     IF p_fair THEN
