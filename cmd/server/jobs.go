@@ -28,6 +28,12 @@ func jobsConfig(c config.Jobs) jobs.Config {
 	}.WithDefaults()
 }
 
+// jobLimits is the source of per-tenant job caps and weights both job
+// backends read: the spec's uniform jobs.tenants.max_concurrent, weight 1.
+func jobLimits(c config.Jobs) jobs.TenantLimits {
+	return jobs.UniformLimits{MaxRunning: c.Tenants.MaxConcurrent}
+}
+
 // newJobs builds the job client the spec asks for, with the app's
 // workers, and returns the jobs databases the console shows (none for the
 // local backend). appMigrated reports whether the app's migrations are in
@@ -40,10 +46,10 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 	case "local":
 		// The in-memory backend: fair tenant order, slots and lanes, but no
 		// durability, so its EnqueueTx answers jobs.ErrNoTxEnqueue.
-		c, err := jobs.NewClient(ctx, jcfg, local.New(), w, opts)
+		c, err := jobs.NewClient(ctx, jcfg, local.New(local.WithLimits(jobLimits(cfg.Jobs))), w, opts)
 		return c, nil, err
 	case "postgres":
-		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: log, Registry: srv.Registry()})
+		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: log, Registry: srv.Registry(), Limits: jobLimits(cfg.Jobs)})
 		if err != nil {
 			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}

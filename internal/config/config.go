@@ -287,6 +287,8 @@ type JobKind struct {
 	Timeout Duration `json:"timeout"`
 	// Concurrency caps running jobs of this kind (0 = none).
 	Concurrency int `json:"concurrency"`
+	// Priority orders the kind's jobs within a tenant, 1 (first) to 4.
+	Priority int `json:"priority"`
 	// UniqueBy names args that dedupe active jobs.
 	UniqueBy []string `json:"unique_by"`
 }

@@ -38,6 +38,10 @@ type KindSpec struct {
 	// no-op while a job of the same kind, tenant and UniqueKey is active
 	// (waiting, running or waiting for a retry).
 	UniqueBy []string
+	// Priority orders the kind's jobs among the other waiting jobs of the
+	// same tenant, 1 (first) to 4 (last), as River's; WithPriority
+	// overrides it per enqueue. 0 means PriorityHighest.
+	Priority int
 }
 
 // Validate reports the first invalid field, named as in the spec.
@@ -51,6 +55,8 @@ func (s KindSpec) Validate() error {
 		return fmt.Errorf("jobs: kind %q: timeout must be >= 0, got %s", s.Name, s.Timeout)
 	case s.Concurrency < 0:
 		return fmt.Errorf("jobs: kind %q: concurrency must be >= 0, got %d", s.Name, s.Concurrency)
+	case s.Priority < 0 || s.Priority > PriorityLowest:
+		return fmt.Errorf("jobs: kind %q: priority must be 1..%d (0 for the default, 1), got %d", s.Name, PriorityLowest, s.Priority)
 	}
 	for i, f := range s.UniqueBy {
 		if f == "" {
@@ -65,6 +71,9 @@ func (s KindSpec) Validate() error {
 func (s KindSpec) withDefaults() KindSpec {
 	if s.Queue == "" {
 		s.Queue = DefaultQueue
+	}
+	if s.Priority == 0 {
+		s.Priority = PriorityHighest
 	}
 	if s.MaxAttempts == 0 {
 		s.MaxAttempts = DefaultMaxAttempts
@@ -187,6 +196,7 @@ type EnqueueOption func(*enqueueOptions)
 type enqueueOptions struct {
 	runAt    time.Time
 	noTenant bool
+	priority int // 0: the kind's
 }
 
 // RunAt makes the job wait until t before it can run.

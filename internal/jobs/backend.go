@@ -141,6 +141,9 @@ type InsertParams struct {
 	UniqueKey string
 	// RunAt is the earliest time the job may run; zero means now.
 	RunAt time.Time
+	// Priority orders the job among its tenant's waiting jobs, 1 (first)
+	// to 4 (last); the Client always sets it. A backend reads 0 as 1.
+	Priority int
 }
 
 // JobRow is a claimed job as a Backend hands it to the Client.

@@ -339,11 +339,17 @@ func (c *Client) insertParams(ctx context.Context, op string, args Args, opts []
 		return err
 	}
 	spec = spec.withDefaults()
-	*p = InsertParams{Kind: spec.Name, Queue: spec.Queue, MaxAttempts: spec.MaxAttempts}
+	*p = InsertParams{Kind: spec.Name, Queue: spec.Queue, MaxAttempts: spec.MaxAttempts, Priority: spec.Priority}
 	var o enqueueOptions
 	if len(opts) > 0 {
 		o = applyEnqueueOptions(opts)
 		p.RunAt = o.runAt
+		if o.priority != 0 {
+			if o.priority < PriorityHighest || o.priority > PriorityLowest {
+				return fmt.Errorf("jobs: %s(%s): WithPriority: priority must be 1..%d, got %d", op, spec.Name, PriorityLowest, o.priority)
+			}
+			p.Priority = o.priority
+		}
 	}
 	if !o.noTenant {
 		p.Tenant, _ = tenant.From(ctx)

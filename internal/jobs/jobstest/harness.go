@@ -40,6 +40,18 @@ type Harness struct {
 	// Wait bounds how long the suite waits for something that must happen.
 	// 0 means 15s.
 	Wait time.Duration
+	// NewLimitedBackend returns a fresh backend, as NewBackend, that takes
+	// per-tenant caps and weights from l. Optional: without it the caps,
+	// weights and live-change cases do not run.
+	NewLimitedBackend func(t testing.TB, l jobs.TenantLimits) jobs.Backend
+	// NewSharedBackends returns two fresh backends over one store, as two
+	// processes claiming from one jobs database, both taking their limits
+	// from l. Optional: without it the cross-process cap case does not run.
+	NewSharedBackends func(t testing.TB, l jobs.TenantLimits) (jobs.Backend, jobs.Backend)
+	// NoFairOrder says the backend's claims follow enqueue order (the
+	// PostgreSQL backend's FIFO claims): weights and priorities are not
+	// part of its contract, and their cases do not run.
+	NoFairOrder bool
 }
 
 func (h Harness) withDefaults() Harness {
@@ -102,6 +114,40 @@ func RunConformance(t *testing.T, h Harness) {
 	} else {
 		t.Log("jobstest: backend is no jobs.Canceller; cancelling jobs is not part of its contract")
 	}
+	if !h.NoFairOrder {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"Priority", testPriority})
+	} else {
+		t.Log("jobstest: the backend's claims follow enqueue order (Harness.NoFairOrder): no weights or priorities")
+	}
+	if h.NewLimitedBackend != nil {
+		tests = append(tests, []struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{
+			{"TenantCaps", testTenantCaps},
+			{"TenantCapChange", testTenantCapChange},
+		}...)
+		if !h.NoFairOrder {
+			tests = append(tests, []struct {
+				name string
+				fn   func(*testing.T, Harness)
+			}{
+				{"TenantWeights", testTenantWeights},
+				{"PriorityDoesNotStarve", testPriorityNoStarve},
+			}...)
+		}
+	} else {
+		t.Log("jobstest: no Harness.NewLimitedBackend; per-tenant caps and weights are not tested")
+	}
+	if h.NewSharedBackends != nil {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"TenantCapAcrossProcesses", testTenantCapShared})
+	}
 	if pauses {
 		tests = append(tests, struct {
 			name string
@@ -138,7 +184,12 @@ func newEnv(t *testing.T, h Harness, cfg jobs.Config, w *jobs.Workers) *env {
 // the env's own).
 func newEnvOpts(t *testing.T, h Harness, cfg jobs.Config, w *jobs.Workers, o jobs.Options) *env {
 	t.Helper()
-	b := h.NewBackend(t)
+	return newEnvOn(t, h, h.NewBackend(t), cfg, w, o)
+}
+
+// newEnvOn is newEnvOpts on the backend b.
+func newEnvOn(t *testing.T, h Harness, b jobs.Backend, cfg jobs.Config, w *jobs.Workers, o jobs.Options) *env {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	// Abandoned handlers may log after the test ends, so logs go nowhere
 	// rather than to t.Log.

@@ -51,11 +51,15 @@ type Backend struct {
 	systemClock bool
 	wallBase    atomic.Pointer[time.Time]
 
-	clock          jobs.Clock
-	isolated       bool
-	maxConcurrent  int // per-tenant slots (TenantConfig.MaxConcurrent), 0 = none
-	numLanes       int // ≥ 1; worker i serves lane i % numLanes
-	lanesPerTenant int // shuffle-shard size; 0 unless isolated with lanes on
+	clock         jobs.Clock
+	isolated      bool
+	maxConcurrent int // per-tenant slots (TenantConfig.MaxConcurrent), 0 = none
+	// limitSrc is WithLimits' source; limits is it when it is not a
+	// jobs.UniformLimits (which Open folds into maxConcurrent): read on
+	// each claim and release of a tenant's job.
+	limitSrc, limits jobs.TenantLimits
+	numLanes         int // ≥ 1; worker i serves lane i % numLanes
+	lanesPerTenant   int // shuffle-shard size; 0 unless isolated with lanes on
 
 	workers      []*worker   // by worker index, as passed to Claim
 	idleWorkers  [][]*worker // workers parked in Claim, per lane
@@ -96,8 +100,26 @@ const (
 	statusClosed
 )
 
+// Option configures a Backend at New.
+type Option func(*Backend)
+
+// WithLimits makes the backend take each tenant's slots (cap on running
+// jobs) and weight from l instead of TenantConfig.MaxConcurrent, and turns
+// tenant isolation on. A jobs.UniformLimits is the same cap for every
+// tenant and weight 1 (isolation on only when its cap is above 0). Other
+// sources are read again on each claim and on each end of one of a
+// tenant's jobs, so a change applies from the tenant's next claim (a
+// raised cap of a tenant at its cap: from the end of its next job).
+func WithLimits(l jobs.TenantLimits) Option { return func(b *Backend) { b.limitSrc = l } }
+
 // New returns an unopened backend.
-func New() *Backend { return &Backend{} }
+func New(opts ...Option) *Backend {
+	b := &Backend{}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
 
 // Capabilities reports tenant isolation.
 func (b *Backend) Capabilities() jobs.Capabilities {
@@ -131,6 +153,15 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	b.isolated = t.Isolated()
 	if b.isolated {
 		b.maxConcurrent = t.MaxConcurrent
+	}
+	switch l := b.limitSrc.(type) {
+	case nil:
+	case jobs.UniformLimits:
+		if l.MaxRunning > 0 {
+			b.isolated, b.maxConcurrent = true, l.MaxRunning
+		}
+	default:
+		b.isolated, b.limits = true, l
 	}
 	b.numLanes = 1
 	if b.isolated && t.Lanes > 0 {

@@ -16,5 +16,10 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { _ = b.Close(context.Background()) })
 			return b
 		},
+		NewLimitedBackend: func(t testing.TB, l jobs.TenantLimits) jobs.Backend {
+			b := local.New(local.WithLimits(l))
+			t.Cleanup(func() { _ = b.Close(context.Background()) })
+			return b
+		},
 	})
 }

@@ -415,10 +415,10 @@ func TestLineBuffer(t *testing.T) {
 		}
 		next++
 	}
-	if len(l.buf) > minLineBuf {
-		t.Errorf("empty line keeps a buffer of %d, want at most %d", len(l.buf), minLineBuf)
+	if len(l.first.buf) > minLineBuf {
+		t.Errorf("empty line keeps a buffer of %d, want at most %d", len(l.first.buf), minLineBuf)
 	}
-	for _, j := range l.buf {
+	for _, j := range l.first.buf {
 		if j != nil {
 			t.Fatal("an empty line still points to a job")
 		}

@@ -32,6 +32,7 @@ type job struct {
 	reserved     bool // handed kind capacity while parked
 	hasUniqueKey bool // uniqueKey is set (saves reading it on every drop)
 	queueHint    uint8
+	prio         uint8       // priority, 1..4 (see tenantLine)
 	ending       atomic.Bool // the attempt was completed, retried or failed
 	row          jobs.JobRow
 	uniqueKey    string    // kind, tenant and unique key: the key of Backend.byUniqueKey
@@ -52,6 +53,7 @@ func (b *Backend) newJob(p *jobs.InsertParams, now time.Time) *job {
 	j.queueHint = 0
 	j.reserved = false
 	j.hasUniqueKey = false
+	j.prio = uint8(min(max(p.Priority, jobs.PriorityHighest), jobs.PriorityLowest))
 	r := &j.row
 	r.Kind = p.Kind
 	r.Queue = p.Queue

@@ -45,8 +45,8 @@ func (b *Backend) relink(l *tenantLine) {
 func (b *Backend) link(l *tenantLine) {
 	l.linked = true
 	lanes := l.tenant.lanes
-	for i := range l.nodes {
-		l.queue.ring(lanes[i]).pushBack(&l.nodes[i])
+	for i := range int(l.nnodes) {
+		l.queue.ring(lanes[i]).pushBack(l.node(i))
 		b.wakeWorkerOfLane(lanes[i])
 	}
 }
@@ -55,9 +55,10 @@ func (b *Backend) link(l *tenantLine) {
 // rejoins at the back.
 func (b *Backend) unlink(l *tenantLine) {
 	l.linked = false
+	l.served = 0
 	lanes := l.tenant.lanes
-	for i := range l.nodes {
-		l.queue.ring(lanes[i]).remove(&l.nodes[i])
+	for i := range int(l.nnodes) {
+		l.queue.ring(lanes[i]).remove(l.node(i))
 	}
 }
 
@@ -79,8 +80,9 @@ func (b *Backend) relinkTenant(t *tenant) {
 
 // nextJob hands worker w the next job of its lane, or nil, and counts it as
 // running. Queues are visited round-robin from w.nextQueue; within a queue
-// the lane's ring is round-robin: the head line gives its oldest job and
-// moves to the back. A job whose kind is at its cap is parked on the way
+// the lane's ring is weighted round-robin: the head line gives its first
+// job (see tenantLine.pop) and, after its tenant's weight of jobs in a
+// row, moves to the back. A job whose kind is at its cap is parked on the way
 // (see parking.go) and the same head is looked at again. Callers hold mu.
 func (b *Backend) nextJob(w *worker) *job {
 	nq := len(b.queues)
@@ -95,6 +97,15 @@ func (b *Backend) nextJob(w *worker) *job {
 			b.headsVisited++
 			nd := r.head
 			l := nd.line
+			t := l.tenant
+			if b.limits != nil && !t.shared {
+				b.refreshLimits(t)
+				if !b.hasSlot(t) { // its cap was lowered: leave every ring
+					t.outOfSlots = true
+					b.relinkTenant(t)
+					continue
+				}
+			}
 			j := l.pop()
 			// l is linked, so its tenant has a slot: all that can take
 			// it out of the rings is its last ready job leaving, or
@@ -114,13 +125,18 @@ func (b *Backend) nextJob(w *worker) *job {
 				}
 				k.running++
 			}
-			t := l.tenant
 			t.running++
 			q.waiting--
 			q.running++
-			r.head = nd.next // nd to the back of the round
+			// A line keeps its turn for weight jobs in a row, then goes
+			// to the back of the round (weighted round robin).
+			if l.served++; l.served >= uint32(t.weight) {
+				l.served = 0
+				r.head = nd.next
+			}
 			switch {
-			case b.maxConcurrent > 0 && !t.shared && int(t.running) == b.maxConcurrent:
+			case !b.hasSlot(t):
+				t.outOfSlots = true
 				b.relinkTenant(t) // out of slots: leave every ring
 			case l.ready == 0:
 				b.unlink(l)
@@ -151,7 +167,9 @@ func (b *Backend) release(j *job) {
 		k.running--
 		b.unpark(k)
 	}
-	if b.maxConcurrent > 0 && !t.shared && int(t.running) == b.maxConcurrent-1 {
+	b.refreshLimits(t)
+	if t.outOfSlots && b.hasSlot(t) {
+		t.outOfSlots = false
 		b.relinkTenant(t) // a slot came free: rejoin the rings
 	}
 }

@@ -3,7 +3,7 @@ package local
 import "github.com/cellgate/cellgate/internal/jobs"
 
 // tenant is a tenant (or the shared member) across queues: its slot count
-// (running against Backend.maxConcurrent), its lanes (its shuffle shard) and
+// (running against maxRunning), its weight, its lanes (its shuffle shard) and
 // its line in each queue it has used. A tenant with no jobs left is kept on
 // the idle list for a while rather than forgotten (see maxIdleTenants).
 //
@@ -11,7 +11,7 @@ import "github.com/cellgate/cellgate/internal/jobs"
 // comes, so they are laid out for few cache misses: what claims and drains
 // use is in the first cache line of a 128-byte (so 128-byte aligned) object.
 type tenant struct {
-	running int32 // jobs running, at most Backend.maxConcurrent
+	running int32 // jobs running, at most maxRunning
 	jobs    int32 // jobs of the tenant in any state; at 0 it goes idle
 	shared  bool  // the shared member: no slot limit, never idle
 	// idle: on the backend's idle list (no jobs), evicted beyond
@@ -23,7 +23,11 @@ type tenant struct {
 	// worker just claimed, so the line is already in that core's cache.
 	id          string
 	linesInline [2]*tenantLine // lines in the queues of index 0 and 1
-	_           [16]byte
+	// maxRunning (0 = no cap) and weight are the tenant's limits, read
+	// again from Backend.limits on each claim and release of its jobs.
+	maxRunning, weight int32
+	outOfSlots         bool // its lines left the rings at its cap (see nextJob)
+	_                  [7]byte
 
 	linesMore          []*tenantLine // lines in the queues of index 2 and up
 	lanes              []int         // the lanes whose rings it joins, ascending
@@ -31,7 +35,7 @@ type tenant struct {
 }
 
 // newTenant returns a tenant with no jobs and no lines yet.
-func newTenant(id string, lanes []int) *tenant { return &tenant{id: id, lanes: lanes} }
+func newTenant(id string, lanes []int) *tenant { return &tenant{id: id, lanes: lanes, weight: 1} }
 
 // tenant returns the state of tenant id, creating it with its lanes (its
 // shuffle shard, or lane 0 without lanes), taking it off the idle list if it
@@ -48,6 +52,8 @@ func (b *Backend) tenant(id string) *tenant {
 			lanes = jobs.ShuffleShard(id, b.numLanes, b.lanesPerTenant)
 		}
 		t = newTenant(id, lanes)
+		t.maxRunning, t.weight = int32(b.maxConcurrent), 1
+		b.refreshLimits(t)
 		b.tenants[id] = t
 	}
 	b.cacheTenant(t)
@@ -57,7 +63,18 @@ func (b *Backend) tenant(id string) *tenant {
 // hasSlot reports whether the tenant may start another job: only a tenant
 // with slots free is linked into the rings.
 func (b *Backend) hasSlot(t *tenant) bool {
-	return t.shared || b.maxConcurrent == 0 || int(t.running) < b.maxConcurrent
+	return t.shared || t.maxRunning == 0 || t.running < t.maxRunning
+}
+
+// refreshLimits reads t's limits from the backend's source, if it has one
+// (WithLimits): a change applies from the next claim or release of one of
+// t's jobs.
+func (b *Backend) refreshLimits(t *tenant) {
+	if b.limits == nil || t.shared {
+		return
+	}
+	mr, w := jobs.NormalizeLimits(b.limits.JobLimits(t.id))
+	t.maxRunning, t.weight = int32(min(mr, 1<<30)), int32(w)
 }
 
 // maxIdleTenants bounds the tenants kept without jobs. Keeping a few saves

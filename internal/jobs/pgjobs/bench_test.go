@@ -108,7 +108,7 @@ func benchOnce(b *testing.B, pool *pgxpool.Pool, scenario string, mode ClaimMode
 		b.Fatal(err)
 	}
 	if scenario == "continuous" {
-		return benchContinuous(b, pool, mode)
+		return benchContinuous(b, pool, mode, nil)
 	}
 	return benchBacklog(b, pool, mode)
 }
@@ -116,10 +116,10 @@ func benchOnce(b *testing.B, pool *pgxpool.Pool, scenario string, mode ClaimMode
 // benchClient returns a Client over a new DB whose no-op handler counts
 // the jobs it runs in done and, if slots is not nil, frees one of them per
 // job.
-func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64, slots chan struct{}) (*jobs.Client, *DB) {
+func benchClient(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, done *atomic.Int64, slots chan struct{}, limits jobs.TenantLimits) (*jobs.Client, *DB) {
 	b.Helper()
 	cfg := Config{Claim: mode}
-	be, err := NewPool(pool, cfg, Options{Logger: quietLogger()})
+	be, err := NewPool(pool, cfg, Options{Logger: quietLogger(), Limits: limits})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -246,14 +246,16 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResult {
+// benchContinuous runs the continuous scenario. With plans (per-tenant
+// limits), the enqueues also cycle through priorities 1 to 4.
+func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, plans jobs.TenantLimits) benchResult {
 	window := time.Duration(benchEnv("PGJOBS_BENCH_SECONDS", 3)) * time.Second
 	var done atomic.Int64
 	// A producer takes a slot before each enqueue and the handler frees it
 	// once the job ran: producers wait while benchOutstanding jobs are
 	// enqueued and not yet run.
 	slots := make(chan struct{}, benchOutstanding)
-	c, be := benchClient(b, pool, mode, &done, slots)
+	c, be := benchClient(b, pool, mode, &done, slots, plans)
 	if err := c.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -276,7 +278,13 @@ func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode) benchResu
 					return
 				case slots <- struct{}{}:
 				}
-				if _, err := c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i}); err != nil {
+				var err error
+				if plans != nil {
+					_, err = c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i}, jobs.WithPriority(1+i%4))
+				} else {
+					_, err = c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i})
+				}
+				if err != nil {
 					enqErr.Store(err)
 					return
 				}
@@ -320,7 +328,7 @@ SELECT count(*) FROM cellgate_jobs_insert_many(
 		b.Fatal(err)
 	}
 	var done atomic.Int64
-	c, be := benchClient(b, pool, mode, &done, nil)
+	c, be := benchClient(b, pool, mode, &done, nil, nil)
 	cpu := startCPU(pool)
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {

@@ -40,6 +40,7 @@ const (
 	DefaultRetentionEvery  = time.Minute
 	DefaultVacuumEvery     = time.Second
 	DefaultVacuumDeadRows  = 10000
+	DefaultLimitsEvery     = time.Second
 )
 
 // PrefetchOff as Config.Prefetch makes every claim take jobs only for the
@@ -120,6 +121,10 @@ type Config struct {
 	// at which the leader runs VACUUM on the table. 0 means
 	// DefaultVacuumDeadRows.
 	VacuumDeadRows int
+	// LimitsEvery is how often each process writes the current per-tenant
+	// limits (Options.Limits) of every tenant in the database's limits
+	// table. 0 means DefaultLimitsEvery.
+	LimitsEvery time.Duration
 }
 
 // FromConfig maps the spec's `jobs.postgres` block onto Config.
@@ -152,6 +157,7 @@ func (c Config) WithDefaults() Config {
 	c.RetentionEvery = cmp.Or(c.RetentionEvery, DefaultRetentionEvery)
 	c.VacuumEvery = cmp.Or(c.VacuumEvery, DefaultVacuumEvery)
 	c.VacuumDeadRows = cmp.Or(c.VacuumDeadRows, DefaultVacuumDeadRows)
+	c.LimitsEvery = cmp.Or(c.LimitsEvery, DefaultLimitsEvery)
 	return c
 }
 
@@ -191,6 +197,7 @@ func (c Config) Validate() error {
 	pos("jobs.postgres.retention_every", c.RetentionEvery)
 	pos("jobs.postgres.vacuum_every", c.VacuumEvery)
 	posInt("jobs.postgres.vacuum_dead_rows", c.VacuumDeadRows)
+	pos("jobs.postgres.limits_every", c.LimitsEvery)
 	return errors.Join(errs...)
 }
 

@@ -34,6 +34,9 @@ type Options struct {
 	// Registry receives the breaker's metrics when Breaker is set. nil
 	// means they are kept but not registered (never the global registry).
 	Registry *prometheus.Registry
+	// Limits is the source of per-tenant caps and weights (see limits.go);
+	// nil means none: no tenant is capped and every weight is 1.
+	Limits jobs.TenantLimits
 }
 
 // DB is one database's cellgate_jobs table: a Backend serves it to its
@@ -47,6 +50,8 @@ type DB struct {
 	brk       *breaker
 	claimedBy string
 	optLogger *slog.Logger
+	limits    jobs.TenantLimits
+	lcache    limitsCache
 
 	ready     chan struct{} // closed once the table exists
 	readyOnce sync.Once
@@ -159,6 +164,7 @@ func newTableDB(pool *pgxpool.Pool, cfg Config, o Options) (*DB, error) {
 		fair:      cfg.Claim == ClaimFair,
 		claimedBy: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), name),
 		optLogger: o.Logger,
+		limits:    o.Limits,
 		ready:     make(chan struct{}),
 		clock:     jobs.SystemClock{},
 		quit:      make(chan struct{}),
@@ -265,6 +271,10 @@ func (b *DB) open(_ context.Context, p jobs.OpenParams) error {
 		b.maxPrefetch = b.cfg.Prefetch
 	}
 	b.wg.Add(5 + b.cfg.Inserters)
+	if b.limits != nil {
+		b.wg.Add(1)
+		go b.limitsLoop()
+	}
 	go b.notifyLoop()
 	go b.fetchLoop()
 	go b.flushLoop()

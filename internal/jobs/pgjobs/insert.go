@@ -61,12 +61,15 @@ func (b *DB) insertTx(ctx context.Context, stx shards.Tx, p jobs.InsertParams) (
 	if tx == nil {
 		return jobs.EnqueueResult{}, errors.New("pgjobs: enqueue in a transaction: nil tx")
 	}
+	if err := b.ensureTenant(ctx, p.Tenant); err != nil {
+		return jobs.EnqueueResult{}, err
+	}
 	now := b.now()
 	runAt := runAtOf(p, now)
 	var id int64
 	var dup bool
 	err := tx.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-		uniqueKey(p), runAt, now).Scan(&id, &dup)
+		uniqueKey(p), runAt, now, priorityOf(&p)).Scan(&id, &dup)
 	if err != nil {
 		return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s in a transaction on %s: %w", p.Kind, b.name, err)
 	}
@@ -96,13 +99,16 @@ func uniqueKey(p jobs.InsertParams) *string {
 	return &p.UniqueKey
 }
 
-const sqlInsertOne = `SELECT job_id, duplicate FROM cellgate_jobs_insert($1, $2, $3, $4, $5, $6, $7, $8)`
+const sqlInsertOne = `SELECT job_id, duplicate FROM cellgate_jobs_insert($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // insertPlain commits one job on its own. A unique job is inserted by the
 // calling goroutine after this process's completions are written (so a job
 // that completed here no longer counts as active); other jobs go through
 // the coalescer.
 func (b *DB) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.EnqueueResult, error) {
+	if err := b.ensureTenant(ctx, p.Tenant); err != nil {
+		return jobs.EnqueueResult{}, err
+	}
 	if p.UniqueKey != "" {
 		if err := b.flushDone(ctx); err != nil {
 			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
@@ -112,7 +118,7 @@ func (b *DB) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.Enqueue
 		var id int64
 		var dup bool
 		err := b.pool.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-			&p.UniqueKey, runAt, now).Scan(&id, &dup)
+			&p.UniqueKey, runAt, now, priorityOf(&p)).Scan(&id, &dup)
 		if err != nil {
 			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
 		}
@@ -216,7 +222,7 @@ func (b *DB) insertBatch(batch []*insertReq) {
 		var id int64
 		var dup bool
 		err := b.pool.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-			nil, runAt, now).Scan(&id, &dup)
+			nil, runAt, now, priorityOf(p)).Scan(&id, &dup)
 		if err != nil {
 			fail(err)
 			return
@@ -229,12 +235,13 @@ func (b *DB) insertBatch(batch []*insertReq) {
 	}
 	n := len(batch)
 	kinds, queues, tenants, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	maxAttempts, runAts := make([]int32, n), make([]time.Time, n)
+	maxAttempts, runAts, prios := make([]int32, n), make([]time.Time, n), make([]int16, n)
 	ready := false
 	var earliest time.Time
 	for i, r := range batch {
 		kinds[i], queues[i], tenants[i], args[i] = r.p.Kind, r.p.Queue, r.p.Tenant, string(r.p.EncodedArgs)
 		maxAttempts[i] = int32(r.p.MaxAttempts)
+		prios[i] = priorityOf(&r.p)
 		runAts[i] = runAtOf(r.p, now)
 		if runAts[i].After(now) {
 			if earliest.IsZero() || runAts[i].Before(earliest) {
@@ -244,7 +251,7 @@ func (b *DB) insertBatch(batch []*insertReq) {
 			ready = true
 		}
 	}
-	rows, err := b.pool.Query(ctx, sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now)
+	rows, err := b.pool.Query(ctx, sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now, prios)
 	var ids []int64
 	if err == nil {
 		ids, err = readIDs(rows, n)
@@ -289,7 +296,7 @@ func readIDs(rows pgx.Rows, n int) ([]int64, error) {
 
 // sqlInsertMany inserts a batch and places its ready jobs in the fair
 // order (cellgate_jobs_insert_many); ids come back in input order.
-const sqlInsertMany = `SELECT job_id FROM cellgate_jobs_insert_many($1, $2, $3, $4, $5, $6, $7)`
+const sqlInsertMany = `SELECT job_id FROM cellgate_jobs_insert_many($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // insertMany inserts ps with one round trip and one commit, all or none
 // (Backend.InsertMany), through the circuit breaker like insert. The runs
@@ -319,6 +326,9 @@ func (b *DB) insertMany(ctx context.Context, ps []jobs.InsertParams) ([]jobs.Enq
 }
 
 func (b *DB) insertManyNow(ctx context.Context, ps []jobs.InsertParams) ([]jobs.EnqueueResult, error) {
+	if err := b.ensureLimits(ctx, ps); err != nil {
+		return nil, err
+	}
 	for i := range ps {
 		if ps[i].UniqueKey != "" {
 			// As insertPlain: a job that completed here no longer counts
@@ -355,6 +365,9 @@ func (b *DB) insertManyTx(ctx context.Context, stx shards.Tx, ps []jobs.InsertPa
 	}
 	if stx.Tx == nil {
 		return nil, errors.New("pgjobs: enqueue many in a transaction: nil tx")
+	}
+	if err := b.ensureLimits(ctx, ps); err != nil {
+		return nil, err
 	}
 	now := b.now()
 	out, err := insertBatched(ctx, stx.Tx, ps, now)
@@ -409,7 +422,7 @@ func insertBatched(ctx context.Context, s batchSender, ps []jobs.InsertParams, n
 		if ps[i].UniqueKey != "" {
 			p := &ps[i]
 			batch.Queue(sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-				p.UniqueKey, runAtOf(*p, now), now)
+				p.UniqueKey, runAtOf(*p, now), now, priorityOf(p))
 			stmts = append(stmts, stmt{i, i + 1})
 			i++
 			continue
@@ -420,14 +433,15 @@ func insertBatched(ctx context.Context, s batchSender, ps []jobs.InsertParams, n
 		}
 		n := j - i
 		kinds, queues, tenants, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		maxAttempts, runAts := make([]int32, n), make([]time.Time, n)
+		maxAttempts, runAts, prios := make([]int32, n), make([]time.Time, n), make([]int16, n)
 		for k := range n {
 			p := &ps[i+k]
 			kinds[k], queues[k], tenants[k], args[k] = p.Kind, p.Queue, p.Tenant, string(p.EncodedArgs)
 			maxAttempts[k] = int32(p.MaxAttempts)
+			prios[k] = priorityOf(p)
 			runAts[k] = runAtOf(*p, now)
 		}
-		batch.Queue(sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now)
+		batch.Queue(sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now, prios)
 		stmts = append(stmts, stmt{i, j})
 		i = j
 	}

@@ -198,7 +198,13 @@ func catalog(tb testing.TB, dsn string) string {
 		        coalesce(c.relacl::text, '-'), coalesce(obj_description(c.oid, 'pg_class'), '-'))
 		 FROM pg_class c WHERE ` + rels,
 		`SELECT format('column %s.%s #%s %s collation=%s notnull=%s default=%s identity=%s generated=%s storage=%s stattarget=%s comment=%s',
-		        c.relname, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod),
+		        c.relname, a.attname,
+		        -- The position among the live columns, not attnum: a column
+		        -- dropped by a down migration and added again by the up
+		        -- leaves a hole in attnum, not in the table's shape.
+		        (SELECT count(*) FROM pg_attribute a2 WHERE a2.attrelid = c.oid AND a2.attnum > 0
+		           AND NOT a2.attisdropped AND a2.attnum <= a.attnum),
+		        format_type(a.atttypid, a.atttypmod),
 		        coalesce((SELECT co.collname FROM pg_collation co WHERE co.oid = a.attcollation), '-'),
 		        a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), '-'), a.attidentity, a.attgenerated,
 		        a.attstorage, a.attstattarget, coalesce(col_description(c.oid, a.attnum), '-'))

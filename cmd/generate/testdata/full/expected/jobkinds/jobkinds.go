@@ -46,6 +46,7 @@ var BillOrder = jobs.KindSpec{
 	MaxAttempts: 25,
 	Timeout:     120000000000, // 2m0s
 	Concurrency: 2,
+	Priority:    2,
 	UniqueBy:    []string{"order_id", "due_at"},
 }
 

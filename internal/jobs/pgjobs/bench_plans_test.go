@@ -1,0 +1,278 @@
+package pgjobs
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/tenant"
+)
+
+// The tenant-plans figures (docs/jobs-postgres.md, "Tenant caps, weights
+// and priorities"), each printed as a line "plans: NAME=VALUE" for make
+// bench-plans. Run them with -run '^$' -bench BenchmarkPlans -benchtime 1x;
+// PLANS_SECONDS (default 10) sets the measured window of each.
+
+// benchPlanLimits gives the continuous benchmark's tenants plans: weights
+// 1 to 4 and a cap of 2 running jobs each.
+type benchPlanLimits struct{}
+
+func (benchPlanLimits) JobLimits(t string) (int, int) {
+	return 2, 1 + int(t[len(t)-1]-'0')%4
+}
+
+// mapLimits is a fixed per-tenant table; other tenants: no cap, weight 1.
+type mapLimits map[string][2]int
+
+func (m mapLimits) JobLimits(t string) (int, int) {
+	if v, ok := m[t]; ok {
+		return v[0], v[1]
+	}
+	return 0, 1
+}
+
+// BenchmarkPlansFairCapsOverFIFO is fair-caps-over-fifo: the continuous
+// scenario of BenchmarkPostgresJobs with plans on (fair claims, every
+// tenant capped at 2 running jobs, weights 1 to 4, priorities 1 to 4)
+// against FIFO claims without plans, alternating in each iteration.
+func BenchmarkPlansFairCapsOverFIFO(b *testing.B) {
+	dsn := newMigratedDB(b)
+	pool := newPool(b, dsn, "", 8)
+	var plans, fifo benchResult
+	for range b.N {
+		for k := range 2 {
+			if _, err := pool.Exec(context.Background(), "TRUNCATE cellgate_jobs, cellgate_jobs_tenant_limits"); err != nil {
+				b.Fatal(err)
+			}
+			if (k+benchRound)%2 == 0 {
+				plans.add(benchContinuous(b, pool, ClaimFair, benchPlanLimits{}))
+			} else {
+				fifo.add(benchContinuous(b, pool, ClaimFIFO, nil))
+			}
+		}
+		benchRound++
+	}
+	ratio := plans.rate / fifo.rate
+	b.ReportMetric(plans.rate/float64(b.N), "plans-jobs/s")
+	b.ReportMetric(fifo.rate/float64(b.N), "fifo-jobs/s")
+	b.ReportMetric(ratio, "plans/fifo")
+	// PostgreSQL CPU per job is steadier than jobs/s on a shared machine.
+	if plans.pgCPU > 0 && fifo.pgCPU > 0 {
+		b.ReportMetric(float64(plans.pgCPU.Microseconds())/float64(plans.jobs), "plans-pg-µs/job")
+		b.ReportMetric(float64(fifo.pgCPU.Microseconds())/float64(fifo.jobs), "fifo-pg-µs/job")
+	}
+	fmt.Printf("plans: fair-caps-over-fifo=%.3f\n", ratio)
+}
+
+// BenchmarkPlansWeightedShare is weighted-share-error: two backlogged
+// tenants of weights 1 and 4, 4 workers, jobs of equal cost (2 ms), for
+// PLANS_SECONDS: |completions of the weight-4 tenant / those of the
+// weight-1 tenant / 4 - 1|.
+func BenchmarkPlansWeightedShare(b *testing.B) {
+	window := time.Duration(benchEnv("PLANS_SECONDS", 10)) * time.Second
+	dsn := newMigratedDB(b)
+	pool := newPool(b, dsn, "", 8)
+	var worst float64
+	for range b.N {
+		if _, err := pool.Exec(context.Background(), "TRUNCATE cellgate_jobs, cellgate_jobs_tenant_limits"); err != nil {
+			b.Fatal(err)
+		}
+		var one, four atomic.Int64
+		var measuring atomic.Bool
+		be, err := NewPool(pool, Config{}, Options{Logger: quietLogger(), Limits: mapLimits{"w1": {0, 1}, "w4": {0, 4}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := jobs.NewWorkers()
+		jobs.Register(w, func(ctx context.Context, j *jobs.Job[benchArgs]) error {
+			time.Sleep(2 * time.Millisecond)
+			if measuring.Load() {
+				if j.Tenant == "w4" {
+					four.Add(1)
+				} else {
+					one.Add(1)
+				}
+			}
+			return nil
+		})
+		c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: 4}, be, w, jobs.Options{Logger: quietLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// More of each than 4 workers run in the window: both stay
+		// backlogged throughout.
+		n := int(window/(2*time.Millisecond))*4 + 1000
+		enqueueBacklog(b, c, "w1", n)
+		enqueueBacklog(b, c, "w4", n)
+		if err := c.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second) // past the start
+		measuring.Store(true)
+		time.Sleep(window)
+		measuring.Store(false)
+		if _, err := c.Stop(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		if one.Load() == 0 {
+			b.Fatalf("the weight-1 tenant completed nothing (weight 4: %d)", four.Load())
+		}
+		e := math.Abs(float64(four.Load())/float64(one.Load())/4 - 1)
+		b.Logf("weight 4: %d, weight 1: %d completions", four.Load(), one.Load())
+		worst = max(worst, e)
+	}
+	b.ReportMetric(worst, "share-error")
+	fmt.Printf("plans: weighted-share-error=%.3f\n", worst)
+}
+
+// enqueueBacklog enqueues n jobs of tenant in batches.
+func enqueueBacklog(b *testing.B, c *jobs.Client, tenantID string, n int) {
+	ctx := tenant.With(context.Background(), tenantID)
+	for n > 0 {
+		k := min(n, 1000)
+		args := make([]jobs.Args, k)
+		for i := range args {
+			args[i] = benchArgs{N: i}
+		}
+		if _, err := c.EnqueueMany(ctx, args); err != nil {
+			b.Fatal(err)
+		}
+		n -= k
+	}
+}
+
+// BenchmarkPlansCapViolations is cap-violations: a tenant capped at 2
+// running jobs (each 5 ms) and four uncapped tenants (no-op jobs), all
+// backlogged, claimed by two processes (two backends, two pools) with 8
+// workers each from one database. The capped tenant's jobs count how many
+// of them run at once, inside the handler; cap-violations is the number of
+// job starts that found more than 2 running. cap-others-throughput is the
+// other tenants' completions per second over a run without the capped
+// tenant, alternating.
+func BenchmarkPlansCapViolations(b *testing.B) {
+	window := time.Duration(benchEnv("PLANS_SECONDS", 10)) * time.Second
+	dsn := newMigratedDB(b)
+	pools := [2]*pgxpool.Pool{newPool(b, dsn, "", 8), newPool(b, dsn, "", 8)}
+	lim := mapLimits{"capped": {2, 1}}
+	var violations, peak int64
+	var with, without float64
+	for range b.N {
+		for k := range 2 {
+			capped := (k+benchRound)%2 == 0
+			v, p, rate := capRun(b, pools, lim, capped, window)
+			if capped {
+				violations += v
+				peak = max(peak, p)
+				with += rate
+			} else {
+				without += rate
+			}
+		}
+		benchRound++
+	}
+	ratio := with / without
+	b.ReportMetric(float64(violations), "violations")
+	b.ReportMetric(float64(peak), "peak-running")
+	b.ReportMetric(ratio, "others-with/without")
+	fmt.Printf("plans: cap-violations=%d\n", violations)
+	fmt.Printf("plans: cap-others-throughput=%.3f\n", ratio)
+}
+
+// capRun is one run of BenchmarkPlansCapViolations: it returns the
+// violations, the capped tenant's peak running jobs and the other tenants'
+// completions per second.
+func capRun(b *testing.B, pools [2]*pgxpool.Pool, lim jobs.TenantLimits, withCapped bool, window time.Duration) (violations, peak int64, rate float64) {
+	if _, err := pools[0].Exec(context.Background(), "TRUNCATE cellgate_jobs, cellgate_jobs_tenant_limits"); err != nil {
+		b.Fatal(err)
+	}
+	var running, others, othersDone, othersQueued atomic.Int64
+	var mu sync.Mutex
+	var measuring atomic.Bool
+	handler := func(ctx context.Context, j *jobs.Job[benchArgs]) error {
+		if j.Tenant != "capped" {
+			othersDone.Add(1)
+			if measuring.Load() {
+				others.Add(1)
+			}
+			return nil
+		}
+		n := running.Add(1)
+		mu.Lock()
+		peak = max(peak, n)
+		if n > 2 {
+			violations++
+		}
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		running.Add(-1)
+		return nil
+	}
+	var clients []*jobs.Client
+	for _, pool := range pools {
+		be, err := NewPool(pool, Config{}, Options{Logger: quietLogger(), Limits: lim})
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := jobs.NewWorkers()
+		jobs.Register(w, handler)
+		c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: 8}, be, w, jobs.Options{Logger: quietLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	if withCapped {
+		enqueueBacklog(b, clients[0], "capped", int(window/(5*time.Millisecond))*2+1000)
+	}
+	// Kept backlogged: producers top the other tenants up to about 4,000
+	// waiting jobs.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[i%2]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if othersQueued.Load()-othersDone.Load() > 4000 {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				enqueueBacklog(b, c, fmt.Sprintf("other-%d", i), 250)
+				othersQueued.Add(250)
+			}
+		}()
+	}
+	for _, c := range clients {
+		if err := c.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	measuring.Store(true)
+	time.Sleep(window)
+	measuring.Store(false)
+	rate = float64(others.Load()) / window.Seconds()
+	close(stop)
+	wg.Wait()
+	for _, c := range clients {
+		if _, err := c.Stop(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return violations, peak, rate
+}
