@@ -281,4 +281,3 @@ func printTenant(w io.Writer, cat *plans.Catalog, r plans.Row) error {
 	}
 	return tw.Flush()
 }
-
