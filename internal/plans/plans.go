@@ -277,7 +277,12 @@ type Snapshot struct {
 	claims  map[string]int
 	rows    []Row
 	version int64
+	shadows bool
 }
+
+// HasShadows reports whether any tenant has a shadow override, so the
+// request path skips shadow accounting entirely when none does.
+func (s *Snapshot) HasShadows() bool { return s.shadows }
 
 // NewSnapshot builds a snapshot of rows over cat. A row naming a plan the
 // spec no longer has resolves as if it named none (the error list says
@@ -308,6 +313,9 @@ func NewSnapshot(cat *Catalog, rows []Row, version int64) (*Snapshot, []error) {
 			}
 		}
 		s.tenants[r.Tenant] = rv
+		if rv.shadow != 0 {
+			s.shadows = true
+		}
 	}
 	s.rows = rows
 	return s, errs

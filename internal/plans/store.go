@@ -44,8 +44,9 @@ type Store struct {
 	cur  atomic.Pointer[Snapshot]
 
 	mu     sync.Mutex // guards claims and publishing
-	claims map[string]int
-	base   *Snapshot // the last snapshot read from the table, without claims
+	claims   map[string]int
+	base     *Snapshot // the last snapshot read from the table, without claims
+	watchers []func(*Snapshot)
 
 	loaded atomic.Bool
 }
@@ -124,6 +125,18 @@ func (s *Store) publishLocked(base *Snapshot) {
 	if s.opt.OnChange != nil {
 		s.opt.OnChange(snap)
 	}
+	for _, f := range s.watchers {
+		f(snap)
+	}
+}
+
+// Watch adds f to the functions called after each new snapshot is
+// published (the admission engines refresh their accounts' limits). f runs
+// under the store's lock: it must be quick and must not call the store.
+func (s *Store) Watch(f func(*Snapshot)) {
+	s.mu.Lock()
+	s.watchers = append(s.watchers, f)
+	s.mu.Unlock()
 }
 
 // Load reads the whole table and publishes it. On error the snapshot in
