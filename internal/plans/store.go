@@ -43,7 +43,7 @@ type Store struct {
 	opt  Options
 	cur  atomic.Pointer[Snapshot]
 
-	mu     sync.Mutex // guards claims and publishing
+	mu       sync.Mutex // guards claims and publishing
 	claims   map[string]int
 	base     *Snapshot // the last snapshot read from the table, without claims
 	watchers []func(*Snapshot)

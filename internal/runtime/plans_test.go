@@ -239,4 +239,3 @@ func TestPlansRateHeaders(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
-

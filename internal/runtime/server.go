@@ -20,9 +20,9 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/httpguard"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/probe"
 	"github.com/cellgate/cellgate/internal/runtime/tenantmw"
-	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenancy"
 )
