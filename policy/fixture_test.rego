@@ -53,6 +53,7 @@ base := {
 			"audience": "",
 			"claim": "tenant",
 			"leeway": "0s",
+			"plan_claim": "",
 		},
 		"max_id_bytes": 64,
 		"max_concurrent_requests": 0,
@@ -60,6 +61,8 @@ base := {
 		"rate_per_second": 0,
 		"burst": 0,
 		"public_paths": [],
+		"plans": [],
+		"default_plan": "",
 	},
 	"admission": {
 		"shards": 1,

@@ -238,3 +238,154 @@ deny contains msg if {
 	j := public[0]
 	msg := sprintf("%s: tenant route shares its path with public route %s; tenancy is skipped by path, not method, so it would run without a tenant; use a different path or make both public", [route_label(i, r), route_label(j, routes[j])])
 }
+
+# Plans -------------------------------------------------------------------------
+
+plans := arr(input.tenancy.plans)
+
+plan_label(i, p) := sprintf("tenancy.plans[%d] (%s)", [i, p.name])
+
+# The top-level per-tenant fields are the implicit plan of a spec without
+# plans; beside plans one of them would silently not be read.
+top_level_tenant_fields := [f |
+	some k in ["max_concurrent_requests", "max_db_connections", "rate_per_second", "burst"]
+	num(input.tenancy, k) > 0
+	f := sprintf("tenancy.%s", [k])
+]
+
+top_level_job_fields := [f |
+	num(input.jobs.tenants, "max_concurrent") > 0
+	f := "jobs.tenants.max_concurrent"
+]
+
+deny contains msg if {
+	count(plans) > 0
+	both := array.concat(top_level_tenant_fields, top_level_job_fields)
+	count(both) > 0
+	msg := sprintf("tenancy.plans: set beside %s; with plans every per-tenant limit lives in a plan and %s would not be read; move %s into the plans and set %s to 0", [concat(", ", both), concat(", ", both), is_are_them(both), concat(", ", both)])
+}
+
+is_are_them(set) := "it" if {
+	count(set) == 1
+} else := "them"
+
+deny contains msg if {
+	some d in duplicates([p.name | some p in plans])
+	msg := sprintf("tenancy.plans[%d].name: %s is also tenancy.plans[%d]'s name; plan names are unique (the tenant table and tokens name plans)", [d[0], json.marshal(d[2]), d[1]])
+}
+
+plan_names := {p.name | some p in plans}
+
+deny contains msg if {
+	count(plans) > 0
+	d := object.get(input.tenancy, "default_plan", "")
+	not d in plan_names
+	msg := sprintf("tenancy.default_plan: %s is not one of tenancy.plans' names (%s); a tenant nothing else names gets the default plan; set it to one of them", [json.marshal(d), concat(", ", sort(plan_names))])
+}
+
+deny contains msg if {
+	count(plans) == 0
+	d := object.get(input.tenancy, "default_plan", "")
+	d != ""
+	msg := sprintf("tenancy.default_plan: %s set without tenancy.plans; list the plans, or drop default_plan (without plans the top-level fields are the one plan)", [json.marshal(d)])
+}
+
+deny contains msg if {
+	object.get(input.tenancy.jwt, "plan_claim", "") != ""
+	input.tenancy.source != "jwt"
+	msg := sprintf("tenancy.jwt.plan_claim: set while tenancy.source is %s; only a verified token may pick a plan (a header, subdomain or cookie is chosen by the client), so it would not be read; use source \"jwt\" or drop plan_claim", [json.marshal(input.tenancy.source)])
+}
+
+deny contains msg if {
+	object.get(input.tenancy.jwt, "plan_claim", "") != ""
+	count(plans) == 0
+	msg := "tenancy.jwt.plan_claim: set without tenancy.plans; a token can only pick one of the listed plans; list the plans or drop plan_claim"
+}
+
+plan_caps(p) := [k |
+	some k in ["max_concurrent_requests", "max_db_connections", "rate_per_second", "burst"]
+	num(p, k) > 0
+]
+
+deny contains msg if {
+	not tenancy_enabled
+	some i, p in plans
+	set := plan_caps(p)
+	count(set) > 0
+	msg := sprintf("%s: tenancy.enabled: false, but %s %s set; per-tenant caps need a tenant; enable tenancy or set them to 0", [plan_label(i, p), concat(", ", set), is_are(set)])
+}
+
+deny contains msg if {
+	s := num(input.server, "max_concurrent_requests")
+	s > 0
+	some i, p in plans
+	t := num(p, "max_concurrent_requests")
+	t >= s
+	msg := sprintf("%s.max_concurrent_requests: %d per tenant is not below server.max_concurrent_requests (%d); one tenant could fill the whole server; set it below %d", [plan_label(i, p), t, s, s])
+}
+
+deny contains msg if {
+	some i, p in plans
+	rate := num(p, "rate_per_second")
+	rate > 0
+	num(p, "burst") == 0
+	msg := sprintf("%s.burst: 0 with rate_per_second %v; a token bucket that holds no token admits no request; set burst to at least 1", [plan_label(i, p), rate])
+}
+
+deny contains msg if {
+	some i, p in plans
+	w := object.get(object.get(p, "jobs", {}), "weight", 1)
+	not valid_weight(w)
+	msg := sprintf("%s.jobs.weight: %v; a weight is a whole number from 1 to 1000 (claims per claim of a weight-1 tenant)", [plan_label(i, p), w])
+}
+
+valid_weight(w) if {
+	is_number(w)
+	w == floor(w)
+	w >= 1
+	w <= 1000
+}
+
+warn contains msg if {
+	tenancy_enabled
+	some i, p in plans
+	num(p, "rate_per_second") == 0
+	b := num(p, "burst")
+	b > 0
+	msg := sprintf("%s.burst: %d has no effect while its rate_per_second is 0 (no rate limit)", [plan_label(i, p), b])
+}
+
+warn contains msg if {
+	tenancy_enabled
+	some i, p in plans
+	cap := num(p, "max_db_connections")
+	cap > 0
+	cap >= smallest_shard_pool
+	msg := sprintf("%s.max_db_connections: %d per tenant but the smallest shard pool has max_conns %d; one tenant can hold every connection of its shard; set it below the smallest shard pool", [plan_label(i, p), cap, smallest_shard_pool])
+}
+
+warn contains msg if {
+	some i, p in plans
+	mc := num(object.get(p, "jobs", {}), "max_concurrent")
+	workers := num(input.jobs, "workers")
+	workers > 0
+	mc >= workers
+	msg := sprintf("%s.jobs.max_concurrent: %d jobs per tenant with %d workers; one tenant of this plan can still occupy every worker; set it below jobs.workers", [plan_label(i, p), mc, workers])
+}
+
+warn contains msg if {
+	tenancy_enabled
+	count(plans) > 0
+	input.tenancy.source in {"header", "subdomain"}
+	some p in plans
+	count(plan_caps(p)) > 0
+	msg := sprintf("tenancy.plans: per-tenant limits with tenancy.source %s count per tenant id, not per client: a client can spread load over many ids; use an authenticated source (session or jwt)", [json.marshal(input.tenancy.source)])
+}
+
+warn contains msg if {
+	tenancy_enabled
+	duration_ns(input.server.request_timeout) == 0
+	some i, p in plans
+	num(p, "max_concurrent_requests") + num(p, "max_db_connections") > 0
+	msg := sprintf("server.request_timeout: 0s (none) with %s's request or database caps on; a stalled handler holds its tenant permit forever; set a request timeout", [plan_label(i, p)])
+}

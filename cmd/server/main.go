@@ -152,6 +152,14 @@ var commands = []command{
 		},
 	},
 	{
+		name:       "tenants",
+		synopsis:   tenantsSynopsis,
+		summary:    "list, read and change the cell's tenant table (plans, overrides, shadow mode), then exit",
+		help:       tenantsHelp,
+		positional: true,
+		setup:      tenantsCommand,
+	},
+	{
 		name:     "devdb",
 		synopsis: devdbSynopsis,
 		summary:  "create this checkout's databases on a local PostgreSQL and print their DSN exports (make run)",

@@ -17,6 +17,7 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/dbmigrate"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/shards"
 	cgsql "github.com/cellgate/cellgate/sql"
 )
@@ -25,6 +26,10 @@ import (
 const (
 	schemaApp  = "app"  // sql/migrations, table schema_migrations
 	schemaJobs = "jobs" // internal/jobs/pgjobs/migrations, table cellgate_jobs_schema_migrations
+	// schemaTenants is the live tenant table (internal/plans/migrations,
+	// table cellgate_tenants_schema_migrations), on the control database
+	// when tenancy is on.
+	schemaTenants = "tenants"
 )
 
 // migrationTarget is one set of migration files on one database.
@@ -57,6 +62,9 @@ func migrationTargets(cfg config.Config, set *shards.Set, schemas ...string) []m
 		}
 	}
 	add(shards.ControlName, set.ControlDSN(), cfg.Database.AppMigrationsOnControl(), true)
+	if want[schemaTenants] && cfg.Tenancy.Enabled {
+		out = append(out, migrationTarget{shards.ControlName, set.ControlDSN(), schemaTenants, plans.Files})
+	}
 	for _, sh := range set.Shards() {
 		add(sh.Name, sh.DSN, cfg.Database.AppMigrationsOnShards(), cfg.Jobs.Postgres.ShardLocal)
 	}
@@ -207,7 +215,7 @@ const migrateSynopsis = "[-db NAME] [-schema app|jobs] [status | up | down N | f
 // before it, the command those after.
 func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 	dbName := fs.String("db", "", "only this database (control, shard-0, …)")
-	schema := fs.String("schema", "", "only this schema: app or jobs (default: both for status and up, app for down and force)")
+	schema := fs.String("schema", "", "only this schema: app, jobs or tenants (default: all for status and up, app for down and force)")
 	return func(ctx context.Context, inv invocation) error {
 		rest := inv.args
 		action, n := "up", 0
@@ -237,12 +245,12 @@ func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 		if fs.NArg() > 0 {
 			return usageError{msg: fmt.Sprintf("migrate %s: unexpected arguments %q", action, fs.Args())}
 		}
-		schemas := []string{schemaApp, schemaJobs}
+		schemas := []string{schemaApp, schemaJobs, schemaTenants}
 		switch {
-		case *schema == schemaApp || *schema == schemaJobs:
+		case *schema == schemaApp || *schema == schemaJobs || *schema == schemaTenants:
 			schemas = []string{*schema}
 		case *schema != "":
-			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app or jobs", *schema)}
+			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs or tenants", *schema)}
 		case action == "down" || action == "force":
 			schemas = []string{schemaApp}
 		}
@@ -359,7 +367,7 @@ func writeStatus(out io.Writer, rows []statusRow) (bad int) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.target.db, r.target.schema, ver, state)
 	}
 	tw.Flush()
-	for _, s := range []string{schemaApp, schemaJobs} {
+	for _, s := range []string{schemaApp, schemaJobs, schemaTenants} {
 		if len(versions[s]) > 1 {
 			fmt.Fprintf(out, "the %s schema is not at one version on every database: apply or repair the ones above that are not up to date\n", s)
 		}

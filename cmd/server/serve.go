@@ -77,7 +77,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() {
 		// The job runtime applies its own migrations as it starts; the
 		// app's must be in place first, since workers use its tables.
-		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp), log, sleepCtx); err != nil {
+		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp, schemaTenants), log, sleepCtx); err != nil {
 			if ctx.Err() == nil {
 				bm.migrationsFailed.Set(1) // final: a failed file is not retried
 			}

@@ -50,13 +50,27 @@ type account struct {
 	dead     atomic.Bool  // set by eviction; an admitter that sees it retries
 	pinned   atomic.Bool  // funded by the control plane: never evicted
 	lastSeen atomic.Int64 // engine-clock ns when a sweep last saw the account used
-	_        [40]byte
+	// Per-account limits (Config.Limits): the limits generation the
+	// account last read, its own rate buckets (nil: no rate), and the
+	// concurrency credit still to be destroyed after its limit was lowered
+	// (paid by releases).
+	gen  atomic.Uint64
+	rate atomic.Pointer[rateSpec]
+	debt atomic.Int64
+	_    [16]byte
 
 	line      atomic.Int64  // funding line balance, units not yet leased
 	overage   atomic.Int64  // units admitted past an empty line, unpaid
 	contended atomic.Uint64 // lost compare-exchanges on this account since creation
 	pool      atomic.Uint64 // concurrency credit no shard holds (limited engines)
-	_         [96]byte
+	maxConc   int64         // per-account limit in credit; written only by the refresher
+	refresh   atomic.Uint32 // 1 while one admitter applies new limits
+	_         [84]byte
+}
+
+// rateSpec is one account's rate buckets under Config.Limits.
+type rateSpec struct {
+	buckets []bucket
 }
 
 // inFlight returns the account's admitted-but-unreleased permits.

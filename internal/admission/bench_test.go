@@ -308,3 +308,51 @@ func BenchmarkAdmitWhileConsoleReads(b *testing.B) {
 		})
 	}
 }
+
+// benchLimits gives every account the benchmark's uniform limits through
+// Config.Limits, so both engines do the same checks and only the
+// per-account plumbing differs.
+type benchLimits struct{}
+
+func (benchLimits) Limits(string) AccountLimits {
+	return AccountLimits{MaxConcurrent: benchMaxConc, Rate: benchRate, Burst: benchBurst}
+}
+
+// BenchmarkAdmissionPlans compares admit+release of one tenant with
+// per-account limits (tenant plans: Config.Limits) against the uniform
+// engine with the same limits, in the same run. plans-over-uniform is
+// the ratio make bench-plans reports as admission-cost-ratio.
+func BenchmarkAdmissionPlans(b *testing.B) {
+	uniform := benchEngine(b, Single, false)
+	cfg := DefaultConfig()
+	cfg.Limits = benchLimits{}
+	plans, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(plans.Close)
+	run := func(e *Engine) func(b *testing.B) {
+		return func(b *testing.B) {
+			admitRelease(b, e, "tenant-1")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if !admitRelease(b, e, "tenant-1") {
+					return
+				}
+			}
+			b.StopTimer()
+			if n := e.InFlight(); n != 0 {
+				b.Fatalf("%d permits leaked", n)
+			}
+		}
+	}
+	var tu float64
+	b.Run("uniform", func(b *testing.B) { run(uniform)(b); tu = float64(b.Elapsed()) / float64(b.N) })
+	b.Run("plans", func(b *testing.B) {
+		run(plans)(b)
+		if tu > 0 {
+			b.ReportMetric(float64(b.Elapsed())/float64(b.N)/tu, "plans-over-uniform")
+		}
+	})
+}

@@ -65,10 +65,37 @@ type Config struct {
 	// is RejectedCapacity. Must be > 0.
 	MaxAccounts int
 
+	// Limits, when set, gives every account limits of its own (a tenant's
+	// plan and overrides): MaxConcurrent, Rate and Burst are then ignored,
+	// the engine asks Limits when it creates an account, and again the
+	// next time the account admits after Refresh. A lowered limit is exact
+	// for new admissions at once; permits already past it stay until
+	// released. Limits is called on slow paths only, never on an
+	// admission of an account whose limits are current.
+	Limits Limiter
+
 	// Clock is the time source for rate buckets and idle eviction. nil uses
 	// the process-wide coarse clock (CoarseClock, 1 ms resolution); tests
 	// inject NewManualClock().
 	Clock *Clock
+}
+
+// Limiter returns an account's limits; the engine calls it from slow paths
+// and from any goroutine.
+type Limiter interface {
+	Limits(account string) AccountLimits
+}
+
+// AccountLimits are one account's limits under Config.Limits; zero
+// MaxConcurrent or Rate means no limit.
+type AccountLimits struct {
+	// MaxConcurrent is the account's exact in-flight limit (0 = none, at
+	// most MaxConcurrentLimit).
+	MaxConcurrent int64
+	// Rate is the account's sustained rate in cost units per second.
+	Rate float64
+	// Burst is the account's bucket size; >= 1 when Rate > 0.
+	Burst int64
 }
 
 // DefaultConfig returns the defaults: SINGLE layout, no rate limit, no

@@ -25,6 +25,7 @@ type Engine struct {
 	tallyMask uint64
 	limited   bool
 	rateOn    bool
+	perAcct   bool // Config.Limits: limits and rate buckets live in each account
 	maxConc   int64
 	now       *atomic.Int64
 	seed      maphash.Seed
@@ -36,8 +37,14 @@ type Engine struct {
 	idleAfter int64
 	maxAcct   int64
 	clock     *Clock
+	lim       Limiter
 	cfg       Config
 	_         [64]byte
+
+	// gen is the limits generation (Config.Limits): Refresh bumps it and an
+	// account whose own generation differs re-reads its limits.
+	gen atomic.Uint64
+	_   [56]byte
 
 	accounts accountMap
 	closed   atomic.Bool
@@ -56,8 +63,10 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		shardMask: uint64(cfg.Shards - 1),
 		tallyMask: uint64(parts - 1),
-		limited:   cfg.MaxConcurrent > 0,
-		rateOn:    cfg.Rate > 0,
+		limited:   cfg.MaxConcurrent > 0 || cfg.Limits != nil,
+		rateOn:    cfg.Rate > 0 || cfg.Limits != nil,
+		perAcct:   cfg.Limits != nil,
+		lim:       cfg.Limits,
 		maxConc:   cfg.MaxConcurrent,
 		now:       clock.cell(),
 		seed:      maphash.MakeSeed(),
@@ -71,7 +80,9 @@ func New(cfg Config) (*Engine, error) {
 		cfg:       cfg,
 	}
 	if e.rateOn {
-		e.buckets = splitRate(cfg.Rate, cfg.Burst, cfg.Shards)
+		if !e.perAcct {
+			e.buckets = splitRate(cfg.Rate, cfg.Burst, cfg.Shards)
+		}
 		clock.acquire()
 	}
 	e.accounts.swept.Store(int64(clock.Now()))
@@ -199,6 +210,9 @@ func (e *Engine) admit(aff Affinity, key string, cost int64) (Permit, Outcome) {
 		if sh.touched.Load() == 0 {
 			sh.touched.Store(1)
 		}
+		if e.perAcct && a.gen.Load() != e.gen.Load() {
+			e.refresh(a)
+		}
 		if e.limited {
 			w := sh.units.Load()
 			if w&inUseMask >= w>>creditShift || !sh.units.CompareAndSwap(w, w+1) {
@@ -229,12 +243,21 @@ func (e *Engine) admit(aff Affinity, key string, cost int64) (Permit, Outcome) {
 	}
 
 	if e.rateOn {
-		b := &e.buckets[i]
-		if cost > b.share || !take(&sh.tat, e.now.Load(), cost, b) {
-			if !e.rateSlow(a, i, cost) {
-				a.undoUnit(sh)
-				e.finish(a, sh, tb, RejectedRate, lost)
-				return Permit{}, RejectedRate
+		bs := e.buckets
+		if e.perAcct {
+			bs = nil
+			if rs := a.rate.Load(); rs != nil {
+				bs = rs.buckets
+			}
+		}
+		if bs != nil {
+			b := &bs[i]
+			if cost > b.share || !take(&sh.tat, e.now.Load(), cost, b) {
+				if !e.rateSlow(a, bs, i, cost) {
+					a.undoUnit(sh)
+					e.finish(a, sh, tb, RejectedRate, lost)
+					return Permit{}, RejectedRate
+				}
 			}
 		}
 	}
@@ -310,11 +333,11 @@ func take(tat *atomic.Int64, now, cost int64, b *bucket) bool {
 // the sibling buckets, so an account served from fewer Ps than shards still
 // gets its whole rate. Every bucket keeps its own bound, so borrowing never
 // admits more than the sum of the shares.
-func (e *Engine) rateSlow(a *account, i uint64, cost int64) bool {
+func (e *Engine) rateSlow(a *account, bs []bucket, i uint64, cost int64) bool {
 	now := e.now.Load()
 	for k := uint64(1); k <= e.shardMask; k++ {
 		j := (i + k) & e.shardMask
-		b := &e.buckets[j]
+		b := &bs[j]
 		if cost <= b.share && take(&a.shards[j].tat, now, cost, b) {
 			return true
 		}
@@ -448,13 +471,23 @@ func (e *Engine) newAccount(key string, h uint64, now int64, funded bool) *accou
 		mask:    e.shardMask,
 		limited: e.limited,
 	}
+	maxConc := e.maxConc
+	if e.perAcct {
+		// The generation is read before the limits: a Refresh between
+		// the two makes the first admission read them again.
+		a.gen.Store(e.gen.Load())
+		l := e.lim.Limits(key)
+		maxConc = creditFor(l)
+		a.rate.Store(rateOf(l, len(a.shards)))
+	}
 	if e.limited {
-		chunk := unitChunk(e.maxConc, len(a.shards))
+		a.maxConc = maxConc
+		chunk := unitChunk(maxConc, len(a.shards))
 		a.keep = chunk
 		if len(a.shards) == 1 {
-			a.shards[0].units.Store(uint64(e.maxConc) << creditShift)
+			a.shards[0].units.Store(uint64(maxConc) << creditShift)
 		} else {
-			a.pool.Store(uint64(e.maxConc))
+			a.pool.Store(uint64(maxConc))
 		}
 	}
 	a.lastSeen.Store(now)
@@ -508,4 +541,79 @@ func (e *Engine) open(h uint64, key string, pin bool) (a *account, created bool)
 		e.maybeSweep(now)
 	}
 	return a, created
+}
+
+// Refresh makes every account re-read its limits from Config.Limits on its
+// next admission (call it after the limits changed). It is one atomic add;
+// without Config.Limits it does nothing useful.
+func (e *Engine) Refresh() { e.gen.Add(1) }
+
+// creditFor is an account's concurrency credit: its limit, or the largest
+// limit when it has none, so that every account of a Limits engine counts
+// permits the same way and a change between "none" and a number is a
+// change of credit only.
+func creditFor(l AccountLimits) int64 {
+	if l.MaxConcurrent <= 0 || l.MaxConcurrent > MaxConcurrentLimit {
+		return MaxConcurrentLimit
+	}
+	return l.MaxConcurrent
+}
+
+// rateOf is an account's rate buckets, nil for no rate.
+func rateOf(l AccountLimits, shards int) *rateSpec {
+	if !(l.Rate > 0) || math.IsInf(l.Rate, 0) {
+		return nil
+	}
+	return &rateSpec{buckets: splitRate(l.Rate, max(l.Burst, 1), shards)}
+}
+
+// refresh applies a's current limits. One admitter does it while the others
+// go on with the old limits; the concurrency limit changes by adding credit
+// or by destroying idle credit, and what is in use beyond a lowered limit
+// becomes debt that releases pay, so the limit stays exact for new
+// admissions.
+func (e *Engine) refresh(a *account) {
+	if !a.refresh.CompareAndSwap(0, 1) {
+		return
+	}
+	defer a.refresh.Store(0)
+	g := e.gen.Load()
+	if a.gen.Load() == g {
+		return
+	}
+	l := e.lim.Limits(a.key)
+	want := creditFor(l)
+	delta := want - a.maxConc
+	a.maxConc = want
+	switch {
+	case delta > 0:
+		for d := a.debt.Load(); d > 0 && delta > 0; d = a.debt.Load() {
+			pay := min(d, delta)
+			if a.debt.CompareAndSwap(d, d-pay) {
+				delta -= pay
+			}
+		}
+		if delta > 0 {
+			if len(a.shards) == 1 {
+				a.shards[0].units.Add(uint64(delta) << creditShift)
+			} else {
+				a.pool.Add(uint64(delta))
+			}
+		}
+	case delta < 0:
+		need := uint64(-delta)
+		got, _ := a.takePool(need)
+		need -= got
+		for j := range a.shards {
+			if need == 0 {
+				break
+			}
+			need -= a.shards[j].takeIdle(need)
+		}
+		if need > 0 {
+			a.debt.Add(int64(need))
+		}
+	}
+	a.rate.Store(rateOf(l, len(a.shards)))
+	a.gen.Store(g)
 }

@@ -124,12 +124,21 @@ func (a *account) stealCredit(sh *shard, want uint64) (uint64, uint64) {
 // the account's keep to the pool. Releasing on a shard with nothing in use
 // is a no-op, so a doubly released permit cannot mint credit.
 func (a *account) releaseUnit(sh *shard) {
+	// A lowered per-account limit (Engine.refresh) left debt: the unit's
+	// credit is destroyed with it until the debt is paid.
+	var pay uint64
+	if a.debt.Load() > 0 && a.takeDebt() {
+		pay = 1
+	}
 	for {
 		w := sh.units.Load()
 		if w&inUseMask == 0 {
+			if pay != 0 {
+				a.debt.Add(1)
+			}
 			return
 		}
-		next := w - 1
+		next := w - 1 - pay<<creditShift
 		var back uint64
 		if idle := next>>creditShift - next&inUseMask; idle > a.keep {
 			back = idle - a.keep
@@ -140,6 +149,34 @@ func (a *account) releaseUnit(sh *shard) {
 				a.pool.Add(back)
 			}
 			return
+		}
+	}
+}
+
+// takeDebt takes one unit of debt, if there is any left.
+func (a *account) takeDebt() bool {
+	for {
+		d := a.debt.Load()
+		if d <= 0 {
+			return false
+		}
+		if a.debt.CompareAndSwap(d, d-1) {
+			return true
+		}
+	}
+}
+
+// takeIdle destroys up to want of sh's idle credit and returns how much.
+func (sh *shard) takeIdle(want uint64) uint64 {
+	for {
+		w := sh.units.Load()
+		idle := w>>creditShift - w&inUseMask
+		if idle == 0 {
+			return 0
+		}
+		got := min(idle, want)
+		if sh.units.CompareAndSwap(w, w-got<<creditShift) {
+			return got
 		}
 	}
 }

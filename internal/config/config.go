@@ -102,6 +102,59 @@ type Tenancy struct {
 	Burst int `json:"burst"`
 	// PublicPaths skip tenancy and are never counted.
 	PublicPaths []string `json:"public_paths"`
+	// Plans are tiers of per-tenant limits (docs/plans.md); empty means
+	// the four per-tenant fields above form the implicit plan "default".
+	Plans []Plan `json:"plans"`
+	// DefaultPlan is the plan of a tenant nothing else names.
+	DefaultPlan string `json:"default_plan"`
+}
+
+// Plan is one tier of per-tenant limits; 0 means no limit.
+type Plan struct {
+	// Name identifies the plan in the tenant table, tokens and metrics.
+	Name string `json:"name"`
+	// MaxConcurrentRequests per tenant (0 = none).
+	MaxConcurrentRequests int `json:"max_concurrent_requests"`
+	// MaxDBConnections per tenant (0 = none).
+	MaxDBConnections int `json:"max_db_connections"`
+	// RatePerSecond per tenant (0 = none).
+	RatePerSecond float64 `json:"rate_per_second"`
+	// Burst of the per-tenant rate limit.
+	Burst int `json:"burst"`
+	// Jobs are the plan's job limits.
+	Jobs PlanJobs `json:"jobs"`
+}
+
+// PlanJobs are a plan's job limits.
+type PlanJobs struct {
+	// MaxConcurrent jobs of one tenant running at once (0 = none).
+	MaxConcurrent int `json:"max_concurrent"`
+	// Weight is the tenant's share of claims while tenants are backlogged
+	// (1-1000).
+	Weight int `json:"weight"`
+}
+
+// ImplicitPlan is the name of the one plan a spec without tenancy.plans
+// has: the top-level per-tenant fields.
+const ImplicitPlan = "default"
+
+// EffectivePlans returns the plans tenants can be on and the default plan's
+// name: tenancy.plans and tenancy.default_plan when plans are given, else
+// one plan "default" made of the top-level per-tenant fields and
+// jobs.tenants.max_concurrent with weight 1.
+func (c Config) EffectivePlans() ([]Plan, string) {
+	if len(c.Tenancy.Plans) > 0 {
+		return c.Tenancy.Plans, c.Tenancy.DefaultPlan
+	}
+	t := c.Tenancy
+	return []Plan{{
+		Name:                  ImplicitPlan,
+		MaxConcurrentRequests: t.MaxConcurrentRequests,
+		MaxDBConnections:      t.MaxDBConnections,
+		RatePerSecond:         t.RatePerSecond,
+		Burst:                 t.Burst,
+		Jobs:                  PlanJobs{MaxConcurrent: c.Jobs.Tenants.MaxConcurrent, Weight: 1},
+	}}, ImplicitPlan
 }
 
 // HeaderSource reads the tenant from a request header.
@@ -154,6 +207,9 @@ type JWTSource struct {
 	Claim string `json:"claim"`
 	// Leeway tolerated on exp, nbf and iat.
 	Leeway Duration `json:"leeway"`
+	// PlanClaim, when set, names the verified token's claim that holds the
+	// tenant's plan.
+	PlanClaim string `json:"plan_claim"`
 }
 
 // Admission configures the per-tenant admission engine.

@@ -11,6 +11,7 @@ import (
 	"github.com/cellgate/cellgate/internal/admission"
 	"github.com/cellgate/cellgate/internal/admission/admissionmetrics"
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 )
 
@@ -31,6 +32,10 @@ type Bulkheads struct {
 	// dbPermits binds DB to each tenant request's shard accessor; nil
 	// when DB is.
 	dbPermits *bulkhead.DBPermits
+	// shadow checks shadow rate overrides (plans only).
+	shadow *admission.Engine
+	// plan counts refusals and shadow refusals by plan (plans only).
+	plan *bulkhead.PlanMetrics
 }
 
 // InFlight sums every permit held now: tenant requests, database
@@ -53,6 +58,9 @@ func (b Bulkheads) close() {
 	}
 	if b.DB != nil {
 		b.DB.Close()
+	}
+	if b.shadow != nil {
+		b.shadow.Close()
 	}
 }
 
@@ -103,7 +111,12 @@ func validateCaps(cfg config.Config) error {
 // server admission. The database permits are bound later, by the step that
 // builds the request's shard accessor (Server.Tenant). skip selects the public paths, which are never counted;
 // onReject (may be nil) hears the tenant of every tenant-bulkhead refusal.
-func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middleware.Skipper, onReject func(string)) (Bulkheads, []echo.MiddlewareFunc, error) {
+//
+// With store, the engines take each tenant's limits from its plan and
+// overrides (admission.Config.Limits), refresh them on every change the
+// store publishes, and exist whenever tenancy is on, so that a tenant table
+// change from "no limit" to a cap needs no restart.
+func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middleware.Skipper, onReject func(string), store *plans.Store) (Bulkheads, []echo.MiddlewareFunc, error) {
 	var b Bulkheads
 	if err := validateCaps(cfg); err != nil {
 		return b, nil, err
@@ -117,12 +130,16 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 		return b, nil, fmt.Errorf("bulkhead metrics: %w", err)
 	}
 	t := cfg.Tenancy
-	if t.Enabled && (t.MaxConcurrentRequests > 0 || t.RatePerSecond > 0 || cfg.Admission.Funding > 0) {
+	planned := store != nil && t.Enabled
+	if planned || t.Enabled && (t.MaxConcurrentRequests > 0 || t.RatePerSecond > 0 || cfg.Admission.Funding > 0) {
 		ec := engineConfig(cfg.Admission)
 		ec.MaxConcurrent = int64(t.MaxConcurrentRequests)
 		ec.Rate = t.RatePerSecond
 		if ec.Rate > 0 {
 			ec.Burst = int64(t.Burst)
+		}
+		if planned {
+			ec.Limits = bulkhead.RequestLimits{Store: store}
 		}
 		ec.Funding = cfg.Admission.Funding
 		ec.OverageAllowance = cfg.Admission.OverageAllowance
@@ -134,9 +151,12 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 			return b, nil, err
 		}
 	}
-	if t.Enabled && t.MaxDBConnections > 0 {
+	if planned || t.Enabled && t.MaxDBConnections > 0 {
 		ec := engineConfig(cfg.Admission)
 		ec.MaxConcurrent = int64(t.MaxDBConnections)
+		if planned {
+			ec.Limits = bulkhead.DBLimits{Store: store}
+		}
 		if b.DB, err = admission.New(ec); err != nil {
 			b.close()
 			return b, nil, fmt.Errorf("tenancy.max_db_connections: %w", err)
@@ -147,6 +167,27 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 		}
 		b.dbPermits, _ = bulkhead.NewDBPermits(b.DB, m.DBRejections) // engine is non-nil
 	}
+	var pc bulkhead.PlanConfig
+	if planned {
+		pm, err := bulkhead.NewPlanMetrics(reg)
+		if err != nil {
+			b.close()
+			return b, nil, err
+		}
+		shadow, err := bulkhead.NewShadowRateEngine(store, engineConfig(cfg.Admission))
+		if err != nil {
+			b.close()
+			return b, nil, err
+		}
+		b.shadow, b.plan = shadow, pm
+		pc = bulkhead.PlanConfig{Store: store, Metrics: pm, ShadowRate: shadow}
+		req, db := b.Requests, b.DB
+		store.Watch(func(*plans.Snapshot) {
+			req.Refresh()
+			db.Refresh()
+			shadow.Refresh()
+		})
+	}
 	var mws []echo.MiddlewareFunc
 	if b.Requests != nil {
 		mw, err := bulkhead.TenantWithConfig(bulkhead.TenantConfig{
@@ -154,6 +195,7 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 			Requests:   b.Requests,
 			Rejections: m.RequestRejections,
 			OnReject:   onReject,
+			Plans:      pc,
 		})
 		if err != nil {
 			b.close()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/httpguard"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/probe"
 	"github.com/cellgate/cellgate/internal/runtime/tenantmw"
 	"github.com/cellgate/cellgate/internal/shards"
@@ -51,6 +52,11 @@ type Options struct {
 	// permits. nil: the accessors fail every checkout with
 	// shards.ErrNoDatabases.
 	Shards *shards.Set
+	// Plans, when set, gives every tenant the limits of its plan and
+	// overrides (tenancy.plans, the cell's tenant table) instead of the
+	// uniform tenancy fields, and applies the store's changes live. The
+	// caller runs the store (plans.Store.Run).
+	Plans *plans.Store
 }
 
 // Server is one cell's HTTP server.
@@ -136,7 +142,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		}
 		s.tenantMW = append(s.tenantMW, mw)
 	}
-	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip, opts.OnTenantRejection)
+	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip, opts.OnTenantRejection, opts.Plans)
 	if err != nil {
 		return nil, err
 	}

@@ -31,8 +31,13 @@ type TenantConfig struct {
 	// console's top tenants. It runs on the request's goroutine.
 	OnReject func(tenant string)
 	// RateRejection answers a request over its tenant's rate. Default:
-	// RateRejection(Requests' rate).
+	// RateRejection(Requests' rate). Unused with Plans.
 	RateRejection *Rejection
+	// Plans, when its Store is set, resolve each tenant's plan: refusals
+	// are counted and answered per plan (a rate refusal carries the plan's
+	// RateLimit-Policy), and shadow overrides are counted. Requests must
+	// then take its limits from the same store (RequestLimits).
+	Plans PlanConfig
 }
 
 // DefaultTenantConfig holds the defaults TenantWithConfig applies to zero
@@ -80,7 +85,13 @@ func (m *tenantMW) serve(c echo.Context, next echo.HandlerFunc) error {
 			if m.cfg.OnReject != nil {
 				m.cfg.OnReject(id)
 			}
+			if m.cfg.Plans.Store != nil {
+				return m.planReject(c, m.cfg.Plans.Store.Resolve(id, ""), o)
+			}
 			return m.reject(c, o)
+		}
+		if m.cfg.Plans.Store != nil && m.cfg.Plans.Store.Snapshot().HasShadows() {
+			m.shadow(id)
 		}
 		res := c.Response()
 		g, installed := install(res, heldTenant)
