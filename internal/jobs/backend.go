@@ -141,6 +141,10 @@ type InsertParams struct {
 	UniqueKey string
 	// RunAt is the earliest time the job may run; zero means now.
 	RunAt time.Time
+	// TraceContext is the enqueuing span's propagated context
+	// (traceparent, tracestate), nil for none: the backend stores it with
+	// the job and hands it back in JobRow.TraceContext.
+	TraceContext map[string]string
 }
 
 // JobRow is a claimed job as a Backend hands it to the Client.
@@ -164,6 +168,9 @@ type JobRow struct {
 	MaxAttempts int
 	// EnqueuedAt is when the job was inserted.
 	EnqueuedAt time.Time
+	// TraceContext is InsertParams.TraceContext of the insert (nil for
+	// none, or from a backend that does not keep it).
+	TraceContext map[string]string
 	// Handle belongs to the backend (for example its own record of the job);
 	// the Client passes the row back untouched.
 	Handle any
