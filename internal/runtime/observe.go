@@ -74,7 +74,11 @@ func (o *observer) route(method, path string) echo.MiddlewareFunc {
 			var span trace.Span
 			if o.tracer != nil {
 				req := c.Request()
-				ctx := o.prop.Extract(req.Context(), propagation.HeaderCarrier(req.Header))
+				ctx := req.Context()
+				if len(req.Header["Traceparent"]) > 0 {
+					// A caller's trace (the router's): continue it.
+					ctx = o.prop.Extract(ctx, propagation.HeaderCarrier(req.Header))
+				}
 				ctx, span = o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), startAttrs)
 				c.SetRequest(req.WithContext(ctx))
 			}
@@ -120,13 +124,15 @@ func (o *observer) finish(c echo.Context, span trace.Span, path, method string, 
 	ten, _ := tenant.From(ctx)
 	rej, refused := rejectionOf(err)
 	if span != nil {
-		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		attrs := make([]attribute.KeyValue, 1, 3)
+		attrs[0] = attribute.Int("http.response.status_code", status)
 		if o.cell != "" {
-			span.SetAttributes(attribute.String("cellgate.cell", o.cell))
+			attrs = append(attrs, attribute.String("cellgate.cell", o.cell))
 		}
 		if o.traceTenant && ten != "" {
-			span.SetAttributes(attribute.String("cellgate.tenant", ten))
+			attrs = append(attrs, attribute.String("cellgate.tenant", ten))
 		}
+		span.SetAttributes(attrs...)
 		if refused {
 			span.AddEvent("refused", trace.WithAttributes(
 				attribute.String("cellgate.refusal.code", rej.Code), attribute.Int("http.response.status_code", rej.Status)))
