@@ -113,6 +113,8 @@ func (a *App) SignUp(c echo.Context, r api.Request) error {
 	if err != nil {
 		return err
 	}
+	// runtime.Logger carries the request, trace and tenant ids.
+	runtime.Logger(c).Info("account created", "account_id", acct.ID)
 	return c.JSON(http.StatusCreated, acct)
 }
 

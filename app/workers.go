@@ -61,6 +61,7 @@ func (w *Workers) SendWelcome(ctx context.Context, job *jobs.Job[jobkinds.SendWe
 		return err
 	}
 	// A real app would call its mail provider here; the example logs.
-	w.d.Log.InfoContext(ctx, "welcome sent", "tenant", sh.Tenant(), "account_id", acct.ID, "email", acct.Email)
+	// job.Log carries the job's ids and its trace id.
+	job.Log(ctx, w.d.Log).Info("welcome sent", "account_id", acct.ID, "email", acct.Email)
 	return nil
 }

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ import (
 	"github.com/cellgate/cellgate/internal/cells/router"
 	"github.com/cellgate/cellgate/internal/configload"
 	"github.com/cellgate/cellgate/internal/routerconsole"
+	"github.com/cellgate/cellgate/internal/telemetry"
 )
 
 // routerGCPercent is the router's GC target when $GOGC is unset. A router
@@ -50,8 +52,14 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := run(ctx, os.Args[1:], log); err != nil {
+	level, lerr := telemetry.ParseLevel("CELLGATE_LOG_LEVEL", os.Getenv("CELLGATE_LOG_LEVEL"))
+	// Every line logged with a traced context carries its trace id.
+	log := slog.New(telemetry.LogHandler{Handler: slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})})
+	err := lerr
+	if err == nil {
+		err = run(ctx, os.Args[1:], log)
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the flag package has printed the usage
 		}
@@ -84,6 +92,25 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Tracing comes from the OTEL_* variables alone; off when they are
+	// unset.
+	tracing, err := telemetry.FromEnv(ctx, os.Getenv, os.Stdout, cfg.Service.Name+"-router")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("tracing shutdown", "error", err.Error())
+		}
+	}()
+	traceTenant := false
+	if v := os.Getenv("CELLGATE_TRACE_TENANT"); v != "" {
+		if traceTenant, err = strconv.ParseBool(v); err != nil {
+			return fmt.Errorf("CELLGATE_TRACE_TENANT: want true or false, got %q", v)
+		}
+	}
 	// The registry is made here so the console's counter joins the
 	// router's /metrics.
 	reg := prometheus.NewRegistry()
@@ -114,6 +141,8 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			MaxInFlightPerTenant:  *maxPerTenant,
 			BodyTimeout:           *bodyTimeout,
 			ResponseHeaderTimeout: *headerTimeout,
+			Tracing:               tracing,
+			TraceTenant:           traceTenant,
 		},
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
+	"github.com/cellgate/cellgate/internal/telemetry"
 )
 
 // jobsConfig maps the spec's jobs block onto the runtime's config.
@@ -39,8 +40,23 @@ func jobLimits(c config.Jobs) jobs.TenantLimits {
 // local backend). appMigrated reports whether the app's migrations are in
 // place: the client is started only after them, and the PostgreSQL
 // backend creates its tables when its workers first claim.
-func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, appMigrated func() bool, log *slog.Logger) (*jobs.Client, []*pgjobs.DB, error) {
-	opts := jobs.Options{Logger: log, Registry: srv.Registry()}
+//
+// Every job is observed (jobs.Observe): its duration and wait histograms,
+// and with tracing on, the enqueue and job spans, the enqueuing span's
+// context stored with the job.
+func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, appMigrated func() bool, log *slog.Logger, tr *telemetry.Tracing, traceTenant bool) (*jobs.Client, []*pgjobs.DB, error) {
+	ocfg := jobs.ObserveConfig{Propagator: tr.Propagator, TraceTenant: traceTenant, Registerer: srv.Registry()}
+	if tr.Enabled {
+		ocfg.Tracer = tr.Provider
+	}
+	ins, work, err := jobs.Observe(ocfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("jobs metrics: %w", err)
+	}
+	opts := jobs.Options{Logger: log, Registry: srv.Registry(), Middleware: []jobs.Middleware{work}}
+	if ins != nil {
+		opts.InsertMiddleware = []jobs.InsertMiddleware{ins}
+	}
 	jcfg := jobsConfig(cfg.Jobs)
 	switch cfg.Jobs.Backend {
 	case "local":
@@ -49,7 +65,7 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 		c, err := jobs.NewClient(ctx, jcfg, local.New(local.WithLimits(jobLimits(cfg.Jobs))), w, opts)
 		return c, nil, err
 	case "postgres":
-		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: log, Registry: srv.Registry(), Limits: jobLimits(cfg.Jobs)})
+		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: log, Registry: srv.Registry(), Limits: jobLimits(cfg.Jobs), TraceContext: tr.Enabled})
 		if err != nil {
 			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}

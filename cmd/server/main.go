@@ -32,12 +32,19 @@ import (
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/configload"
+	"github.com/cellgate/cellgate/internal/telemetry"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	level, lerr := telemetry.ParseLevel("CELLGATE_LOG_LEVEL", os.Getenv("CELLGATE_LOG_LEVEL"))
+	// Every line logged with a traced context carries its trace id.
+	log := slog.New(telemetry.LogHandler{Handler: slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level})})
+	if lerr != nil {
+		log.Error("exit", "error", lerr.Error())
+		os.Exit(1)
+	}
 	err := run(ctx, os.Args[1:], log, os.Stdout, os.Stderr)
 	var ue usageError
 	switch {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
@@ -16,11 +18,37 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
+	"github.com/cellgate/cellgate/internal/telemetry"
 )
 
 // serve runs the cell until ctx is cancelled (SIGTERM), then drains.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	set, err := shards.OpenCell(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv)
+	// Tracing comes from the OTEL_* variables alone; off when they are
+	// unset. The console exporter writes to stdout, the logs to stderr.
+	tracing, err := telemetry.FromEnv(ctx, os.Getenv, os.Stdout, cellServiceName(cfg))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tracing.Shutdown(sctx); err != nil {
+			log.Warn("tracing shutdown", "error", err.Error())
+		}
+	}()
+	access, err := runtime.AccessLogFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	traceTenant, err := boolEnv("CELLGATE_TRACE_TENANT")
+	if err != nil {
+		return err
+	}
+	var openOpts shards.OpenOptions
+	if tracing.Enabled {
+		openOpts.Tracer = tracing.Provider
+	}
+	set, err := shards.OpenCellWith(ctx, cfg.Database, cfg.Cells, cfg.Server.Cell, os.Getenv, openOpts)
 	if err != nil {
 		return err
 	}
@@ -30,7 +58,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	rejections := console.NewTopK(64)
 	// Each tenant request's handler gets the accessor to its tenant's
 	// shard, with the request's database permits.
-	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set})
+	srv, err := runtime.New(cfg, runtime.Options{
+		Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set,
+		Tracing: tracing, TraceTenant: traceTenant, AccessLog: &access,
+	})
 	if err != nil {
 		return err
 	}
@@ -48,7 +79,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// names the database, the file and PostgreSQL's error when a migration
 	// failed.
 	progress := &migrationProgress{}
-	jobsRT, jobsDBs, err := newJobs(ctx, cfg, set, workers, srv, progress.applied, log)
+	jobsRT, jobsDBs, err := newJobs(ctx, cfg, set, workers, srv, progress.applied, log, tracing, traceTenant)
 	if err != nil {
 		return err
 	}
@@ -96,4 +127,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Warn("jobs stopped", "abandoned", len(rep.Abandoned), "waiting", rep.Waiting, "error", fmt.Sprint(err))
 	}
 	return runErr
+}
+
+// cellServiceName is the cell's service.name when OTEL_SERVICE_NAME is
+// unset: the spec's service name.
+func cellServiceName(cfg config.Config) string { return cfg.Service.Name }
+
+// boolEnv reads a true/false variable; unset is false.
+func boolEnv(name string) (bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s: want true or false, got %q", name, v)
+	}
+	return b, nil
 }

@@ -144,6 +144,10 @@ type InsertParams struct {
 	// Priority orders the job among its tenant's waiting jobs, 1 (first)
 	// to 4 (last); the Client always sets it. A backend reads 0 as 1.
 	Priority int
+	// TraceContext is the enqueuing span's propagated context
+	// (traceparent, tracestate), nil for none: the backend stores it with
+	// the job and hands it back in JobRow.TraceContext.
+	TraceContext map[string]string
 }
 
 // JobRow is a claimed job as a Backend hands it to the Client.
@@ -167,6 +171,9 @@ type JobRow struct {
 	MaxAttempts int
 	// EnqueuedAt is when the job was inserted.
 	EnqueuedAt time.Time
+	// TraceContext is InsertParams.TraceContext of the insert (nil for
+	// none, or from a backend that does not keep it).
+	TraceContext map[string]string
 	// Handle belongs to the backend (for example its own record of the job);
 	// the Client passes the row back untouched.
 	Handle any

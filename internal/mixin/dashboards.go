@@ -8,6 +8,11 @@ type Dashboard struct {
 	Title string
 	// Panels in order, laid out two per row.
 	Panels []Panel
+	// TracePanels are the titles of the latency panels that show the
+	// histograms' exemplars (trace ids, when the cells trace) and link to
+	// the trace backend ($traces, a Tempo data source) for the panel's
+	// cells and time range.
+	TracePanels []string
 }
 
 // Panel is one time-series panel.
@@ -39,7 +44,7 @@ func Dashboards() []Dashboard {
 			{"Server admission utilisation", "percentunit", []Target{{`cell:cellgate_server_admission_utilisation:max{cell=~"$cell"}`, "{{cell}}"}}},
 			{"Databases up", "short", []Target{{`min by (cell, database) (cellgate_database_up{cell=~"$cell"})`, "{{cell}} {{database}}"}}},
 			{"Cells up at the router", "short", []Target{{`max by (cell) (cellgate_router_cell_up{cell=~"$cell"})`, "{{cell}}"}}},
-		}},
+		}, TracePanels: []string{"p99 request duration by cell"}},
 		{UID: "cellgate-tenants", Title: "Cellgate / Tenants and bulkheads", Panels: []Panel{
 			{"Tenant bulkhead rejections", "reqps", []Target{{`cell_kind:cellgate_tenant_bulkhead_rejections:rate5m{cell=~"$cell"}`, "{{cell}} {{kind}}"}}},
 			{"Server admission rejections", "reqps", []Target{{`cell:cellgate_server_admission_rejections:rate5m{cell=~"$cell"}`, "{{cell}}"}}},
@@ -65,7 +70,9 @@ func Dashboards() []Dashboard {
 				{`max by (cell) (cellgate_jobs_breaker_state{cell=~"$cell"})`, "{{cell}} state"},
 				{`sum by (cell) (rate(cellgate_jobs_breaker_rejections_total{cell=~"$cell"}[5m]))`, "{{cell}} rejections/s"},
 			}},
-		}},
+			{"p99 job duration by kind", "s", []Target{{`histogram_quantile(0.99, sum by (cell, kind, le) (rate(cellgate_job_duration_seconds_bucket{cell=~"$cell"}[5m])))`, "{{cell}} {{kind}}"}}},
+			{"p99 job wait by queue", "s", []Target{{`histogram_quantile(0.99, sum by (cell, queue, le) (rate(cellgate_job_wait_seconds_bucket{cell=~"$cell"}[5m])))`, "{{cell}} {{queue}}"}}},
+		}, TracePanels: []string{"p99 job duration by kind", "p99 job wait by queue"}},
 		{UID: "cellgate-router", Title: "Cellgate / Router", Panels: []Panel{
 			{"Requests by cell and class", "reqps", []Target{{`sum by (cell, code_class) (rate(cellgate_router_requests_total{cell=~"$cell"}[5m]))`, "{{cell}} {{code_class}}"}}},
 			{"Cell up", "short", []Target{{`min by (cell) (cellgate_router_cell_up{cell=~"$cell"})`, "{{cell}}"}}},
@@ -89,18 +96,26 @@ func Dashboards() []Dashboard {
 // panels on a 24-column grid, two per row.
 func (d Dashboard) grafana() map[string]any {
 	ds := map[string]any{"type": "prometheus", "uid": "${datasource}"}
+	traced := map[string]bool{}
+	for _, t := range d.TracePanels {
+		traced[t] = true
+	}
 	panels := make([]any, len(d.Panels))
 	for i, p := range d.Panels {
 		targets := make([]any, len(p.Targets))
 		for j, t := range p.Targets {
-			targets[j] = map[string]any{
+			target := map[string]any{
 				"datasource":   ds,
 				"expr":         t.Expr,
 				"legendFormat": t.Legend,
 				"refId":        string(rune('A' + j)),
 			}
+			if traced[p.Title] {
+				target["exemplar"] = true
+			}
+			targets[j] = target
 		}
-		panels[i] = map[string]any{
+		panel := map[string]any{
 			"id":          i + 1,
 			"type":        "timeseries",
 			"title":       p.Title,
@@ -109,6 +124,10 @@ func (d Dashboard) grafana() map[string]any {
 			"fieldConfig": map[string]any{"defaults": map[string]any{"unit": p.Unit}, "overrides": []any{}},
 			"targets":     targets,
 		}
+		if traced[p.Title] {
+			panel["links"] = []any{map[string]any{"title": "Traces of these cells in this time range", "url": traceLink, "targetBlank": true}}
+		}
+		panels[i] = panel
 	}
 	return map[string]any{
 		"uid":           d.UID,
@@ -137,7 +156,19 @@ func (d Dashboard) grafana() map[string]any {
 				"current":    map[string]any{"text": "All", "value": "$__all"},
 				"refresh":    2,
 			},
+			map[string]any{
+				"name":  "traces",
+				"label": "trace backend",
+				"type":  "datasource",
+				"query": "tempo",
+			},
 		}},
 		"panels": panels,
 	}
 }
+
+// traceLink opens Grafana's Explore on the $traces data source with a
+// TraceQL search for the dashboard's cells (the cellgate.cell span
+// attribute) over the panel's time range. An exemplar's own link is the
+// Prometheus data source's exemplarTraceIdDestinations (docs/observability.md).
+const traceLink = `/explore?left={"datasource":"${traces}","queries":[{"refId":"A","queryType":"traceql","query":"{ span.cellgate.cell =~ \"${cell:regex}\" }"}],"range":{"from":"${__from}","to":"${__to}"}}`

@@ -149,17 +149,17 @@ func TestClientGoneIsCounted499(t *testing.T) {
 		if got := written[path]; got != 0 {
 			t.Errorf("%s: the server wrote status %d to a client that went away", path, got)
 		}
-		if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues(path, "GET", "499")); got != 1 {
+		if got := testutil.ToFloat64(s.obs.metrics.requests.WithLabelValues(path, "GET", "499")); got != 1 {
 			t.Errorf("%s: cellgate_http_requests_total{code=\"499\"} = %v, want 1", path, got)
 		}
-		if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues(path, "GET", "5xx")); got != 0 {
+		if got := testutil.ToFloat64(s.obs.metrics.requests.WithLabelValues(path, "GET", "5xx")); got != 0 {
 			t.Errorf("%s: cellgate_http_requests_total{code=\"5xx\"} = %v, want 0", path, got)
 		}
 	}
 	if written["/timeout"] != http.StatusServiceUnavailable {
 		t.Errorf("/timeout: status %d, want 503", written["/timeout"])
 	}
-	if got := testutil.ToFloat64(s.metrics.requests.WithLabelValues("/timeout", "GET", "5xx")); got != 1 {
+	if got := testutil.ToFloat64(s.obs.metrics.requests.WithLabelValues("/timeout", "GET", "5xx")); got != 1 {
 		t.Errorf("/timeout: cellgate_http_requests_total{code=\"5xx\"} = %v, want 1", got)
 	}
 	out := logs.String()

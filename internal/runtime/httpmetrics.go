@@ -1,10 +1,6 @@
 package runtime
 
 import (
-	"net/http"
-	"time"
-
-	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -42,42 +38,3 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 var statusClasses = [...]string{"other", "1xx", "2xx", "3xx", "4xx", "5xx", "499"}
 
 const gone = len(statusClasses) - 1
-
-// route returns the middleware for one route. Its series are bound at
-// registration, so a request pays two clock reads, one counter increment
-// and one histogram observation, with no label lookup.
-func (m *httpMetrics) route(method, path string) echo.MiddlewareFunc {
-	var counts [len(statusClasses)]prometheus.Counter
-	for i, class := range statusClasses {
-		counts[i] = m.requests.WithLabelValues(path, method, class)
-	}
-	obs := m.duration.WithLabelValues(path, method)
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) (err error) {
-			start := time.Now()
-			returned := false
-			defer func() {
-				status := http.StatusInternalServerError // a panic: recover answers 500
-				if returned {
-					status = c.Response().Status
-					if err != nil && !c.Response().Committed {
-						// The error handler writes the response after us.
-						status = errorStatus(err).status
-					}
-				}
-				i := status / 100
-				if i < 1 || i >= gone {
-					i = 0
-				}
-				if returned && err != nil && !c.Response().Committed && clientGone(c, err) {
-					i = gone
-				}
-				counts[i].Inc()
-				obs.Observe(time.Since(start).Seconds())
-			}()
-			err = next(c)
-			returned = true
-			return err
-		}
-	}
-}

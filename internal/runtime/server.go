@@ -24,6 +24,7 @@ import (
 	"github.com/cellgate/cellgate/internal/probe"
 	"github.com/cellgate/cellgate/internal/runtime/tenantmw"
 	"github.com/cellgate/cellgate/internal/shards"
+	"github.com/cellgate/cellgate/internal/telemetry"
 	"github.com/cellgate/cellgate/internal/tenancy"
 )
 
@@ -57,6 +58,15 @@ type Options struct {
 	// uniform tenancy fields, and applies the store's changes live. The
 	// caller runs the store (plans.Store.Run).
 	Plans *plans.Store
+	// Tracing makes a server span per request of a spec route (nil or
+	// off: none).
+	Tracing *telemetry.Tracing
+	// TraceTenant adds the tenant id to the server spans
+	// (cellgate.tenant): opt-in, since a trace backend then holds tenant
+	// ids.
+	TraceTenant bool
+	// AccessLog configures the access log; nil writes none.
+	AccessLog *AccessLog
 }
 
 // Server is one cell's HTTP server.
@@ -68,7 +78,7 @@ type Server struct {
 	tenantMW []echo.MiddlewareFunc // tenancy → tenant bulkhead → server admission
 	bulk     Bulkheads
 	shards   *shards.Set
-	metrics  *httpMetrics
+	obs      *observer
 
 	mu      sync.Mutex
 	checks  []namedCheck
@@ -148,13 +158,26 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	}
 	s.bulk = bulk
 	s.tenantMW = append(s.tenantMW, mws...)
-	if s.metrics, err = newHTTPMetrics(opts.Registry); err != nil {
+	metrics, err := newHTTPMetrics(opts.Registry)
+	if err != nil {
 		bulk.close()
 		return nil, fmt.Errorf("http metrics: %w", err)
+	}
+	s.obs = &observer{
+		metrics: metrics, log: opts.Logger, tracer: opts.Tracing.Tracer("github.com/cellgate/cellgate/internal/runtime"),
+		traceTenant: opts.TraceTenant, access: AccessLog{Off: true}, cell: cfg.Server.Cell,
+		refusals: telemetry.NewLimiter(refusalEvery, refusalLines),
+	}
+	if opts.Tracing != nil {
+		s.obs.prop = opts.Tracing.Propagator
+	}
+	if opts.AccessLog != nil {
+		s.obs.access = *opts.AccessLog
 	}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
+	e.Logger = echoLogger{Logger: e.Logger, slog: opts.Logger, cell: cfg.Server.Cell}
 	e.HTTPErrorHandler = problemErrorHandler(opts.Logger)
 	e.Binder = &Binder{}
 	rs := &requestScope{
@@ -169,7 +192,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	e.Use(rs.middleware)
 	e.GET(probe.Health, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET(probe.Ready, s.readyz)
-	e.GET(probe.Metrics, echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry})))
+	e.GET(probe.Metrics, echo.WrapHandler(promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry, EnableOpenMetrics: true})))
 	if name := cfg.Server.AdminTokenEnv; name != "" {
 		if token := opts.Getenv(name); token != "" {
 			e.GET(AdmissionPath, adminAuth(token, func(c echo.Context) error {
@@ -196,7 +219,7 @@ func (s *Server) Bulkheads() Bulkheads { return s.bulk }
 // Public adds a route that skips tenancy and is never counted; only the
 // per-route HTTP metrics see it.
 func (s *Server) Public(method, path string, h echo.HandlerFunc) {
-	s.echo.Add(method, path, chain(h, s.metrics.route(method, path)))
+	s.echo.Add(method, path, chain(h, s.obs.route(method, path)))
 }
 
 // TenantHandler serves a tenant route. sh is the request's accessor to
@@ -210,7 +233,7 @@ type TenantHandler = func(c echo.Context, sh shards.Accessor) error
 // A tenant of another cell is answered 421 before h.
 func (s *Server) Tenant(method, path string, h TenantHandler) {
 	inner := s.bulk.dbPermits.Shard(s.shards, h)
-	s.echo.Add(method, path, chain(chain(inner, s.tenantMW...), s.metrics.route(method, path)))
+	s.echo.Add(method, path, chain(chain(inner, s.tenantMW...), s.obs.route(method, path)))
 }
 
 // chain wraps h in mws (mws[0] outermost) once, at registration. Echo's

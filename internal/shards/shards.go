@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/slots"
@@ -58,6 +59,18 @@ func Open(ctx context.Context, db config.Database, getenv Getenv) (*Set, error) 
 // ForTenant then answers ErrOtherCell for a tenant of another cell. An
 // empty cell name opens every shard.
 func OpenCell(ctx context.Context, db config.Database, cells []config.Cell, cell string, getenv Getenv) (*Set, error) {
+	return OpenCellWith(ctx, db, cells, cell, getenv, OpenOptions{})
+}
+
+// OpenOptions are what OpenCellWith adds to OpenCell.
+type OpenOptions struct {
+	// Tracer, when set, traces every pool's queries (NewQueryTracer) with
+	// their database's name.
+	Tracer trace.TracerProvider
+}
+
+// OpenCellWith is OpenCell with options.
+func OpenCellWith(ctx context.Context, db config.Database, cells []config.Cell, cell string, getenv Getenv, o OpenOptions) (*Set, error) {
 	owners := make([]slots.Owner, len(db.Shards))
 	for i, s := range db.Shards {
 		owners[i] = slots.Owner{Name: s.Name, Slots: s.Slots}
@@ -71,7 +84,7 @@ func OpenCell(ctx context.Context, db config.Database, cells []config.Cell, cell
 		return nil, err
 	}
 	set := &Set{slots: m, cell: cell, byIndex: make([]*Shard, len(db.Shards))}
-	set.controlDSN, set.control, err = open(ctx, "database.control", db.Control.DSNEnv, db.Control.MaxConns, getenv)
+	set.controlDSN, set.control, err = open(ctx, "database.control", db.Control.DSNEnv, db.Control.MaxConns, getenv, o)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +92,7 @@ func OpenCell(ctx context.Context, db config.Database, cells []config.Cell, cell
 		if !inCell[i] {
 			continue
 		}
-		dsn, pool, err := open(ctx, fmt.Sprintf("database.shards[%d] (%s)", i, s.Name), s.DSNEnv, s.MaxConns, getenv)
+		dsn, pool, err := open(ctx, fmt.Sprintf("database.shards[%d] (%s)", i, s.Name), s.DSNEnv, s.MaxConns, getenv, o)
 		if err != nil {
 			set.Close()
 			return nil, err
@@ -91,7 +104,7 @@ func OpenCell(ctx context.Context, db config.Database, cells []config.Cell, cell
 	return set, nil
 }
 
-func open(ctx context.Context, what, env string, maxConns int, getenv Getenv) (string, *pgxpool.Pool, error) {
+func open(ctx context.Context, what, env string, maxConns int, getenv Getenv, o OpenOptions) (string, *pgxpool.Pool, error) {
 	dsn := strings.TrimSpace(getenv(env))
 	if dsn == "" {
 		return "", nil, fmt.Errorf("%s: environment variable %s is not set; set it to a PostgreSQL URL (postgres://user@host:5432/db)", what, env)
@@ -102,6 +115,9 @@ func open(ctx context.Context, what, env string, maxConns int, getenv Getenv) (s
 	}
 	if maxConns > 0 {
 		pc.MaxConns = int32(maxConns)
+	}
+	if o.Tracer != nil {
+		pc.ConnConfig.Tracer = NewQueryTracer(o.Tracer, pc.ConnConfig.Database)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {

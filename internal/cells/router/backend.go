@@ -42,6 +42,7 @@ type backend struct {
 	passiveFails atomic.Int32
 
 	codes                                [5]atomic.Uint64 // 1xx..5xx
+	clientGone                           atomic.Uint64    // 499: the client went away before the answer
 	rejectDown, rejectBusy, rejectFrozen atomic.Uint64
 	rejectTenant                         atomic.Uint64 // the tenant's router cap
 	errDial, errTimeout, errOther        atomic.Uint64
@@ -192,6 +193,7 @@ func (b *backend) onResponse(resp *http.Response) error {
 		return errBadStatus
 	}
 	b.count(resp.StatusCode)
+	spanStatus(resp.Request, resp.StatusCode, "")
 	if b.passiveFails.Load() != 0 {
 		b.passiveFails.Store(0)
 	}
@@ -222,6 +224,7 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 				prob = httpguard.ErrBodyTooSlow
 			}
 			b.count(prob.Status)
+			refusedSpan(r, prob)
 			prob.Write(w, head)
 			return
 		}
@@ -229,10 +232,11 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil {
 		// The client went away; nothing to say about the cell, and no one
 		// to answer: abort the connection, as net/http does for a handler
-		// that panics with ErrAbortHandler. Counted as a 4xx (a client's
-		// doing).
+		// that panics with ErrAbortHandler. Counted under 499 (nginx's
+		// code for it), never as the cell's 5xx.
 		b.clientFaults.Add(1)
-		b.count(http.StatusBadRequest)
+		b.count(statusClientGone)
+		spanStatus(r, statusClientGone, "client went away")
 		panic(http.ErrAbortHandler)
 	}
 	var op *net.OpError
@@ -242,17 +246,20 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 		b.errDial.Add(1)
 		b.eject(false, err)
 		b.count(http.StatusServiceUnavailable)
+		refusedSpan(r, b.probDown)
 		setRequestID(w, r)
 		b.probDown.Write(w, head)
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		b.errTimeout.Add(1)
 		b.count(http.StatusGatewayTimeout)
+		spanStatus(r, http.StatusGatewayTimeout, err.Error())
 		b.failedRequest(err)
 		setRequestID(w, r)
 		b.probTimeout.Write(w, head)
 	default:
 		b.errOther.Add(1)
 		b.count(http.StatusBadGateway)
+		spanStatus(r, http.StatusBadGateway, err.Error())
 		b.failedRequest(err)
 		setRequestID(w, r)
 		b.probFailed.Write(w, head)
@@ -275,6 +282,7 @@ func (b *backend) failedRequest(err error) {
 // 503).
 func (b *backend) refuse(w http.ResponseWriter, r *http.Request, prob *httpguard.Problem) {
 	b.count(prob.Status)
+	refusedSpan(r, prob)
 	setRequestID(w, r)
 	w.Header()[b.p.cellHeader] = b.nameValue
 	if r.ContentLength != 0 {
@@ -285,7 +293,15 @@ func (b *backend) refuse(w http.ResponseWriter, r *http.Request, prob *httpguard
 	prob.Write(w, r.Method == http.MethodHead)
 }
 
+// statusClientGone is the code a request whose client went away is
+// counted under: nobody receives it.
+const statusClientGone = 499
+
 func (b *backend) count(code int) {
+	if code == statusClientGone {
+		b.clientGone.Add(1)
+		return
+	}
 	i := code/100 - 1
 	if i < 0 || i > 4 {
 		i = 4

@@ -31,7 +31,7 @@ func newProxyMetrics(p *Proxy) *proxyMetrics {
 	m := &proxyMetrics{p: p}
 	m.slotMapCurrent.Store(true)
 	m.requests = prometheus.NewDesc("cellgate_router_requests_total",
-		"Requests the cell router answered or forwarded, by cell and status class (router refusals included).",
+		"Requests the cell router answered or forwarded, by cell and status class (router refusals included; 499: the client went away first).",
 		[]string{"cell", "code_class"}, nil)
 	m.up = prometheus.NewDesc("cellgate_router_cell_up",
 		"1 when the router sends the cell's tenants to it, 0 when it answers them 503.",
@@ -88,6 +88,7 @@ func (m *proxyMetrics) Collect(ch chan<- prometheus.Metric) {
 		for i, c := range codeClasses {
 			counter(m.requests, b.codes[i].Load(), b.name, c)
 		}
+		counter(m.requests, b.clientGone.Load(), b.name, "499")
 		up := 0.0
 		if b.up.Load() {
 			up = 1

@@ -23,7 +23,10 @@ import (
 	"github.com/cellgate/cellgate/internal/slots"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellgate/cellgate/internal/telemetry"
 	"github.com/cellgate/cellgate/internal/tenancy"
 )
 
@@ -89,6 +92,14 @@ type ProxyConfig struct {
 	// MaxIdleConnsPerCell is the keep-alive pool size per cell. Default:
 	// 256.
 	MaxIdleConnsPerCell int
+	// Tracing makes a server span per request and propagates its W3C
+	// trace context to the cell; nil or off: none, and the client's
+	// traceparent passes through untouched.
+	Tracing *telemetry.Tracing
+	// TraceTenant adds the tenant id to the router's spans
+	// (cellgate.tenant): opt-in, since a trace backend then holds tenant
+	// ids.
+	TraceTenant bool
 	// TenantHeader is the request header the tenancy block reads the
 	// tenant from (tenancy.header.name). A Connection header naming it,
 	// Authorization or Cookie is refused (httpguard.Rules), whatever the
@@ -212,6 +223,8 @@ type Proxy struct {
 	m          *proxyMetrics
 	tenants    *admission.Engine // the per-tenant cap; nil: none
 	body       httpguard.BodyLimits
+	tracer     trace.Tracer // nil: tracing off
+	prop       propagation.TextMapPropagator
 
 	table atomic.Pointer[table]
 
@@ -260,6 +273,9 @@ func NewProxy(cfg ProxyConfig, x tenancy.Extractor, router *cells.CellRouter, re
 		retryAfter: max(1, secs),
 		rules:      httpguard.NewRules(cfg.TenantHeader, false),
 		ctx:        context.Background(),
+	}
+	if cfg.Tracing != nil && cfg.Tracing.Enabled {
+		p.tracer, p.prop = cfg.Tracing.Tracer("github.com/cellgate/cellgate/internal/cells/router"), cfg.Tracing.Propagator
 	}
 	p.noCell = httpguard.NewRetryProblem(http.StatusServiceUnavailable, p.retryAfter, "no_cell", "no cell is available")
 	p.body = httpguard.BodyLimits{Timeout: max(cfg.BodyTimeout, 0), Grace: cfg.BodyRateGrace, Rate: max(cfg.MinBodyRate, 0)}
@@ -408,6 +424,10 @@ func (p *Proxy) CellUp(name string) bool {
 // rule) is answered before any routing, exactly as a cell would answer it,
 // and never reaches a cell.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r, span := p.startSpan(r)
+	if span != nil {
+		defer span.End()
+	}
 	if p.refused(w, r) {
 		return
 	}
@@ -421,6 +441,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slot, _ := slots.Slot(tenant) // a tenant id is never empty
 			b = t.backends[t.r.IndexForSlot(slot)]
 			frozen = t.r.Frozen(slot)
+			p.routedSpan(span, b, slot, tenant)
 		}
 	}
 	if b == nil && !frozen {
@@ -432,6 +453,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.refuse(w, r, errCellMoving)
 	case b == nil:
 		p.m.noCell.Add(1)
+		refusedSpan(r, p.noCell)
 		setRequestID(w, r)
 		p.noCell.Write(w, r.Method == http.MethodHead)
 	case !b.up.Load():
@@ -455,6 +477,7 @@ func (p *Proxy) refused(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	p.m.badRequests.Add(1)
+	refusedSpan(r, prob)
 	setRequestID(w, r)
 	httpguard.CloseAfter(w)
 	prob.Write(w, r.Method == http.MethodHead)

@@ -30,7 +30,10 @@ type CellStatus struct {
 	// Responses counts the answers by status class 1xx..5xx, the router's
 	// own refusals included.
 	Responses [5]uint64 `json:"responses"`
-	// Requests is the sum of Responses.
+	// ClientGone counts the requests whose client went away before the
+	// answer (499): no answer was sent, and none is a 5xx.
+	ClientGone uint64 `json:"client_gone"`
+	// Requests is the sum of Responses and ClientGone.
 	Requests uint64 `json:"requests"`
 	// Refusals are the router's own 503s for this cell's tenants.
 	Refusals Refusals `json:"refusals"`
@@ -93,6 +96,8 @@ func (p *Proxy) Cells() []CellStatus {
 			s.Responses[j] = b.codes[j].Load()
 			s.Requests += s.Responses[j]
 		}
+		s.ClientGone = b.clientGone.Load()
+		s.Requests += s.ClientGone
 		b.mu.Lock()
 		s.DownSince, s.LastError, s.LastErrorAt = b.downSince, b.lastErr, b.lastErrAt
 		b.mu.Unlock()

@@ -37,7 +37,7 @@ type job struct {
 	row          jobs.JobRow
 	uniqueKey    string    // kind, tenant and unique key: the key of Backend.byUniqueKey
 	runAt        time.Time // when a delayed job is due
-	_            [24]byte  // to 256 bytes, a size class whose objects are aligned
+	_            [16]byte  // to 256 bytes, a size class whose objects are aligned
 }
 
 // newJob returns a record for a job inserted at now, from the pool. It sets
@@ -63,6 +63,7 @@ func (b *Backend) newJob(p *jobs.InsertParams, now time.Time) *job {
 	r.Attempt = 0
 	r.MaxAttempts = p.MaxAttempts
 	r.EnqueuedAt = now
+	r.TraceContext = p.TraceContext
 	if r.Handle == nil { // a recycled record already points to itself
 		r.Handle = j
 	}

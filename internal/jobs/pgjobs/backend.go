@@ -74,12 +74,12 @@ func New(set *shards.Set, cfg Config, o Options) (*Backend, error) {
 		b.dbs, b.dsns = append(b.dbs, db), append(b.dsns, dsn)
 		return nil
 	}
-	if err := add(set.Control(), set.ControlDSN(), Options{Name: shards.ControlName, Logger: o.Logger, Breaker: true, Registry: o.Registry, Limits: o.Limits}); err != nil {
+	if err := add(set.Control(), set.ControlDSN(), Options{Name: shards.ControlName, Logger: o.Logger, Breaker: true, Registry: o.Registry, Limits: o.Limits, TraceContext: o.TraceContext}); err != nil {
 		return nil, err
 	}
 	if cfg.ShardLocal {
 		for _, sh := range set.Shards() {
-			if err := add(sh.Pool, sh.DSN, Options{Name: sh.Name, Logger: o.Logger, Limits: o.Limits}); err != nil {
+			if err := add(sh.Pool, sh.DSN, Options{Name: sh.Name, Logger: o.Logger, Limits: o.Limits, TraceContext: o.TraceContext}); err != nil {
 				return nil, err
 			}
 		}

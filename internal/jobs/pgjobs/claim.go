@@ -124,7 +124,7 @@ func (b *DB) claimBatch(n int, mark flightMark) (int, error) {
 	defer cancel()
 	done := b.takeDone()
 	ids, attempts := splitDone(done)
-	rows, err := b.pool.Query(ctx, sqlClaim, b.now(), n, b.fair, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy,
+	rows, err := b.pool.Query(ctx, b.claimSQL, b.now(), n, b.fair, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy,
 		ids, attempts, int32(placePerClaim*b.cfg.ClaimBatch))
 	var rowsOut []*jobs.JobRow
 	if err == nil {
@@ -170,7 +170,12 @@ func (b *DB) readClaim(rows pgx.Rows) ([]*jobs.JobRow, error) {
 		r := &jobs.JobRow{Handle: b}
 		var id int64
 		var attempt, maxAttempts, ord int32
-		if err := rows.Scan(&id, &r.Kind, &r.Queue, &r.Tenant, &r.EncodedArgs, &attempt, &maxAttempts, &r.EnqueuedAt, &ord); err != nil {
+		dest := [...]any{&id, &r.Kind, &r.Queue, &r.Tenant, &r.EncodedArgs, &attempt, &maxAttempts, &r.EnqueuedAt, &ord, &r.TraceContext}
+		n := len(dest)
+		if b.claimSQL == sqlClaim {
+			n--
+		}
+		if err := rows.Scan(dest[:n]...); err != nil {
 			return nil, err
 		}
 		r.ID, r.Attempt, r.MaxAttempts = jobs.JobID(id), int(attempt), int(maxAttempts)
@@ -190,6 +195,15 @@ func (b *DB) readClaim(rows pgx.Rows) ([]*jobs.JobRow, error) {
 const sqlClaim = `
 SELECT job_id, job_kind, job_queue, job_tenant, job_args, job_attempt, job_max_attempts, job_created_at, job_ord
 FROM cellgate_jobs_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+
+// sqlClaimTraced is sqlClaim with each job's stored trace context. The
+// join reads the row as it was before the claim's update, which is the
+// same trace context.
+const sqlClaimTraced = `
+SELECT c.job_id, c.job_kind, c.job_queue, c.job_tenant, c.job_args, c.job_attempt, c.job_max_attempts, c.job_created_at, c.job_ord,
+       j.trace_context
+FROM cellgate_jobs_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) c
+LEFT JOIN cellgate_jobs j ON j.id = c.job_id`
 
 // release hands claimed jobs that never started back to the queue, without
 // counting the attempt.

@@ -37,12 +37,19 @@ type Options struct {
 	// Limits is the source of per-tenant caps and weights (see limits.go);
 	// nil means none: no tenant is capped and every weight is 1.
 	Limits jobs.TenantLimits
+	// TraceContext makes claims read each job's stored trace context
+	// (jobs.JobRow.TraceContext) for the job's span; off, a claim reads
+	// nothing more than before. Enqueues store a trace context whenever
+	// they are given one.
+	TraceContext bool
 }
 
 // DB is one database's cellgate_jobs table: a Backend serves it to its
 // workers, and the operator console reads and changes it (List, Operate,
 // PauseQueue, ...). Build one alone with NewDB for the console's methods.
 type DB struct {
+	// claimSQL is sqlClaim, or sqlClaimTraced with Options.TraceContext.
+	claimSQL  string
 	pool      *pgxpool.Pool
 	cfg       Config
 	name      string
@@ -165,6 +172,7 @@ func newTableDB(pool *pgxpool.Pool, cfg Config, o Options) (*DB, error) {
 		claimedBy: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), name),
 		optLogger: o.Logger,
 		limits:    o.Limits,
+		claimSQL:  sqlClaim,
 		ready:     make(chan struct{}),
 		clock:     jobs.SystemClock{},
 		quit:      make(chan struct{}),
@@ -175,6 +183,9 @@ func newTableDB(pool *pgxpool.Pool, cfg Config, o Options) (*DB, error) {
 		flushFull: make(chan struct{}, 1),
 		insCh:     make(chan *insertReq),
 		ntf:       notifier{kick: make(chan struct{}, 1)},
+	}
+	if o.TraceContext {
+		b.claimSQL = sqlClaimTraced
 	}
 	if o.Breaker {
 		b.brk = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, b.now)

@@ -2,6 +2,7 @@ package pgjobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -66,10 +67,7 @@ func (b *DB) insertTx(ctx context.Context, stx shards.Tx, p jobs.InsertParams) (
 	}
 	now := b.now()
 	runAt := runAtOf(p, now)
-	var id int64
-	var dup bool
-	err := tx.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-		uniqueKey(p), runAt, now, priorityOf(&p)).Scan(&id, &dup)
+	id, dup, err := insertOne(ctx, tx, p, uniqueKey(p), runAt, now)
 	if err != nil {
 		return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s in a transaction on %s: %w", p.Kind, b.name, err)
 	}
@@ -101,6 +99,42 @@ func uniqueKey(p jobs.InsertParams) *string {
 
 const sqlInsertOne = `SELECT job_id, duplicate FROM cellgate_jobs_insert($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
+// sqlSetTrace sets the trace context the jobs table's trace_context
+// column takes by default (migration 000005), for the rest of the
+// transaction; "" clears it.
+const sqlSetTrace = `SELECT set_config('cellgate.trace_context', $1, true)`
+
+// insertOne inserts one job through cellgate_jobs_insert. A job with a
+// trace context is one pipelined batch: set the context, insert, clear it,
+// in one round trip and one transaction (the caller's, or the implicit
+// one of the batch).
+func insertOne(ctx context.Context, s querier, p jobs.InsertParams, unique *string, runAt, now time.Time) (id int64, dup bool, err error) {
+	if p.TraceContext == nil {
+		err = s.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
+			unique, runAt, now, priorityOf(&p)).Scan(&id, &dup)
+		return id, dup, err
+	}
+	tc, err := json.Marshal(p.TraceContext)
+	if err != nil {
+		return 0, false, err
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(sqlSetTrace, string(tc))
+	batch.Queue(sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts), unique, runAt, now, priorityOf(&p))
+	batch.Queue(sqlSetTrace, "")
+	br := s.SendBatch(ctx, batch)
+	if _, err = br.Exec(); err == nil {
+		err = br.QueryRow().Scan(&id, &dup)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return id, dup, err
+}
+
 // insertPlain commits one job on its own. A unique job is inserted by the
 // calling goroutine after this process's completions are written (so a job
 // that completed here no longer counts as active); other jobs go through
@@ -109,16 +143,15 @@ func (b *DB) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.Enqueue
 	if err := b.ensureTenant(ctx, p.Tenant); err != nil {
 		return jobs.EnqueueResult{}, err
 	}
-	if p.UniqueKey != "" {
+	// A job with a trace context is inserted here too: the coalescer's
+	// shared statement has one transaction for jobs of many traces.
+	if p.UniqueKey != "" || p.TraceContext != nil {
 		if err := b.flushDone(ctx); err != nil {
 			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
 		}
 		now := b.now()
 		runAt := runAtOf(p, now)
-		var id int64
-		var dup bool
-		err := b.pool.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-			&p.UniqueKey, runAt, now, priorityOf(&p)).Scan(&id, &dup)
+		id, dup, err := insertOne(ctx, b.pool, p, uniqueKey(p), runAt, now)
 		if err != nil {
 			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
 		}
@@ -402,6 +435,12 @@ func wakeOf(ps []jobs.InsertParams, out []jobs.EnqueueResult, now time.Time) (re
 }
 
 // batchSender is what insertBatched needs of a pool or a transaction.
+// querier is a pool or a transaction, for insertOne.
+type querier interface {
+	batchSender
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 type batchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
@@ -418,6 +457,16 @@ func insertBatched(ctx context.Context, s batchSender, ps []jobs.InsertParams, n
 	type stmt struct{ from, to int } // ps[from:to]; to == from+1 and unique: one insert
 	var stmts []stmt
 	batch := &pgx.Batch{}
+	// The jobs of one enqueue share its trace context (see insertOne).
+	var traced string
+	if tc := ps[0].TraceContext; tc != nil {
+		b, err := json.Marshal(tc)
+		if err != nil {
+			return nil, err
+		}
+		traced = string(b)
+		batch.Queue(sqlSetTrace, traced)
+	}
 	for i := 0; i < len(ps); {
 		if ps[i].UniqueKey != "" {
 			p := &ps[i]
@@ -445,7 +494,16 @@ func insertBatched(ctx context.Context, s batchSender, ps []jobs.InsertParams, n
 		stmts = append(stmts, stmt{i, j})
 		i = j
 	}
+	if traced != "" {
+		batch.Queue(sqlSetTrace, "")
+	}
 	br := s.SendBatch(ctx, batch)
+	if traced != "" {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
 	for _, st := range stmts {
 		if ps[st.from].UniqueKey != "" {
 			var id int64

@@ -41,9 +41,13 @@ func (r *Rejection) Error() string { return r.Code + ": " + r.Message }
 
 // Write answers c with the rejection. A HEAD request gets the status and
 // headers only.
+//
+// It returns r itself, so the middleware outside (the server's request
+// span, refusal log line and metrics) learns the refusal's code; the
+// answer is committed, so the error handler writes nothing more.
 func (r *Rejection) Write(c echo.Context) error {
 	r.p.Write(c.Response(), c.Request().Method == http.MethodHead)
-	return nil
+	return r
 }
 
 // The refusals the bulkheads give. Their codes are stable API.

@@ -357,7 +357,7 @@ func TestRejectionHead(t *testing.T) {
 	e := echo.New()
 	rec := httptest.NewRecorder()
 	c := e.NewContext(httptest.NewRequest("HEAD", "/", nil), rec)
-	if err := ErrServerOverloaded.Write(c); err != nil {
+	if err := ErrServerOverloaded.Write(c); err != ErrServerOverloaded {
 		t.Fatal(err)
 	}
 	if rec.Code != 503 || rec.Body.Len() != 0 || rec.Header().Get("Retry-After") != "1" {

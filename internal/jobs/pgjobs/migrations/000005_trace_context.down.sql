@@ -1,0 +1,1 @@
+ALTER TABLE cellgate_jobs DROP COLUMN trace_context;
