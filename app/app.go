@@ -162,9 +162,11 @@ func (a *App) CreateOrder(c echo.Context, r api.Request) error {
 	}
 	ctx, sh := c.Request().Context(), r.Shard
 	var o db.Order
-	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+	// In a transaction, though it is one statement: on this idempotent
+	// route the stored answer commits with the order (docs/idempotency.md).
+	err := sh.Tx(ctx, func(tx shards.Tx) error {
 		var err error
-		o, err = db.New(conn).CreateOrder(ctx, db.CreateOrderParams{
+		o, err = db.New(tx).CreateOrder(ctx, db.CreateOrderParams{
 			TenantID: r.Tenant, Slot: int32(sh.Slot()), AccountID: req.AccountID, AmountCents: req.AmountCents, Note: req.Note,
 		})
 		return err

@@ -5,6 +5,7 @@ package app_test
 // with httptest. Copy this file's newServer to test your own handlers.
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/celltest"
 	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/runtime/idempotency"
 	"github.com/cellgate/cellgate/internal/shards"
 	cgsql "github.com/cellgate/cellgate/sql"
 )
@@ -158,5 +160,49 @@ func TestOrders(t *testing.T) {
 	}
 	if code, _ := do(t, h, "acme", "GET", list+"&limit=0", ""); code != http.StatusBadRequest {
 		t.Fatalf("limit=0: %d, want 400", code)
+	}
+}
+
+// TestCreateOrderIsIdempotent: POST /orders is idempotent in the spec; a
+// retry with the same Idempotency-Key replays the first answer and adds
+// no second order, another body under the key is 422.
+func TestCreateOrderIsIdempotent(t *testing.T) {
+	t.Parallel()
+	// The keys table is the runtime's: cmd/server migrates it on every
+	// shard beside the app's tables.
+	cell := celltest.Start(t, spec.Config(), celltest.Options{Migrate: func(ctx context.Context, dsn string) error {
+		if err := cgsql.Migrate(ctx, dsn); err != nil {
+			return err
+		}
+		return idempotency.Files.Up(ctx, dsn)
+	}})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := runtime.New(cell.Config, runtime.Options{Logger: log, Getenv: cell.Getenv, Shards: cell.Shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.Register(srv, app.New(app.Deps{Jobs: cell.Jobs, Log: log}))
+	h := srv.Echo()
+	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"i@acme.test"}`)
+	acct := decode[db.Account](t, body)
+	order := `{"account_id":` + strconv.FormatInt(acct.ID, 10) + `,"amount_cents":500}`
+	post := func(body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/orders", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Tenant-ID", "acme")
+		req.Header.Set(idempotency.Header, "order-1")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	first, again := post(order), post(order)
+	if first.Code != http.StatusCreated || again.Code != http.StatusCreated || again.Header().Get(idempotency.ReplayedHeader) != "true" || again.Body.String() != first.Body.String() {
+		t.Fatalf("first %d %s, retry %d %q %s", first.Code, first.Body, again.Code, again.Header().Get(idempotency.ReplayedHeader), again.Body)
+	}
+	if code, body := do(t, h, "acme", "GET", "/orders?account_id="+strconv.FormatInt(acct.ID, 10), ""); code != http.StatusOK || len(decode[[]db.Order](t, body)) != 1 {
+		t.Fatalf("orders: %d %s", code, body)
+	}
+	if other := post(`{"account_id":` + strconv.FormatInt(acct.ID, 10) + `,"amount_cents":600}`); other.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("another body: %d %s", other.Code, other.Body)
 	}
 }

@@ -24,6 +24,11 @@ base := {
 		"body_limit_bytes": 1048576,
 		"admin_token_env": "CELLGATE_ADMIN_TOKEN",
 		"operator_token_env": "CELLGATE_OPERATOR_TOKEN",
+		"idempotency": {
+			"ttl": "24h",
+			"lease": "60s",
+			"sweep_interval": "1m",
+		},
 	},
 	"tenancy": {
 		"enabled": true,
@@ -160,30 +165,35 @@ base := {
 			"path": "/",
 			"handler": "Index",
 			"public": true,
+			"idempotent": false,
 		},
 		{
 			"method": "POST",
 			"path": "/signup",
 			"handler": "SignUp",
 			"public": false,
+			"idempotent": true,
 		},
 		{
 			"method": "GET",
 			"path": "/account",
 			"handler": "GetAccount",
 			"public": false,
+			"idempotent": false,
 		},
 		{
 			"method": "POST",
 			"path": "/orders",
 			"handler": "CreateOrder",
 			"public": false,
+			"idempotent": true,
 		},
 		{
 			"method": "GET",
 			"path": "/orders",
 			"handler": "ListOrders",
 			"public": false,
+			"idempotent": false,
 		},
 	],
 	"deploy": {

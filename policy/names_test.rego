@@ -53,7 +53,7 @@ test_distinct_cell_urls_allowed if {
 	not has(deny_of(c), "cells")
 }
 
-route(method, path, handler) := {"method": method, "path": path, "handler": handler, "public": false}
+route(method, path, handler) := {"method": method, "path": path, "handler": handler, "public": false, "idempotent": false}
 
 test_duplicate_route_denied if {
 	c := cfg([add("/routes/-", route("GET", "/orders", "ListOrders2"))])

@@ -53,3 +53,38 @@ deny contains msg if {
 }
 
 route_path(i) := sprintf("routes[%d]", [i])
+
+# An Idempotency-Key is kept per tenant on the tenant's shard, and only a
+# request that changes something needs one: GET is safe to retry as is.
+deny contains msg if {
+	some i, r in arr(input.routes)
+	r.idempotent == true
+	r.public == true
+	msg := sprintf("%s.idempotent: %s %s is public; idempotency keys are kept per tenant, so only a tenant route can be idempotent", [route_path(i), r.method, r.path])
+}
+
+deny contains msg if {
+	some i, r in arr(input.routes)
+	r.idempotent == true
+	not r.method in {"POST", "PUT", "PATCH", "DELETE"}
+	msg := sprintf("%s.idempotent: %s %s is not POST, PUT, PATCH or DELETE; only a route that changes something takes an Idempotency-Key", [route_path(i), r.method, r.path])
+}
+
+# A lease shorter than the request deadline lets a retry take over a key
+# whose first request is still running, and run the handler twice.
+deny contains msg if {
+	some r in arr(input.routes)
+	r.idempotent == true
+	lease := duration_ns(input.server.idempotency.lease)
+	rt := duration_ns(input.server.request_timeout)
+	rt > 0
+	lease <= rt
+	msg := sprintf("server.idempotency.lease: %s is not longer than server.request_timeout (%s); a retry could take over a key whose first request still runs", [input.server.idempotency.lease, input.server.request_timeout])
+}
+
+deny contains msg if {
+	some r in arr(input.routes)
+	r.idempotent == true
+	duration_ns(input.server.idempotency.ttl) < duration_ns(input.server.idempotency.lease)
+	msg := sprintf("server.idempotency.ttl: %s is shorter than server.idempotency.lease (%s); a key would expire while in progress", [input.server.idempotency.ttl, input.server.idempotency.lease])
+}

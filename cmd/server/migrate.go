@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/cellgate/cellgate/internal/dbmigrate"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/plans"
+	"github.com/cellgate/cellgate/internal/runtime/idempotency"
 	"github.com/cellgate/cellgate/internal/shards"
 	cgsql "github.com/cellgate/cellgate/sql"
 )
@@ -30,13 +32,17 @@ const (
 	// table cellgate_tenants_schema_migrations), on the control database
 	// when tenancy is on.
 	schemaTenants = "tenants"
+	// schemaIdempotency: internal/runtime/idempotency/migrations, table
+	// cellgate_idempotency_schema_migrations, on every shard when a route
+	// is idempotent.
+	schemaIdempotency = "idempotency"
 )
 
 // migrationTarget is one set of migration files on one database.
 type migrationTarget struct {
 	db     string // "control", "shard-0", …
 	dsn    string
-	schema string // schemaApp or schemaJobs
+	schema string // schemaApp, schemaJobs or schemaIdempotency
 	files  dbmigrate.Files
 }
 
@@ -45,17 +51,22 @@ type migrationTarget struct {
 // the app's files before the job backend's on each. The app's go where
 // database.app_migrations says; the job backend's go to the control
 // database with jobs.backend = "postgres", and to every shard with
-// jobs.postgres.shard_local too.
+// jobs.postgres.shard_local too; the idempotency keys' go to every shard
+// when a route is idempotent, after the app's.
 func migrationTargets(cfg config.Config, set *shards.Set, schemas ...string) []migrationTarget {
 	want := map[string]bool{}
 	for _, s := range schemas {
 		want[s] = true
 	}
 	jobsOn := want[schemaJobs] && cfg.Jobs.Backend == "postgres"
+	idemOn := want[schemaIdempotency] && cfg.IdempotentRoutes()
 	var out []migrationTarget
 	add := func(db, dsn string, app, jobs bool) {
 		if app && want[schemaApp] {
 			out = append(out, migrationTarget{db, dsn, schemaApp, cgsql.Files})
+		}
+		if idemOn && db != shards.ControlName {
+			out = append(out, migrationTarget{db, dsn, schemaIdempotency, idempotency.Files})
 		}
 		if jobs && jobsOn {
 			out = append(out, migrationTarget{db, dsn, schemaJobs, pgjobs.Files})
@@ -203,19 +214,20 @@ const migrateHelp = `  status     each database's version of each schema: up to 
 
 The app's migrations (sql/migrations) go where database.app_migrations says (shards by
 default); the job backend's (jobs.backend = "postgres") to the control database, and with
-jobs.postgres.shard_local to every shard. down and force change the app's schema unless
--schema jobs is given, and every database unless -db names one.
+jobs.postgres.shard_local to every shard; the idempotency keys' table (a route marked
+idempotent) to every shard. down and force change the app's schema unless -schema jobs
+or -schema idempotency is given, and every database unless -db names one.
 `
 
 // migrateSynopsis follows `server migrate [-config cell.json]` in its usage.
-const migrateSynopsis = "[-db NAME] [-schema app|jobs] [status | up | down N | force V]"
+const migrateSynopsis = "[-db NAME] [-schema app|jobs|idempotency] [status | up | down N | force V]"
 
 // migrateCommand adds the `migrate` subcommand's flags to fs and returns
 // the command. Flags may come before or after the action: run parses those
 // before it, the command those after.
 func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 	dbName := fs.String("db", "", "only this database (control, shard-0, …)")
-	schema := fs.String("schema", "", "only this schema: app, jobs or tenants (default: all for status and up, app for down and force)")
+	schema := fs.String("schema", "", "only this schema: app, jobs, tenants or idempotency (default: all for status and up, app for down and force)")
 	return func(ctx context.Context, inv invocation) error {
 		rest := inv.args
 		action, n := "up", 0
@@ -245,12 +257,12 @@ func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 		if fs.NArg() > 0 {
 			return usageError{msg: fmt.Sprintf("migrate %s: unexpected arguments %q", action, fs.Args())}
 		}
-		schemas := []string{schemaApp, schemaJobs, schemaTenants}
+		schemas := []string{schemaApp, schemaJobs, schemaTenants, schemaIdempotency}
 		switch {
-		case *schema == schemaApp || *schema == schemaJobs || *schema == schemaTenants:
+		case slices.Contains(schemas, *schema):
 			schemas = []string{*schema}
 		case *schema != "":
-			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs or tenants", *schema)}
+			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs, tenants or idempotency", *schema)}
 		case action == "down" || action == "force":
 			schemas = []string{schemaApp}
 		}
@@ -367,7 +379,7 @@ func writeStatus(out io.Writer, rows []statusRow) (bad int) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.target.db, r.target.schema, ver, state)
 	}
 	tw.Flush()
-	for _, s := range []string{schemaApp, schemaJobs, schemaTenants} {
+	for _, s := range []string{schemaApp, schemaJobs, schemaTenants, schemaIdempotency} {
 		if len(versions[s]) > 1 {
 			fmt.Fprintf(out, "the %s schema is not at one version on every database: apply or repair the ones above that are not up to date\n", s)
 		}

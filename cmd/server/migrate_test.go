@@ -11,7 +11,9 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/dbmigrate"
+	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
 
@@ -146,5 +148,33 @@ func TestJobsReadiness(t *testing.T) {
 	}
 	if err := jobsReadiness(true, nil, nil); err != nil {
 		t.Fatalf("all ready: %v", err)
+	}
+}
+
+// TestIdempotencyMigrationTargets: with an idempotent route the keys
+// table's migrations go to every shard after the app's, never to the
+// control database; without one, nowhere.
+func TestIdempotencyMigrationTargets(t *testing.T) {
+	cfg := spec.Config()
+	set, err := shards.Open(context.Background(), cfg.Database, func(string) string { return "postgres://127.0.0.1:1/none" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	var got []string
+	for _, tg := range migrationTargets(cfg, set, schemaApp, schemaIdempotency) {
+		got = append(got, tg.db+"/"+tg.schema)
+	}
+	want := "shard-0/app shard-0/idempotency shard-1/app shard-1/idempotency"
+	if !cfg.IdempotentRoutes() || strings.Join(got, " ") != want {
+		t.Fatalf("targets %v, want %s", got, want)
+	}
+	for i := range cfg.Routes {
+		cfg.Routes[i].Idempotent = false
+	}
+	for _, tg := range migrationTargets(cfg, set, schemaApp, schemaIdempotency) {
+		if tg.schema == schemaIdempotency {
+			t.Fatalf("no idempotent route, yet %s/%s", tg.db, tg.schema)
+		}
 	}
 }

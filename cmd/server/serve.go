@@ -108,13 +108,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() {
 		// The job runtime applies its own migrations as it starts; the
 		// app's must be in place first, since workers use its tables.
-		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp, schemaTenants), log, sleepCtx); err != nil {
+		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp, schemaTenants, schemaIdempotency), log, sleepCtx); err != nil {
 			if ctx.Err() == nil {
 				bm.migrationsFailed.Set(1) // final: a failed file is not retried
 			}
 			return
 		}
 		bm.migrationsApplied.Set(1)
+		if k := srv.Idempotency(); k != nil {
+			// Every process sweeps expired idempotency keys; concurrent
+			// sweeps skip each other's rows.
+			go k.RunSweeper(ctx, set.Shards(), cfg.Server.Idempotency.SweepInterval.D())
+		}
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
 		}

@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	from := fs.String("from", "", "source cell")
 	to := fs.String("to", "", "target cell")
 	state := fs.String("state", "", "state file (default: <map>.move.json)")
-	tables := fs.String("tables", strings.Join(genspec.Config().Database.TenantTables, ","), "tables to move, parents first (default: the spec's database.tenant_tables)")
+	tables := fs.String("tables", strings.Join(defaultTables(genspec.Config().Database.TenantTables, genspec.Config().IdempotentRoutes()), ","), "tables to move, parents first (default: the spec's database.tenant_tables, and the idempotency keys' table when a route is idempotent)")
 	skipJobs := fs.Bool("skip-jobs", false, "leave the moved tenants' waiting and scheduled jobs at the source")
 	chunk := fs.Int("chunk", 1024, "slots per copy/verify/delete statement")
 	settle := fs.Duration("settle", 3*time.Second, "wait after freezing: at least the routers' reload interval plus a request's duration")
@@ -187,4 +187,19 @@ func status(ctx context.Context, args []string, out io.Writer, getenv func(strin
 		}
 	}
 	return nil
+}
+
+// idempotencyTable is internal/runtime/idempotency.Table, named here since
+// this tool links no Echo (the runtime package does).
+const idempotencyTable = "cellgate_idempotency_keys"
+
+// defaultTables are the spec's tenant tables, then the runtime's
+// idempotency keys when a route is idempotent: a key carries its tenant's
+// slot, so it moves with the tenant (a replayed answer stays available).
+func defaultTables(tenantTables []string, idempotent bool) []string {
+	out := append([]string(nil), tenantTables...)
+	if idempotent {
+		out = append(out, idempotencyTable)
+	}
+	return out
 }

@@ -52,19 +52,22 @@ type Router interface {
 	// Tenant adds a route behind tenancy, the tenant bulkhead and
 	// admission; h gets the request's accessor to its tenant's shard.
 	Tenant(method, path string, h func(c echo.Context, sh shards.Accessor) error)
+	// Idempotent adds a tenant route that honours an Idempotency-Key
+	// header (the spec's idempotent: true; docs/idempotency.md).
+	Idempotent(method, path string, h func(c echo.Context, sh shards.Accessor) error)
 }
 
 // Register adds every spec route to r, served by h. A spec path parameter
 // {name} is registered in Echo's form :name.
 func Register(r Router, h Handler) {
 	r.Public("GET", "/", h.Index)
-	r.Tenant("POST", "/signup", func(c echo.Context, sh shards.Accessor) error {
+	r.Idempotent("POST", "/signup", func(c echo.Context, sh shards.Accessor) error {
 		return h.SignUp(c, Request{Tenant: sh.Tenant(), Shard: sh})
 	})
 	r.Tenant("GET", "/account", func(c echo.Context, sh shards.Accessor) error {
 		return h.GetAccount(c, Request{Tenant: sh.Tenant(), Shard: sh})
 	})
-	r.Tenant("POST", "/orders", func(c echo.Context, sh shards.Accessor) error {
+	r.Idempotent("POST", "/orders", func(c echo.Context, sh shards.Accessor) error {
 		return h.CreateOrder(c, Request{Tenant: sh.Tenant(), Shard: sh})
 	})
 	r.Tenant("GET", "/orders", func(c echo.Context, sh shards.Accessor) error {
@@ -87,14 +90,16 @@ type Route struct {
 	Handler string
 	// Public routes skip tenancy.
 	Public bool
+	// Idempotent routes honour an Idempotency-Key header.
+	Idempotent bool
 }
 
 // Routes lists the spec routes in spec order.
 var Routes = []Route{
-	{Method: "GET", Path: "/", EchoPath: "/", Handler: "Index", Public: true},
-	{Method: "POST", Path: "/signup", EchoPath: "/signup", Handler: "SignUp", Public: false},
-	{Method: "GET", Path: "/account", EchoPath: "/account", Handler: "GetAccount", Public: false},
-	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false},
-	{Method: "GET", Path: "/orders", EchoPath: "/orders", Handler: "ListOrders", Public: false},
-	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false},
+	{Method: "GET", Path: "/", EchoPath: "/", Handler: "Index", Public: true, Idempotent: false},
+	{Method: "POST", Path: "/signup", EchoPath: "/signup", Handler: "SignUp", Public: false, Idempotent: true},
+	{Method: "GET", Path: "/account", EchoPath: "/account", Handler: "GetAccount", Public: false, Idempotent: false},
+	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false, Idempotent: true},
+	{Method: "GET", Path: "/orders", EchoPath: "/orders", Handler: "ListOrders", Public: false, Idempotent: false},
+	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false, Idempotent: false},
 }

@@ -74,6 +74,32 @@ type Server struct {
 	// OperatorTokenEnv names the env var holding the console's operator
 	// token, which may also act on jobs; the admin token only reads.
 	OperatorTokenEnv string `json:"operator_token_env"`
+	// Idempotency governs the Idempotency-Key records of idempotent routes.
+	Idempotency Idempotency `json:"idempotency"`
+}
+
+// Idempotency governs the Idempotency-Key records of the routes marked
+// idempotent.
+type Idempotency struct {
+	// TTL is how long a key's stored answer is replayed before the sweep
+	// deletes it.
+	TTL Duration `json:"ttl"`
+	// Lease is how long a request holds its key in progress before a retry
+	// may take it over; longer than RequestTimeout.
+	Lease Duration `json:"lease"`
+	// SweepInterval is how often each process deletes expired keys.
+	SweepInterval Duration `json:"sweep_interval"`
+}
+
+// IdempotentRoutes reports whether any route is marked idempotent: the
+// idempotency table is then migrated on every shard and swept.
+func (c Config) IdempotentRoutes() bool {
+	for _, r := range c.Routes {
+		if r.Idempotent {
+			return true
+		}
+	}
+	return false
 }
 
 // Tenancy says where a request's tenant comes from and what it may use.
@@ -432,6 +458,9 @@ type Route struct {
 	Handler string `json:"handler"`
 	// Public routes skip tenancy and are never counted.
 	Public bool `json:"public"`
+	// Idempotent routes honour an Idempotency-Key header (tenant routes of
+	// POST, PUT, PATCH or DELETE only).
+	Idempotent bool `json:"idempotent"`
 }
 
 // Deploy shapes the generated Kubernetes manifests and monitoring mixin.

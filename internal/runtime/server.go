@@ -22,6 +22,7 @@ import (
 	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/probe"
+	"github.com/cellgate/cellgate/internal/runtime/idempotency"
 	"github.com/cellgate/cellgate/internal/runtime/tenantmw"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/telemetry"
@@ -79,6 +80,7 @@ type Server struct {
 	bulk     Bulkheads
 	shards   *shards.Set
 	obs      *observer
+	idem     *idempotency.Keys // nil: the config has no idempotent route
 
 	mu      sync.Mutex
 	checks  []namedCheck
@@ -121,6 +123,13 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 		opts.Getenv = os.Getenv
 	}
 	s := &Server{cfg: cfg, log: opts.Logger, reg: opts.Registry, shards: opts.Shards}
+	if cfg.IdempotentRoutes() {
+		k, err := idempotency.New(idempotency.Options{Config: cfg.Server.Idempotency, Log: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		s.idem = k
+	}
 	skip, err := tenantmw.PublicSkipper(cfg.Tenancy.PublicPaths...)
 	if err != nil {
 		return nil, fmt.Errorf("tenancy.public_paths: %w", err)
@@ -235,6 +244,20 @@ func (s *Server) Tenant(method, path string, h TenantHandler) {
 	inner := s.bulk.dbPermits.Shard(s.shards, h)
 	s.echo.Add(method, path, chain(chain(inner, s.tenantMW...), s.obs.route(method, path)))
 }
+
+// Idempotent adds a tenant route like Tenant whose handler honours an
+// Idempotency-Key header (internal/runtime/idempotency). The config must
+// mark the route idempotent, so that server.idempotency was checked.
+func (s *Server) Idempotent(method, path string, h TenantHandler) {
+	if s.idem == nil {
+		panic("runtime: " + method + " " + path + " is registered as idempotent but no route of the config is marked idempotent")
+	}
+	s.Tenant(method, path, s.idem.Wrap(method, path, h))
+}
+
+// Idempotency returns the idempotency keys of the idempotent routes (its
+// RunSweeper deletes expired keys), nil when no route is idempotent.
+func (s *Server) Idempotency() *idempotency.Keys { return s.idem }
 
 // chain wraps h in mws (mws[0] outermost) once, at registration. Echo's
 // route-level middleware would rebuild the closures on every request.

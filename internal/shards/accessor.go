@@ -49,6 +49,8 @@ type Accessor struct {
 	tenant  string
 	permits Permits // nil: not counted
 	err     error
+	// deferred, when set, holds the commit of Tx back (DeferCommit).
+	deferred *DeferredCommit
 }
 
 // Accessor returns the accessor for tenant's shard whose checkouts take
@@ -148,7 +150,13 @@ func unavailable(sh *Shard, err error) error {
 // Tx runs fn in a transaction on one checked-out connection of the
 // tenant's shard, committing when fn returns nil and rolling back
 // otherwise (or on a panic). The permit is held for the whole transaction.
+//
+// On an accessor from DeferCommit, a Tx whose fn returns nil is not
+// committed yet: see DeferredCommit.
 func (a Accessor) Tx(ctx context.Context, fn func(Tx) error) error {
+	if a.deferred != nil && a.err == nil {
+		return a.deferred.run(ctx, a, fn)
+	}
 	return a.Conn(ctx, func(c *pgxpool.Conn) error {
 		return pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return fn(Tx{Tx: tx, shard: a.shard}) })
 	})

@@ -46,6 +46,9 @@ type Router interface {
 	// Tenant adds a route behind tenancy, the tenant bulkhead and
 	// admission; h gets the request's accessor to its tenant's shard.
 	Tenant(method, path string, h func(c echo.Context, sh shards.Accessor) error)
+	// Idempotent adds a tenant route that honours an Idempotency-Key
+	// header (the spec's idempotent: true; docs/idempotency.md).
+	Idempotent(method, path string, h func(c echo.Context, sh shards.Accessor) error)
 }
 
 // Register adds every spec route to r, served by h. A spec path parameter
@@ -72,11 +75,13 @@ type Route struct {
 	Handler string
 	// Public routes skip tenancy.
 	Public bool
+	// Idempotent routes honour an Idempotency-Key header.
+	Idempotent bool
 }
 
 // Routes lists the spec routes in spec order.
 var Routes = []Route{
-	{Method: "GET", Path: "/docs", EchoPath: "/docs", Handler: "Docs", Public: true},
-	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false},
-	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false},
+	{Method: "GET", Path: "/docs", EchoPath: "/docs", Handler: "Docs", Public: true, Idempotent: false},
+	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false, Idempotent: false},
+	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false, Idempotent: false},
 }

@@ -41,6 +41,9 @@ type Router interface {
 	// Tenant adds a route behind tenancy, the tenant bulkhead and
 	// admission; h gets the request's accessor to its tenant's shard.
 	Tenant(method, path string, h func(c echo.Context, sh shards.Accessor) error)
+	// Idempotent adds a tenant route that honours an Idempotency-Key
+	// header (the spec's idempotent: true; docs/idempotency.md).
+	Idempotent(method, path string, h func(c echo.Context, sh shards.Accessor) error)
 }
 
 // Register adds every spec route to r, served by h. A spec path parameter
@@ -61,9 +64,11 @@ type Route struct {
 	Handler string
 	// Public routes skip tenancy.
 	Public bool
+	// Idempotent routes honour an Idempotency-Key header.
+	Idempotent bool
 }
 
 // Routes lists the spec routes in spec order.
 var Routes = []Route{
-	{Method: "GET", Path: "/", EchoPath: "/", Handler: "Index", Public: true},
+	{Method: "GET", Path: "/", EchoPath: "/", Handler: "Index", Public: true, Idempotent: false},
 }
