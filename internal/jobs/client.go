@@ -129,7 +129,9 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 		logger.Warn(msg)
 	}
 	if eff.Tenants.Isolated() && !b.Capabilities().TenantIsolation {
-		logger.Warn("jobs.tenants: this job backend has no tenant isolation; fair order, slots and lanes are off")
+		// The PostgreSQL backend's caps and weights come from the limits it
+		// was built with (cmd/server passes jobs.tenants.max_concurrent).
+		logger.Warn("jobs.tenants: this job backend has no tenant isolation of its own: lanes are off, and per-tenant caps apply only through the TenantLimits it was built with")
 	}
 	if w == nil {
 		w = NewWorkers()

@@ -246,8 +246,13 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// planPrioEvery: with plans, one enqueue in PLANS_PRIO_EVERY (default 4)
+// of each producer gets priority 2, 3 or 4 (cycling), the others the
+// default, 1. 1 means every job has priority 2 to 4.
+var planPrioEvery = benchEnv("PLANS_PRIO_EVERY", 4)
+
 // benchContinuous runs the continuous scenario. With plans (per-tenant
-// limits), the enqueues also cycle through priorities 1 to 4.
+// limits), some enqueues have priorities after 1 (planPrioEvery).
 func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, plans jobs.TenantLimits) benchResult {
 	window := time.Duration(benchEnv("PGJOBS_BENCH_SECONDS", 3)) * time.Second
 	var done atomic.Int64
@@ -279,8 +284,8 @@ func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, plans job
 				case slots <- struct{}{}:
 				}
 				var err error
-				if plans != nil {
-					_, err = c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i}, jobs.WithPriority(1+i%4))
+				if plans != nil && i%planPrioEvery == 0 {
+					_, err = c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i}, jobs.WithPriority(2+(i/planPrioEvery)%3))
 				} else {
 					_, err = c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i})
 				}

@@ -214,6 +214,8 @@ DECLARE
     v_prios    smallint[];
     v_vtimes   bigint[];
     v_run_ats  timestamptz[];
+    v_horizon  bigint;
+    v_horizon_at timestamptz;
     v_mv_tids  tid[] := '{}';
     v_mv_vt    bigint[] := '{}';
     v_mv_for   bigint[] := '{}';
@@ -320,7 +322,8 @@ BEGIN
     -- The candidates go through arrays, so that the jobs over a cap can be
     -- dropped and a place handed to a job of higher priority before the
     -- update. With a kind or a tenant at its cap, the next p_limit jobs of
-    -- the others among the next p_lookahead.
+    -- the others up to the place (or run_at) of the p_lookahead-th next
+    -- job.
     IF p_fair AND cardinality(v_full) = 0 AND cardinality(v_fullt) = 0 THEN
         SELECT array_agg(s.id ORDER BY s.vtime, s.id), array_agg(s.ctid ORDER BY s.vtime, s.id),
                array_agg(s.kind ORDER BY s.vtime, s.id), array_agg(s.tenant ORDER BY s.vtime, s.id),
@@ -333,17 +336,22 @@ BEGIN
               LIMIT p_limit
               FOR UPDATE SKIP LOCKED) s;
     ELSIF p_fair THEN
+        -- The window's last place, read once: a window in an IN (...)
+        -- subquery may be planned as a semi join that reads it again for
+        -- every row.
+        SELECT max(x.vtime) INTO v_horizon
+        FROM (SELECT w.vtime FROM cellgate_jobs w
+              WHERE w.state = 'available' AND w.vtime IS NOT NULL
+                AND w.queue <> ALL (v_paused)
+              ORDER BY w.vtime, w.id
+              LIMIT p_lookahead) x;
         SELECT array_agg(s.id ORDER BY s.vtime, s.id), array_agg(s.ctid ORDER BY s.vtime, s.id),
                array_agg(s.kind ORDER BY s.vtime, s.id), array_agg(s.tenant ORDER BY s.vtime, s.id),
                array_agg(s.priority ORDER BY s.vtime, s.id), array_agg(s.vtime ORDER BY s.vtime, s.id)
         INTO v_ids, v_tids, v_kinds, v_tenants, v_prios, v_vtimes
         FROM (SELECT j.id, j.ctid, j.kind, j.tenant, j.priority, j.vtime FROM cellgate_jobs j
-              WHERE j.id IN (SELECT w.id FROM cellgate_jobs w
-                             WHERE w.state = 'available' AND w.vtime IS NOT NULL
-                               AND w.queue <> ALL (v_paused)
-                             ORDER BY w.vtime, w.id
-                             LIMIT p_lookahead)
-                AND j.state = 'available' AND j.vtime IS NOT NULL
+              WHERE j.state = 'available' AND j.vtime IS NOT NULL AND j.vtime <= v_horizon
+                AND j.queue <> ALL (v_paused)
                 AND j.kind <> ALL (v_full) AND j.tenant <> ALL (v_fullt)
               ORDER BY j.vtime, j.id
               LIMIT p_limit
@@ -359,16 +367,18 @@ BEGIN
               LIMIT p_limit
               FOR UPDATE SKIP LOCKED) s;
     ELSE
+        SELECT max(x.run_at) INTO v_horizon_at
+        FROM (SELECT w.run_at FROM cellgate_jobs w
+              WHERE w.state = 'available' AND w.queue IS NOT NULL AND w.run_at <= p_now
+                AND w.queue <> ALL (v_paused)
+              ORDER BY w.run_at, w.id
+              LIMIT p_lookahead) x;
         SELECT array_agg(s.id ORDER BY s.run_at, s.id), array_agg(s.ctid ORDER BY s.run_at, s.id),
                array_agg(s.kind ORDER BY s.run_at, s.id), array_agg(s.tenant ORDER BY s.run_at, s.id)
         INTO v_ids, v_tids, v_kinds, v_tenants
         FROM (SELECT j.id, j.ctid, j.kind, j.tenant, j.run_at FROM cellgate_jobs j
-              WHERE j.id IN (SELECT w.id FROM cellgate_jobs w
-                             WHERE w.state = 'available' AND w.queue IS NOT NULL AND w.run_at <= p_now
-                               AND w.queue <> ALL (v_paused)
-                             ORDER BY w.run_at, w.id
-                             LIMIT p_lookahead)
-                AND j.state = 'available' AND j.run_at <= p_now
+              WHERE j.state = 'available' AND j.queue IS NOT NULL AND j.run_at <= v_horizon_at
+                AND j.queue <> ALL (v_paused)
                 AND j.kind <> ALL (v_full) AND j.tenant <> ALL (v_fullt)
               ORDER BY j.run_at, j.id
               LIMIT p_limit

@@ -1,0 +1,82 @@
+package pgjobs
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// staticLimits is a fixed per-tenant table; other tenants: no cap, weight 1.
+type staticLimits map[string][2]int
+
+func (m staticLimits) JobLimits(t string) (int, int) {
+	if v, ok := m[t]; ok {
+		return v[0], v[1]
+	}
+	return 0, 1
+}
+
+// TestLimitsRowsAndReplacing: a tenant's first enqueue writes its limits
+// row and places its jobs one weight-step apart; a weight change written
+// by SyncLimits re-places its waiting backlog with the new step.
+func TestLimitsRowsAndReplacing(t *testing.T) {
+	pool := newSchema(t, newDB(t), 4)
+	lim := staticLimits{"A": {3, 2}}
+	be, err := NewPool(pool, Config{}, Options{Logger: quietLogger(), Limits: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := be.Control()
+	ctx := context.Background()
+	ps := make([]jobs.InsertParams, 5)
+	for i := range ps {
+		ps[i] = jobs.InsertParams{Kind: "bench_noop", Queue: jobs.DefaultQueue, Tenant: "A", EncodedArgs: []byte(`{"n":1}`), MaxAttempts: 1}
+	}
+	if _, err := db.insertManyNow(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	var mr, w int
+	if err := pool.QueryRow(ctx, `SELECT max_running, weight FROM cellgate_jobs_tenant_limits WHERE tenant = 'A'`).Scan(&mr, &w); err != nil {
+		t.Fatalf("A's limits row: %v", err)
+	}
+	if mr != 3 || w != 2 {
+		t.Fatalf("A's row = (%d, %d), want (3, 2)", mr, w)
+	}
+	steps := func() []int64 {
+		rows, err := pool.Query(ctx, `SELECT vtime - lag(vtime) OVER (ORDER BY vtime) FROM cellgate_jobs ORDER BY vtime OFFSET 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []int64
+		for rows.Next() {
+			var d int64
+			if err := rows.Scan(&d); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, d)
+		}
+		return out
+	}
+	for _, d := range steps() {
+		if d != 720720/2 {
+			t.Fatalf("places of a weight-2 tenant %v apart, want %d", steps(), 720720/2)
+		}
+	}
+	lim["A"] = [2]int{0, 4}
+	if err := db.SyncLimits(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT max_running, weight FROM cellgate_jobs_tenant_limits WHERE tenant = 'A'`).Scan(&mr, &w); err != nil {
+		t.Fatal(err)
+	}
+	if mr != 0 || w != 4 {
+		t.Fatalf("A's row after the change = (%d, %d), want (0, 4)", mr, w)
+	}
+	for _, d := range steps() {
+		if d != 720720/4 {
+			t.Fatalf("after the weight change to 4, places %v apart, want %d", steps(), 720720/4)
+		}
+	}
+}
