@@ -5,7 +5,8 @@
 // internal/cells/slotmove and docs/cells.md).
 //
 //	slotmove -map deploy/slotmap.json -layout cells.layout.json \
-//	         -slots 100-199 -from cell-1 -to cell-2 [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs]
+//	         -slots 100-199 -from cell-1 -to cell-2 [-routers http://r1:8090,...] [-confirm-timeout 5s]
+//	         [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs]
 //	slotmove status -layout cells.layout.json [-map deploy/slotmap.json]
 //	slotmove abort  -map deploy/slotmap.json -layout cells.layout.json -slots 100-199 -from cell-1 -to cell-2
 //
@@ -74,7 +75,9 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	tables := fs.String("tables", strings.Join(genspec.Config().Database.TenantTables, ","), "tables to move, parents first (default: the spec's database.tenant_tables)")
 	skipJobs := fs.Bool("skip-jobs", false, "leave the moved tenants' waiting and scheduled jobs at the source")
 	chunk := fs.Int("chunk", 1024, "slots per copy/verify/delete statement")
-	settle := fs.Duration("settle", 3*time.Second, "wait after freezing: at least the routers' reload interval plus a request's duration")
+	settle := fs.Duration("settle", 3*time.Second, "without routers to confirm: wait after freezing, at least the routers' reload interval plus a request's duration")
+	routers := fs.String("routers", "", "comma-separated base URLs of every router reading the map (default: the layout's \"routers\"); the tool waits until each confirms the frozen map instead of sleeping -settle")
+	confirm := fs.Duration("confirm-timeout", 5*time.Second, "how long the routers may take to confirm a map before the move stops")
 	reset := fs.Bool("reset-target", false, "delete the target's rows of the range before copying (after a failed verify)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -102,10 +105,15 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	if err != nil {
 		return err
 	}
+	rts := layout.Routers
+	if *routers != "" {
+		rts = strings.Split(*routers, ",")
+	}
 	cfg := slotmove.Config{
 		MapFile: *mapFile, StateFile: *state, Range: rg, From: *from, To: *to,
 		Source: src, Target: dst, Tables: strings.Split(*tables, ","),
-		ChunkSlots: *chunk, Settle: *settle, ResetTarget: *reset, SkipJobs: *skipJobs, Logger: log,
+		ChunkSlots: *chunk, Settle: *settle, Routers: rts, ConfirmTimeout: *confirm,
+		ResetTarget: *reset, SkipJobs: *skipJobs, Logger: log,
 	}
 	if cmd == "abort" {
 		return slotmove.Abort(ctx, cfg)
@@ -117,7 +125,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	log.Info("slot move complete", "slots", rg.String(), "from", *from, "to", *to,
 		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
 		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes,
-		"freeze", rep.Freeze.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
+		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
 		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
 		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -39,6 +40,9 @@ type mover struct {
 	tracking   bool
 	dirty      map[string]map[string]rowKey
 	mismatched map[string]map[string]rowKey
+
+	// http asks the routers which slot map they use (Config.Routers).
+	http *http.Client
 }
 
 // rowKey is a row's primary key (text values) and its slot.
@@ -124,7 +128,8 @@ var sessionParams = map[string]string{
 
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
 	mv := &mover{cfg: cfg, log: log, streams: make([]*stream, len(cfg.Source)),
-		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{}}
+		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{},
+		http: &http.Client{Timeout: time.Second}}
 	var err error
 	if mv.srcMap, err = shardMap(cfg.Source); err != nil {
 		return nil, fmt.Errorf("slotmove: source cell %s: %w", cfg.From, err)
