@@ -19,6 +19,10 @@
 // first) unless -tables names others, and the moved tenants' waiting and
 // scheduled shard-local jobs unless -skip-jobs.
 //
+// $CELLGATE_SLOTMOVE_CRASH_AT=<phase> makes the move kill itself with
+// SIGKILL at that point (a crash drill; phases: copying, copied,
+// streaming, settled, fenced, verified, switched, deleting).
+//
 // The layout file names each cell's shards and the environment variables
 // holding their DSNs. Re-run the same command after any failure: it
 // resumes where the map and its state file say.
@@ -117,6 +121,17 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	}
 	if cmd == "abort" {
 		return slotmove.Abort(ctx, cfg)
+	}
+	if at := getenv("CELLGATE_SLOTMOVE_CRASH_AT"); at != "" {
+		// A crash drill: die as a killed process would, at a named point,
+		// to rehearse (and test) that a re-run finishes the move.
+		cfg.OnPhase = func(phase string) {
+			if phase == at {
+				log.Warn("crash drill: killing this process", "phase", phase)
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+		}
 	}
 	rep, err := slotmove.Move(ctx, cfg)
 	if err != nil {

@@ -130,6 +130,14 @@ type Config struct {
 	// Sleep waits d or until ctx ends. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
 
+	// OnPhase, when set, is called as the move passes each named point:
+	// "copying" (one source shard copied), "copied", "streaming",
+	// "settled" (frozen, the routers confirmed), "fenced", "verified",
+	// "switched" and "deleting" (replication dropped, about to delete at
+	// the source). cmd/slotmove uses it for crash drills
+	// ($CELLGATE_SLOTMOVE_CRASH_AT).
+	OnPhase func(phase string)
+
 	// crash, set by tests, makes Move stop dead at a named point (no
 	// restore, as if the process were killed) when it returns an error.
 	crash func(point string) error
@@ -137,6 +145,9 @@ type Config struct {
 
 // crashAt is the test hook of Config.crash.
 func (mv *mover) crashAt(point string) error {
+	if mv.cfg.OnPhase != nil {
+		mv.cfg.OnPhase(point)
+	}
 	if mv.cfg.crash == nil {
 		return nil
 	}
@@ -610,6 +621,9 @@ func (mv *mover) finish(ctx context.Context, rep *Report) error {
 		if err := mv.moveJobs(ctx, rep); err != nil {
 			return err
 		}
+	}
+	if err := mv.crashAt("deleting"); err != nil {
+		return err
 	}
 	n, err := mv.deleteRange(ctx, mv.source, "source")
 	if err != nil {
