@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -487,4 +488,74 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestCellsSlotMoveCrashEveryPhase kills the slotmove command with SIGKILL
+// once in each phase (its crash drill, $CELLGATE_SLOTMOVE_CRASH_AT, kills
+// it at a named point) while the scenario's load runs, re-running it
+// after each kill; once, killed while streaming, the move is looked at
+// with `slotmove status` (its replication slot listed) and given up with
+// `slotmove abort` (no slot left), and the next runs start it over. The
+// last run completes with every guarantee of the uninterrupted move, and
+// no replication slot is left anywhere.
+func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
+	rig := newMoveRig(t, 2000)
+	l := rig.startLoad()
+	defer func() {
+		if l != nil {
+			l.end()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	status := func() string {
+		out, err := rig.run(nil, "status", "-layout", rig.layout, "-map", rig.mapFile)
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		return out
+	}
+	for _, phase := range []string{"copying", "copied", "streaming", "settled", "fenced", "verified", "switched", "deleting"} {
+		out, err := rig.run([]string{"CELLGATE_SLOTMOVE_CRASH_AT=" + phase})
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("run to be killed at %s: %v\n%s", phase, err, out)
+		}
+		if !strings.Contains(out, `phase=`+phase) {
+			t.Fatalf("killed, but not at %s:\n%s", phase, out)
+		}
+		t.Logf("killed at %s", phase)
+		if phase == "deleting" {
+			continue // replication already dropped
+		}
+		st := status()
+		if !strings.Contains(st, "cellgate_move_") || !strings.Contains(st, "unfinished move") {
+			t.Fatalf("after a kill at %s, status does not list the move's replication slot and state:\n%s", phase, st)
+		}
+		if phase == "streaming" {
+			if out, err := rig.run(nil, append([]string{"abort"}, rig.moveArgs()...)...); err != nil {
+				t.Fatalf("abort: %v\n%s", err, out)
+			}
+			if st := status(); !strings.Contains(st, "no replication slots of moves") || !strings.Contains(st, "no unfinished move") {
+				t.Fatalf("after abort:\n%s", st)
+			}
+		}
+	}
+	out, err := rig.run(nil)
+	if err != nil {
+		t.Fatalf("the run after the last kill: %v\n%s", err, out)
+	}
+	if s := summary(t, out); s["resumed"] != "delete" {
+		t.Errorf("the last run resumed at %q; want delete", s["resumed"])
+	}
+	// Once done, a re-run is a no-op.
+	if out, err := rig.run(nil); err != nil || !strings.Contains(out, "nothing to do") {
+		t.Errorf("a re-run of the finished move: %v\n%s", err, out)
+	}
+	time.Sleep(300 * time.Millisecond)
+	l.end()
+	done := l
+	l = nil
+	done.check(t)
+	t.Logf("%d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times through the router; %d mutations fenced",
+		len(done.inserted), len(done.updated), len(done.deleted), sum(done.refused), done.fenced)
 }
