@@ -8,9 +8,12 @@
 //	         -slots 100-199 -from cell-1 -to cell-2 [-routers http://r1:8090,...] [-confirm-timeout 5s]
 //	         [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs]
 //	slotmove status -layout cells.layout.json [-map deploy/slotmap.json]
+//	slotmove check  -layout cells.layout.json [-tables a,b]
 //	slotmove abort  -map deploy/slotmap.json -layout cells.layout.json -slots 100-199 -from cell-1 -to cell-2
 //
-// status lists the moves' replication slots on every shard of the layout
+// check connects to every shard of the layout and fails, in one line
+// naming the shard or table and the fix, where an online move could not
+// stream (wal_level, replica identity); status lists the moves' replication slots on every shard of the layout
 // (a slot nobody reads holds WAL on its server forever) and the map's
 // unfinished move; abort drops a move's slots, publications and fence and
 // gives the range back to the source, unfrozen.
@@ -63,11 +66,14 @@ func main() {
 
 func run(ctx context.Context, args []string, log *slog.Logger, getenv func(string) string) error {
 	cmd := "move"
-	if len(args) > 0 && (args[0] == "status" || args[0] == "abort") {
+	if len(args) > 0 && (args[0] == "status" || args[0] == "abort" || args[0] == "check") {
 		cmd, args = args[0], args[1:]
 	}
-	if cmd == "status" {
+	switch cmd {
+	case "status":
 		return status(ctx, args, os.Stdout, getenv)
+	case "check":
+		return check(ctx, args, os.Stdout, getenv)
 	}
 	fs := flag.NewFlagSet("slotmove "+cmd, flag.ContinueOnError)
 	mapFile := fs.String("map", "", "the router's slot map file (rewritten atomically)")
@@ -143,6 +149,43 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
 		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
 		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning)
+	return nil
+}
+
+// check connects to every shard of the layout's cells and checks what an
+// online move needs of a source (slotmove.CheckShard).
+func check(ctx context.Context, args []string, out io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("slotmove check", flag.ContinueOnError)
+	layoutFile := fs.String("layout", "", "JSON file naming each cell's shards and their DSN variables")
+	tables := fs.String("tables", strings.Join(genspec.Config().Database.TenantTables, ","), "tables to check (default: the spec's database.tenant_tables)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *layoutFile == "" {
+		fs.Usage()
+		return errors.New("-layout is required")
+	}
+	layout, err := slotmove.ReadLayout(*layoutFile)
+	if err != nil {
+		return err
+	}
+	cellNames := make([]string, 0, len(layout.Cells))
+	for c := range layout.Cells {
+		cellNames = append(cellNames, c)
+	}
+	sort.Strings(cellNames)
+	for _, c := range cellNames {
+		shards, err := layout.Shards(c, getenv)
+		if err != nil {
+			return err
+		}
+		for _, sh := range shards {
+			if err := slotmove.CheckShard(ctx, sh, strings.Split(*tables, ",")); err != nil {
+				return fmt.Errorf("cell %s: %w", c, err)
+			}
+			fmt.Fprintf(out, "ok: cell %s shard %s can stream online moves\n", c, sh.Name)
+		}
+	}
 	return nil
 }
 

@@ -10,7 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/testpg"
+	cgsql "github.com/cellgate/cellgate/sql"
 )
 
 // TestConfirmRouters: the settle ends when every router reports the
@@ -84,5 +88,53 @@ func TestConfigRoutersMustBeURLs(t *testing.T) {
 	err := c.withDefaults().validate()
 	if err == nil || !strings.Contains(err.Error(), "Config.Routers[0]") {
 		t.Errorf("a router without scheme: %v", err)
+	}
+}
+
+// TestCheckShard: a shard fit to stream passes; a table whose replica
+// identity does not cover slot, and a server below wal_level = logical,
+// are refused in one line naming the table or shard and the fix.
+func TestCheckShard(t *testing.T) {
+	ctx := context.Background()
+	dsn := cluster.CreateDB(t, "check")
+	if err := cgsql.Migrate(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	sh := Shard{Name: "shard-0", DSN: dsn}
+	if err := CheckShard(ctx, sh, []string{"accounts", "orders"}); err != nil {
+		t.Fatalf("the example's migrated tables: %v", err)
+	}
+	c, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `CREATE TABLE notes (tenant_id text, id bigint, slot int NOT NULL, PRIMARY KEY (tenant_id, id))`); err != nil {
+		t.Fatal(err)
+	}
+	err = CheckShard(ctx, sh, []string{"accounts", "orders", "notes"})
+	want := `slotmove: table notes on source shard shard-0: its replica identity does not cover slot, which the move's row filter needs for UPDATE and DELETE; fix: CREATE UNIQUE INDEX "notes_replica_identity" ON "notes" ("tenant_id", "id", slot); ALTER TABLE "notes" REPLICA IDENTITY USING INDEX "notes_replica_identity"`
+	if err == nil || err.Error() != want || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("a table without a covering identity:\n got %v\nwant %s", err, want)
+	}
+	if _, err := c.Exec(ctx, `CREATE UNIQUE INDEX notes_replica_identity ON notes (tenant_id, id, slot); ALTER TABLE notes REPLICA IDENTITY USING INDEX notes_replica_identity`); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckShard(ctx, sh, []string{"notes"}); err != nil {
+		t.Fatalf("after the fix: %v", err)
+	}
+	// A primary key that includes slot is a covering identity by default.
+	if _, err := c.Exec(ctx, `CREATE TABLE pins (tenant_id text, slot int, id bigint, PRIMARY KEY (tenant_id, slot, id))`); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckShard(ctx, sh, []string{"pins"}); err != nil {
+		t.Fatalf("a primary key with slot: %v", err)
+	}
+	// A server below wal_level = logical.
+	low := testpg.StartCluster(t, testpg.ClusterOptions{WALLevel: "replica"})
+	ldsn := low.CreateDB(t, "low")
+	err = CheckShard(ctx, Shard{Name: "shard-9", DSN: ldsn}, nil)
+	if err == nil || !strings.Contains(err.Error(), "source shard shard-9 has wal_level = replica; online moves need wal_level = logical") {
+		t.Fatalf("wal_level = replica: %v", err)
 	}
 }
