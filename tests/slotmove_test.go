@@ -520,7 +520,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("run to be killed at %s: %v\n%s", phase, err, out)
 		}
-		if !strings.Contains(out, `phase=`+phase) {
+		if !strings.Contains(out, `msg="crash drill: killing this process" phase=`+phase) {
 			t.Fatalf("killed, but not at %s:\n%s", phase, out)
 		}
 		t.Logf("killed at %s", phase)
@@ -558,4 +558,66 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 	done.check(t)
 	t.Logf("%d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times through the router; %d mutations fenced",
 		len(done.inserted), len(done.updated), len(done.deleted), sum(done.refused), done.fenced)
+}
+
+// BenchmarkSlotMove is the figures run of the issue (make bench-slotmove;
+// one iteration is one whole scenario, so run it with -benchtime 1x): the
+// scenario of TestCellsSlotMoveUpdatesAndDeletes with 1,000,000 orders
+// preloaded in the moving range ($CELLGATE_SLOTMOVE_ROWS overrides) and
+// the load updating and deleting them during the move. It reports the
+// moving tenants' 503 window through the router (first to last refusal),
+// the whole move's time, the initial copy's rows per second, the peak
+// replication lag (bytes and time) and the freeze the tool measured, and
+// fails when the window exceeds the 1 s budget or a guarantee is broken.
+func BenchmarkSlotMove(b *testing.B) {
+	rows := 1_000_000
+	if v := os.Getenv("CELLGATE_SLOTMOVE_ROWS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 4 {
+			b.Fatalf("CELLGATE_SLOTMOVE_ROWS=%q: want a row count >= 4", v)
+		}
+		rows = n
+	}
+	for range b.N {
+		b.StopTimer()
+		rig := newMoveRig(b, rows/4)
+		l := rig.startLoad()
+		time.Sleep(time.Second)
+		b.StartTimer()
+		start := time.Now()
+		out, err := rig.run(nil)
+		total := time.Since(start)
+		b.StopTimer()
+		time.Sleep(300 * time.Millisecond)
+		l.end()
+		if err != nil {
+			b.Fatalf("slotmove: %v\n%s", err, out)
+		}
+		s := summary(b, out)
+		copyTime, err1 := time.ParseDuration(s["copy_time"])
+		freeze, err2 := time.ParseDuration(s["freeze"])
+		peakLag, err3 := time.ParseDuration(s["peak_lag"])
+		lagBytes, err4 := strconv.ParseFloat(s["peak_lag_bytes"], 64)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			b.Fatalf("summary %v: %v", s, err)
+		}
+		copied := 0
+		for _, m := range regexp.MustCompile(`:(\d+)`).FindAllStringSubmatch(s["copied"], -1) {
+			n, _ := strconv.Atoi(m[1])
+			copied += n
+		}
+		l.check(b)
+		b.ReportMetric(float64(l.window().Milliseconds()), "503-window-ms")
+		b.ReportMetric(total.Seconds(), "move-s")
+		b.ReportMetric(float64(copied)/copyTime.Seconds(), "copy-rows/s")
+		b.ReportMetric(lagBytes, "peak-lag-bytes")
+		b.ReportMetric(float64(peakLag.Milliseconds()), "peak-lag-ms")
+		b.ReportMetric(float64(freeze.Milliseconds()), "freeze-ms")
+		b.Logf("slotmove:\n%s", out)
+		b.Logf("%d rows copied in %s; %d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times",
+			copied, copyTime, len(l.inserted), len(l.updated), len(l.deleted), sum(l.refused))
+		if w := l.window(); w > time.Second {
+			b.Errorf("the moving tenants' 503 window through the router was %s; the budget is 1s", w)
+		}
+	}
 }

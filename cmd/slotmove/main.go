@@ -128,15 +128,15 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	if cmd == "abort" {
 		return slotmove.Abort(ctx, cfg)
 	}
-	if at := getenv("CELLGATE_SLOTMOVE_CRASH_AT"); at != "" {
-		// A crash drill: die as a killed process would, at a named point,
-		// to rehearse (and test) that a re-run finishes the move.
-		cfg.OnPhase = func(phase string) {
-			if phase == at {
-				log.Warn("crash drill: killing this process", "phase", phase)
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // the signal is on its way
-			}
+	at := getenv("CELLGATE_SLOTMOVE_CRASH_AT")
+	cfg.OnPhase = func(phase string) {
+		log.Info("phase reached", "phase", phase)
+		if phase == at {
+			// A crash drill: die as a killed process would, at a named
+			// point, to rehearse (and test) that a re-run finishes the move.
+			log.Warn("crash drill: killing this process", "phase", phase)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
 		}
 	}
 	rep, err := slotmove.Move(ctx, cfg)
@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	}
 	log.Info("slot move complete", "slots", rg.String(), "from", *from, "to", *to,
 		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
-		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes,
+		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes, "peak_lag", rep.PeakLag.Round(time.Millisecond).String(),
 		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
 		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
 		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning)

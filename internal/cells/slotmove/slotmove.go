@@ -170,6 +170,9 @@ type Report struct {
 	JobsMoved, JobsDuplicate, JobsLeftRunning int64
 	// CopyTime is how long the initial copy took (Copied holds its rows).
 	CopyTime time.Duration
+	// PeakLag is the longest a marker written at a source took to come
+	// back through its stream applied: the replication lag in time.
+	PeakLag time.Duration
 	// Streamed counts the changes applied from the replication streams;
 	// PeakLagBytes is the largest distance seen between a source's WAL
 	// position and what had been applied.
@@ -296,7 +299,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	defer mv.close()
 	defer func() {
-		rep.Streamed, rep.PeakLagBytes = mv.streamed, mv.peakLag
+		rep.Streamed, rep.PeakLagBytes, rep.PeakLag = mv.streamed, mv.peakLag, mv.peakLagTime
 	}()
 
 	origRaw, err := os.ReadFile(cfg.MapFile)
@@ -553,7 +556,7 @@ func (mv *mover) catchUpQuick(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		mv.log.Info("caught up", "round", round, "marker_round_trip", rtt.Round(time.Millisecond).String(), "lag_bytes", lag, "changes_applied", mv.streamed)
+		mv.log.Info("caught up", "phase", "stream", "round", round, "lag", rtt.Round(time.Millisecond).String(), "lag_bytes", lag, "changes_applied", mv.streamed)
 		if rtt <= mv.cfg.CatchUpTarget || round >= 20 {
 			return nil
 		}

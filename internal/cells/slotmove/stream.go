@@ -334,6 +334,9 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 	if lagBytes > mv.peakLag {
 		mv.peakLag = lagBytes
 	}
+	// The marker's round trip is the stream's lag in time: how long a
+	// change committed at the source takes to be applied at the target.
+	mv.peakLagTime = max(mv.peakLagTime, worst)
 	return worst, lagBytes, nil
 }
 
