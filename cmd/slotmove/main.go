@@ -115,6 +115,14 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	if err != nil {
 		return err
 	}
+	srcCtl, err := layout.ControlDB(*from, getenv)
+	if err != nil {
+		return err
+	}
+	dstCtl, err := layout.ControlDB(*to, getenv)
+	if err != nil {
+		return err
+	}
 	rts := layout.Routers
 	if *routers != "" {
 		rts = strings.Split(*routers, ",")
@@ -122,6 +130,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	cfg := slotmove.Config{
 		MapFile: *mapFile, StateFile: *state, Range: rg, From: *from, To: *to,
 		Source: src, Target: dst, Tables: strings.Split(*tables, ","),
+		SourceControl: srcCtl, TargetControl: dstCtl,
 		ChunkSlots: *chunk, Settle: *settle, Routers: rts, ConfirmTimeout: *confirm,
 		ResetTarget: *reset, SkipJobs: *skipJobs, Logger: log,
 	}

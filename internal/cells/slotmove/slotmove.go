@@ -90,6 +90,12 @@ type Config struct {
 	// (jobs.postgres.shard_local) move to the target shards after the
 	// switch, verified like the rows; running jobs stay (see jobs.go).
 	SkipJobs bool
+	// SourceControl and TargetControl, when both set, are the two cells'
+	// control databases: the moved tenants' waiting and scheduled jobs in
+	// them (enqueued without shard_local) move too, after the switch, as
+	// the shards' jobs do (unless SkipJobs). Name them for logs and the
+	// jobs' markers (e.g. "cell-1/control").
+	SourceControl, TargetControl Shard
 	// ChunkSlots is how many slots one copy, verify or delete statement
 	// covers. Default: 1024.
 	ChunkSlots int
@@ -699,6 +705,24 @@ type Layout struct {
 	// Routers are the base URLs of every router reading the slot map
 	// (Config.Routers); optional.
 	Routers []string `json:"routers,omitempty"`
+	// Control names, per cell, the variable holding its control
+	// database's DSN; with both cells of a move named, their control
+	// databases' jobs of the moved tenants move too (Config.SourceControl).
+	Control map[string]string `json:"control,omitempty"`
+}
+
+// ControlDB resolves a cell's control database from Control; the zero
+// Shard when the layout names none.
+func (l Layout) ControlDB(cell string, getenv func(string) string) (Shard, error) {
+	env, ok := l.Control[cell]
+	if !ok {
+		return Shard{}, nil
+	}
+	dsn := strings.TrimSpace(getenv(env))
+	if dsn == "" {
+		return Shard{}, fmt.Errorf("slotmove: layout control.%s: environment variable %q is not set", cell, env)
+	}
+	return Shard{Name: cell + "/control", DSN: dsn}, nil
 }
 
 // ReadLayout reads a layout file strictly.
