@@ -58,11 +58,13 @@ cat >"$work/slotmap.json" <<JSON
   ]
 }
 JSON
-cat >"$work/layout.json" <<'JSON'
+cat >"$work/layout.json" <<JSON
 {"cells": {
   "cell-1": [{"name": "shard-0", "dsn_env": "CELL_1_SHARD_0_DSN"}, {"name": "shard-1", "dsn_env": "CELL_1_SHARD_1_DSN"}],
   "cell-2": [{"name": "shard-0", "dsn_env": "CELL_2_SHARD_0_DSN"}, {"name": "shard-1", "dsn_env": "CELL_2_SHARD_1_DSN"}]
-}}
+ },
+ "control": {"cell-1": "CELL_1_CONTROL_DSN", "cell-2": "CELL_2_CONTROL_DSN"},
+ "routers": ["http://127.0.0.1:$router_port"]}
 JSON
 
 for i in 0 1; do
@@ -109,6 +111,7 @@ try:
 move slots 4096-8191 to cell-2 (docs/cells.md):
   CELL_1_SHARD_0_DSN='${dsn[cell-1.CELLGATE_SHARD_0_DSN]}' CELL_1_SHARD_1_DSN='${dsn[cell-1.CELLGATE_SHARD_1_DSN]}' \\
   CELL_2_SHARD_0_DSN='${dsn[cell-2.CELLGATE_SHARD_0_DSN]}' CELL_2_SHARD_1_DSN='${dsn[cell-2.CELLGATE_SHARD_1_DSN]}' \\
+  CELL_1_CONTROL_DSN='${dsn[cell-1.CELLGATE_CONTROL_DSN]}' CELL_2_CONTROL_DSN='${dsn[cell-2.CELLGATE_CONTROL_DSN]}' \\
   bin/slotmove -map $work/slotmap.json -layout $work/layout.json -slots 4096-8191 -from cell-1 -to cell-2
 
 Ctrl-C stops everything.

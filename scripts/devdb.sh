@@ -51,9 +51,11 @@ MSG
   if [ ! -f "$data/PG_VERSION" ]; then
     "${as[@]}" "$pgbin/initdb" -D "$data" -U postgres --auth=trust >/dev/null
   fi
+  # wal_level = logical: slotmove streams a moving range by logical
+  # replication (docs/cells.md), so make cells can move slots online.
   if ! reachable 127.0.0.1 54329; then
     "${as[@]}" "$pgbin/pg_ctl" -D "$data" -l "$root/.devdb/postgres.log" -w \
-      -o "-p 54329 -c listen_addresses=127.0.0.1 -k $root/.devdb" start >/dev/null
+      -o "-p 54329 -c listen_addresses=127.0.0.1 -k $root/.devdb -c wal_level=logical" start >/dev/null
     echo "devdb: started a private PostgreSQL in .devdb/ on port 54329; it keeps running: make devdb-stop stops it" >&2
   fi
   base="postgres://postgres@127.0.0.1:54329/postgres?sslmode=disable"

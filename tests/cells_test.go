@@ -77,13 +77,13 @@ func (c *runningCell) dsn(name string) string { return envValue(c.env, name) }
 
 // startTwoCells boots two cells, each on its own control and shard
 // databases, and waits until both are ready.
-func startTwoCells(t *testing.T) (*runningCell, *runningCell) {
+func startTwoCells(t testing.TB) (*runningCell, *runningCell) {
 	t.Helper()
 	return startTwoCellsOn(t, testpg.CreateDB)
 }
 
 // startTwoCellsOn is startTwoCells with the databases made by createDB.
-func startTwoCellsOn(t *testing.T, createDB func(testing.TB, string) string) (*runningCell, *runningCell) {
+func startTwoCellsOn(t testing.TB, createDB func(testing.TB, string) string) (*runningCell, *runningCell) {
 	t.Helper()
 	var cs [2]*runningCell
 	for i := range cs {
@@ -100,7 +100,7 @@ func startTwoCellsOn(t *testing.T, createDB func(testing.TB, string) string) (*r
 	return cs[0], cs[1]
 }
 
-func writeSlotMapFile(t *testing.T, path string, m cells.SlotMap) {
+func writeSlotMapFile(t testing.TB, path string, m cells.SlotMap) {
 	t.Helper()
 	if err := cells.WriteSlotMap(path, m); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,13 +29,24 @@ import (
 type sqlTable struct {
 	cols map[string]bool
 	refs []string // tables it references
+	pk   []string // primary key columns
+	// ident is the replica identity: "" (default: the primary key),
+	// "full", "nothing", or the columns of the index it uses, as
+	// "index:" + the index name.
+	ident string
+}
+
+// sqlIndex is a unique index the migrations create.
+type sqlIndex struct {
+	table string
+	cols  []string
 }
 
 // checkTenantTables checks declared (the spec's list) against the up files
 // in dir. It returns the problems that must be fixed as an error and the
 // doubtful cases as warnings.
 func checkTenantTables(dir string, declared []string) (warns []string, err error) {
-	tables, err := readMigrationTables(dir)
+	tables, indexes, err := readMigrationTables(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +68,10 @@ func checkTenantTables(dir string, declared []string) (warns []string, err error
 			if !t.cols[col] {
 				problems = append(problems, fmt.Sprintf("%s: %s has no %s column in %s; a tenant table needs tenant_id and slot", at, name, col, dir))
 			}
+		}
+		if t.cols["slot"] && !identityCoversSlot(t, indexes) {
+			problems = append(problems, fmt.Sprintf("%s: %s has no replica identity covering slot in %s (online slot moves stream its UPDATEs and DELETEs filtered on slot, and PostgreSQL refuses them without one); add a migration: %s",
+				at, name, dir, identityFix(name, t)))
 		}
 	}
 	for i, name := range declared {
@@ -91,11 +107,38 @@ func checkTenantTables(dir string, declared []string) (warns []string, err error
 	return warns, nil
 }
 
+// identityCoversSlot says whether t's replica identity includes slot:
+// FULL, or a unique index with slot among its columns (the default, the
+// primary key, covers it only if slot is in the key).
+func identityCoversSlot(t *sqlTable, indexes map[string]*sqlIndex) bool {
+	switch {
+	case t.ident == "full":
+		return true
+	case t.ident == "":
+		return slices.Contains(t.pk, "slot")
+	case strings.HasPrefix(t.ident, "index:"):
+		ix := indexes[strings.TrimPrefix(t.ident, "index:")]
+		return ix != nil && slices.Contains(ix.cols, "slot")
+	}
+	return false
+}
+
+// identityFix is the DDL that gives t a replica identity covering slot.
+func identityFix(name string, t *sqlTable) string {
+	cols := append(slices.Clone(t.pk), "slot")
+	if len(t.pk) == 0 {
+		cols = []string{"tenant_id", "id", "slot"}
+	}
+	idx := name + "_replica_identity"
+	return fmt.Sprintf("CREATE UNIQUE INDEX %s ON %s (%s); ALTER TABLE %s REPLICA IDENTITY USING INDEX %s;",
+		idx, name, strings.Join(cols, ", "), name, idx)
+}
+
 // readMigrationTables replays the up files of dir in version order.
-func readMigrationTables(dir string) (map[string]*sqlTable, error) {
+func readMigrationTables(dir string) (map[string]*sqlTable, map[string]*sqlIndex, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.up.sql"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	version := func(p string) uint64 {
 		base := filepath.Base(p)
@@ -104,17 +147,17 @@ func readMigrationTables(dir string) (map[string]*sqlTable, error) {
 		return n
 	}
 	sort.Slice(paths, func(i, j int) bool { return version(paths[i]) < version(paths[j]) })
-	tables := map[string]*sqlTable{}
+	tables, indexes := map[string]*sqlTable{}, map[string]*sqlIndex{}
 	for _, p := range paths {
 		raw, err := os.ReadFile(p)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, stmt := range splitStatements(string(raw)) {
-			applyStatement(tables, stmt)
+			applyStatement(tables, indexes, stmt)
 		}
 	}
-	return tables, nil
+	return tables, indexes, nil
 }
 
 var (
@@ -126,6 +169,10 @@ var (
 	reRenCol  = regexp.MustCompile(`^rename\s+(?:column\s+)?(\w+)\s+to\s+(\w+)$`)
 	reRenTab  = regexp.MustCompile(`^rename\s+to\s+(\w+)$`)
 	reRefs    = regexp.MustCompile(`\breferences\s+([\w.]+)`)
+	rePK      = regexp.MustCompile(`^(?:constraint\s+\w+\s+)?primary\s+key\s*\(([^)]*)\)`)
+	reUnique  = regexp.MustCompile(`^create\s+unique\s+index\s+(?:concurrently\s+)?(?:if\s+not\s+exists\s+)?([\w.]+)\s+on\s+(?:only\s+)?([\w.]+)\s*(?:using\s+\w+\s*)?\(([^)]*)\)`)
+	reDropIdx = regexp.MustCompile(`^drop\s+index\s+(?:concurrently\s+)?(?:if\s+exists\s+)?(.*?)(?:\s+(?:cascade|restrict))?$`)
+	reIdent   = regexp.MustCompile(`^replica\s+identity\s+(full|default|nothing|using\s+index\s+([\w.]+))$`)
 	// Items of a CREATE TABLE or actions of an ALTER TABLE that are not
 	// columns.
 	reNotColumn = regexp.MustCompile(`^(?:constraint|primary|unique|foreign|check|exclude|like)\b`)
@@ -133,13 +180,37 @@ var (
 
 // applyStatement updates tables with one statement (lower case, comments
 // removed, whitespace collapsed).
-func applyStatement(tables map[string]*sqlTable, stmt string) {
+func applyStatement(tables map[string]*sqlTable, indexes map[string]*sqlIndex, stmt string) {
+	if m := reUnique.FindStringSubmatch(stmt); m != nil {
+		ix := &sqlIndex{table: bare(m[2])}
+		for _, c := range splitTop(m[3], ',') {
+			if f := strings.Fields(c); len(f) > 0 {
+				ix.cols = append(ix.cols, bare(f[0]))
+			}
+		}
+		indexes[bare(m[1])] = ix
+		return
+	}
+	if m := reDropIdx.FindStringSubmatch(stmt); m != nil {
+		for _, name := range splitTop(m[1], ',') {
+			delete(indexes, bare(name))
+		}
+		return
+	}
 	if m := reCreate.FindStringSubmatch(stmt); m != nil {
 		t := &sqlTable{cols: map[string]bool{}}
 		for _, item := range splitTop(m[2], ',') {
+			if pk := rePK.FindStringSubmatch(item); pk != nil {
+				for _, c := range splitTop(pk[1], ',') {
+					t.pk = append(t.pk, bare(c))
+				}
+			}
 			if !reNotColumn.MatchString(item) {
 				if f := strings.Fields(item); len(f) > 0 {
 					t.cols[f[0]] = true
+					if strings.Contains(item, "primary key") {
+						t.pk = []string{f[0]}
+					}
 				}
 			}
 			for _, r := range reRefs.FindAllStringSubmatch(item, -1) {
@@ -160,6 +231,15 @@ func applyStatement(tables map[string]*sqlTable, stmt string) {
 				t.refs = append(t.refs, bare(r[1]))
 			}
 			switch {
+			case reIdent.MatchString(action):
+				switch c := reIdent.FindStringSubmatch(action); {
+				case c[2] != "":
+					t.ident = "index:" + bare(c[2])
+				case c[1] == "default":
+					t.ident = ""
+				default:
+					t.ident = c[1]
+				}
 			case strings.HasPrefix(action, "add ") && !reNotColumn.MatchString(strings.TrimPrefix(action, "add ")):
 				if c := reAdd.FindStringSubmatch(action); c != nil {
 					t.cols[c[1]] = true

@@ -33,7 +33,7 @@ ALTER TABLE accounts ADD COLUMN IF NOT EXISTS nickname text, DROP COLUMN note, A
 		"000002_b.up.sql":   `ALTER TABLE orders RENAME COLUMN account_id TO acct; ALTER TABLE accounts ADD note2 text;`,
 		"000002_b.down.sql": `DROP TABLE accounts;`,
 	})
-	tables, err := readMigrationTables(dir)
+	tables, _, err := readMigrationTables(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,9 +51,12 @@ ALTER TABLE accounts ADD COLUMN IF NOT EXISTS nickname text, DROP COLUMN note, A
 
 func TestCheckTenantTables(t *testing.T) {
 	dir := migrationsDir(t, map[string]string{
-		"000001_a.up.sql": `CREATE TABLE accounts (tenant_id text, slot int, id bigint);
+		"000001_a.up.sql": `CREATE TABLE accounts (tenant_id text, slot int, id bigint, PRIMARY KEY (tenant_id, slot, id));
 CREATE TABLE orders (tenant_id text, slot int, account_id bigint REFERENCES accounts (id));
+CREATE UNIQUE INDEX orders_ri ON orders (tenant_id, account_id, slot);
+ALTER TABLE orders REPLICA IDENTITY USING INDEX orders_ri;
 CREATE TABLE invoices (tenant_id text, slot int);
+ALTER TABLE invoices REPLICA IDENTITY FULL;
 CREATE TABLE audit (tenant_id text);
 CREATE TABLE settings (key text);`,
 	})
@@ -72,6 +75,33 @@ CREATE TABLE settings (key text);`,
 		"database.tenant_tables[3]: gone is not a table of " + dir,
 		"database.tenant_tables[4]: orders is already database.tenant_tables[0]",
 		"table invoices has tenant_id and slot columns but is not in database.tenant_tables",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
+
+// TestCheckTenantTablesReplicaIdentity: a tenant table whose replica
+// identity does not cover slot is refused with the DDL that fixes it.
+func TestCheckTenantTablesReplicaIdentity(t *testing.T) {
+	dir := migrationsDir(t, map[string]string{
+		"000001_a.up.sql": `CREATE TABLE notes (tenant_id text, id bigint, slot int, PRIMARY KEY (tenant_id, id));
+CREATE TABLE tags (tenant_id text, slot int, name text);
+CREATE UNIQUE INDEX tags_ri ON tags (tenant_id, name, slot);
+ALTER TABLE tags REPLICA IDENTITY USING INDEX tags_ri;
+CREATE TABLE pins (tenant_id text, slot int, id bigint PRIMARY KEY);
+CREATE UNIQUE INDEX pins_ri ON pins (tenant_id, id);
+ALTER TABLE pins REPLICA IDENTITY USING INDEX pins_ri;`,
+		"000002_b.up.sql": `DROP INDEX tags_ri;`,
+	})
+	_, err := checkTenantTables(dir, []string{"notes", "tags", "pins"})
+	for _, want := range []string{
+		"database.tenant_tables[0]: notes has no replica identity covering slot in " + dir,
+		"CREATE UNIQUE INDEX notes_replica_identity ON notes (tenant_id, id, slot); ALTER TABLE notes REPLICA IDENTITY USING INDEX notes_replica_identity;",
+		"database.tenant_tables[1]: tags has no replica identity covering slot",
+		"database.tenant_tables[2]: pins has no replica identity covering slot",
+		"CREATE UNIQUE INDEX pins_replica_identity ON pins (id, slot)",
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v lacks %q", err, want)

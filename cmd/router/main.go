@@ -25,7 +25,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -74,7 +73,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	path := fs.String("config", os.Getenv("CELLGATE_CONFIG"), "JSON config file applied over the spec's defaults (the cells' file works)")
 	addr := fs.String("addr", envOr("CELLGATE_ROUTER_ADDRESS", ":8090"), "listen address ($CELLGATE_ROUTER_ADDRESS)")
 	slotMap := fs.String("slotmap", os.Getenv("CELLGATE_SLOTMAP"), "slot map file, reloaded on change ($CELLGATE_SLOTMAP); empty: the spec's cells")
-	reload := fs.Duration("reload", time.Second, "how often the slot map file is checked for changes")
+	reload := fs.Duration("reload", router.DefaultReloadInterval, "how often the slot map file is checked for changes")
 	hInterval := fs.Duration("health-interval", d.HealthInterval, "time between health checks of a cell")
 	hTimeout := fs.Duration("health-timeout", d.HealthTimeout, "timeout of one health check")
 	failAfter := fs.Int("fail-after", d.FailAfter, "consecutive failed checks or transport errors that mark a cell down")

@@ -30,6 +30,7 @@ import (
 	"syscall"
 
 	"github.com/cellgate/cellgate/gen/spec"
+	"github.com/cellgate/cellgate/internal/cells/slotmove"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/configload"
 	"github.com/cellgate/cellgate/internal/telemetry"
@@ -147,13 +148,28 @@ var commands = []command{
 	},
 	{
 		name:    "check",
-		summary: "validate the final config (spec defaults, -config file, environment) with CUE and the policy, then exit",
-		setup: func(*flag.FlagSet) func(context.Context, invocation) error {
-			return func(_ context.Context, inv invocation) error {
-				if _, err := inv.cfg(); err != nil {
+		summary: "validate the final config (spec defaults, -config file, environment) with CUE and the policy, then exit; -databases also checks the shards can stream online slot moves",
+		setup: func(fs *flag.FlagSet) func(context.Context, invocation) error {
+			dbs := fs.Bool("databases", false, "also connect to every shard and check what online slot moves need: wal_level = logical and a replica identity covering slot on each tenant table")
+			return func(ctx context.Context, inv invocation) error {
+				cfg, err := inv.cfg()
+				if err != nil {
 					return err
 				}
 				fmt.Fprintln(inv.stdout, "config ok")
+				if !*dbs {
+					return nil
+				}
+				for i, sh := range cfg.Database.Shards {
+					dsn := os.Getenv(sh.DSNEnv)
+					if dsn == "" {
+						return fmt.Errorf("database.shards[%d] (%s): environment variable %s is not set", i, sh.Name, sh.DSNEnv)
+					}
+					if err := slotmove.CheckShard(ctx, slotmove.Shard{Name: sh.Name, DSN: dsn}, cfg.Database.TenantTables); err != nil {
+						return err
+					}
+				}
+				fmt.Fprintln(inv.stdout, "databases ok: every shard can stream online slot moves")
 				return nil
 			}
 		},

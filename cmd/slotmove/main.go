@@ -5,11 +5,15 @@
 // internal/cells/slotmove and docs/cells.md).
 //
 //	slotmove -map deploy/slotmap.json -layout cells.layout.json \
-//	         -slots 100-199 -from cell-1 -to cell-2 [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs]
+//	         -slots 100-199 -from cell-1 -to cell-2 [-routers http://r1:8090,...] [-confirm-timeout 5s]
+//	         [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs]
 //	slotmove status -layout cells.layout.json [-map deploy/slotmap.json]
+//	slotmove check  -layout cells.layout.json [-tables a,b]
 //	slotmove abort  -map deploy/slotmap.json -layout cells.layout.json -slots 100-199 -from cell-1 -to cell-2
 //
-// status lists the moves' replication slots on every shard of the layout
+// check connects to every shard of the layout and fails, in one line
+// naming the shard or table and the fix, where an online move could not
+// stream (wal_level, replica identity); status lists the moves' replication slots on every shard of the layout
 // (a slot nobody reads holds WAL on its server forever) and the map's
 // unfinished move; abort drops a move's slots, publications and fence and
 // gives the range back to the source, unfrozen.
@@ -17,6 +21,10 @@
 // It moves the spec's tenant tables (database.tenant_tables, parents
 // first) unless -tables names others, and the moved tenants' waiting and
 // scheduled shard-local jobs unless -skip-jobs.
+//
+// $CELLGATE_SLOTMOVE_CRASH_AT=<phase> makes the move kill itself with
+// SIGKILL at that point (a crash drill; phases: copying, copied,
+// streaming, settled, fenced, verified, switched, deleting).
 //
 // The layout file names each cell's shards and the environment variables
 // holding their DSNs. Re-run the same command after any failure: it
@@ -58,11 +66,14 @@ func main() {
 
 func run(ctx context.Context, args []string, log *slog.Logger, getenv func(string) string) error {
 	cmd := "move"
-	if len(args) > 0 && (args[0] == "status" || args[0] == "abort") {
+	if len(args) > 0 && (args[0] == "status" || args[0] == "abort" || args[0] == "check") {
 		cmd, args = args[0], args[1:]
 	}
-	if cmd == "status" {
+	switch cmd {
+	case "status":
 		return status(ctx, args, os.Stdout, getenv)
+	case "check":
+		return check(ctx, args, os.Stdout, getenv)
 	}
 	fs := flag.NewFlagSet("slotmove "+cmd, flag.ContinueOnError)
 	mapFile := fs.String("map", "", "the router's slot map file (rewritten atomically)")
@@ -74,7 +85,9 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	tables := fs.String("tables", strings.Join(defaultTables(genspec.Config().Database.TenantTables, genspec.Config().IdempotentRoutes()), ","), "tables to move, parents first (default: the spec's database.tenant_tables, and the idempotency keys' table when a route is idempotent)")
 	skipJobs := fs.Bool("skip-jobs", false, "leave the moved tenants' waiting and scheduled jobs at the source")
 	chunk := fs.Int("chunk", 1024, "slots per copy/verify/delete statement")
-	settle := fs.Duration("settle", 3*time.Second, "wait after freezing: at least the routers' reload interval plus a request's duration")
+	settle := fs.Duration("settle", 3*time.Second, "without routers to confirm: wait after freezing, at least the routers' reload interval plus a request's duration")
+	routers := fs.String("routers", "", "comma-separated base URLs of every router reading the map (default: the layout's \"routers\"); the tool waits until each confirms the frozen map instead of sleeping -settle")
+	confirm := fs.Duration("confirm-timeout", 5*time.Second, "how long the routers may take to confirm a map before the move stops")
 	reset := fs.Bool("reset-target", false, "delete the target's rows of the range before copying (after a failed verify)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -102,13 +115,38 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	if err != nil {
 		return err
 	}
+	srcCtl, err := layout.ControlDB(*from, getenv)
+	if err != nil {
+		return err
+	}
+	dstCtl, err := layout.ControlDB(*to, getenv)
+	if err != nil {
+		return err
+	}
+	rts := layout.Routers
+	if *routers != "" {
+		rts = strings.Split(*routers, ",")
+	}
 	cfg := slotmove.Config{
 		MapFile: *mapFile, StateFile: *state, Range: rg, From: *from, To: *to,
 		Source: src, Target: dst, Tables: strings.Split(*tables, ","),
-		ChunkSlots: *chunk, Settle: *settle, ResetTarget: *reset, SkipJobs: *skipJobs, Logger: log,
+		SourceControl: srcCtl, TargetControl: dstCtl,
+		ChunkSlots: *chunk, Settle: *settle, Routers: rts, ConfirmTimeout: *confirm,
+		ResetTarget: *reset, SkipJobs: *skipJobs, Logger: log,
 	}
 	if cmd == "abort" {
 		return slotmove.Abort(ctx, cfg)
+	}
+	at := getenv("CELLGATE_SLOTMOVE_CRASH_AT")
+	cfg.OnPhase = func(phase string) {
+		log.Info("phase reached", "phase", phase)
+		if phase == at {
+			// A crash drill: die as a killed process would, at a named
+			// point, to rehearse (and test) that a re-run finishes the move.
+			log.Warn("crash drill: killing this process", "phase", phase)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
 	}
 	rep, err := slotmove.Move(ctx, cfg)
 	if err != nil {
@@ -116,10 +154,47 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	}
 	log.Info("slot move complete", "slots", rg.String(), "from", *from, "to", *to,
 		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
-		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes,
-		"freeze", rep.Freeze.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
+		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes, "peak_lag", rep.PeakLag.Round(time.Millisecond).String(),
+		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
 		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
 		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning)
+	return nil
+}
+
+// check connects to every shard of the layout's cells and checks what an
+// online move needs of a source (slotmove.CheckShard).
+func check(ctx context.Context, args []string, out io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("slotmove check", flag.ContinueOnError)
+	layoutFile := fs.String("layout", "", "JSON file naming each cell's shards and their DSN variables")
+	tables := fs.String("tables", strings.Join(genspec.Config().Database.TenantTables, ","), "tables to check (default: the spec's database.tenant_tables)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *layoutFile == "" {
+		fs.Usage()
+		return errors.New("-layout is required")
+	}
+	layout, err := slotmove.ReadLayout(*layoutFile)
+	if err != nil {
+		return err
+	}
+	cellNames := make([]string, 0, len(layout.Cells))
+	for c := range layout.Cells {
+		cellNames = append(cellNames, c)
+	}
+	sort.Strings(cellNames)
+	for _, c := range cellNames {
+		shards, err := layout.Shards(c, getenv)
+		if err != nil {
+			return err
+		}
+		for _, sh := range shards {
+			if err := slotmove.CheckShard(ctx, sh, strings.Split(*tables, ",")); err != nil {
+				return fmt.Errorf("cell %s: %w", c, err)
+			}
+			fmt.Fprintf(out, "ok: cell %s shard %s can stream online moves\n", c, sh.Name)
+		}
+	}
 	return nil
 }
 

@@ -2,6 +2,8 @@ package cells
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -99,6 +101,14 @@ func (r *CellRouter) SlotMap() SlotMap {
 		}
 	}
 	return out
+}
+
+// Digest is the hex SHA-256 of the map's canonical form (SlotMap
+// Marshal): two routers with equal digests route every slot alike, and a
+// slot move compares the digest a router reports with the map it wrote.
+func (r *CellRouter) Digest() string {
+	sum := sha256.Sum256(r.SlotMap().Marshal())
+	return hex.EncodeToString(sum[:])
 }
 
 // Marshal returns the map as indented JSON with a trailing newline. Equal

@@ -232,6 +232,7 @@ type Proxy struct {
 	reloads  reloadRing
 
 	mu      sync.Mutex // guards the fields below; never taken per request
+	retired []*table   // replaced maps that may still have requests in flight
 	ctx     context.Context
 	started bool
 	closed  bool
@@ -249,6 +250,14 @@ type table struct {
 	gen    uint64
 	digest string
 	since  time.Time
+	// inflight counts the forwarded requests routed with this map that
+	// have not finished. Once the map is replaced, it tells a slot move
+	// when no request routed by the old map can still reach the source
+	// (ServeReady's requests_on_older_maps). Padded: it is written per
+	// request, the fields above are only read.
+	_        [64]byte
+	inflight atomic.Int64
+	_        [56]byte
 }
 
 // NewProxy builds a Proxy for router's cells. x extracts tenants exactly
@@ -357,6 +366,9 @@ func (p *Proxy) SetRouter(r *cells.CellRouter) error {
 		}
 	}
 	p.table.Store(t)
+	if old != nil {
+		p.retired = append(p.retired, old)
+	}
 	for _, b := range keep {
 		b.stop()
 	}
@@ -466,8 +478,37 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// attacker who leaves the tenant out).
 			tenant = anonymousTenant
 		}
-		p.send(w, r, b, tenant)
+		p.sendOn(t, w, r, b, tenant)
 	}
+}
+
+// sendOn is send, counted in t's in-flight requests (a deferred decrement:
+// ReverseProxy aborts a broken stream with a panic).
+func (p *Proxy) sendOn(t *table, w http.ResponseWriter, r *http.Request, b *backend, tenant string) {
+	t.inflight.Add(1)
+	defer t.inflight.Add(-1)
+	p.send(w, r, b, tenant)
+}
+
+// olderInFlight returns how many forwarded requests routed by a replaced
+// map are still in flight, and forgets the replaced maps that have none:
+// no new request starts on a map once it is replaced (bar one that loaded
+// it an instant before the swap and has not counted itself yet, which a
+// slot move's fence covers).
+func (p *Proxy) olderInFlight() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	keep := p.retired[:0]
+	for _, t := range p.retired {
+		if k := t.inflight.Load(); k > 0 {
+			n += k
+			keep = append(keep, t)
+		}
+	}
+	clear(p.retired[len(keep):])
+	p.retired = keep
+	return n
 }
 
 // refused answers r if the edge's rules refuse it, and says so.

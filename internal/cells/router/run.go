@@ -39,7 +39,8 @@ type Options struct {
 	// start and reloads when it changes. Empty: the spec's cells, fixed.
 	SlotMapFile string
 	// ReloadInterval is how often the slot map file is checked for a
-	// change. Default: 1s.
+	// change. Default: 100ms (reading a small file ten times a second is
+	// nothing; a slot move's freeze waits for every router to reload).
 	ReloadInterval time.Duration
 	// Proxy configures the request path and health checks. Its caps, body
 	// deadlines, tenant header and engine layout, when zero, come from the
@@ -71,6 +72,9 @@ type Options struct {
 // below it) when Options.Console is set.
 const AdminPath = "/admin"
 
+// DefaultReloadInterval is how often the slot map file is read by default.
+const DefaultReloadInterval = 100 * time.Millisecond
+
 // isAdmin reports whether path is AdminPath or below it.
 func isAdmin(path string) bool {
 	return strings.HasPrefix(path, AdminPath) && (len(path) == len(AdminPath) || path[len(AdminPath)] == '/')
@@ -88,7 +92,7 @@ func Run(ctx context.Context, cfg config.Config, opts Options) error {
 		opts.Address = ":8090"
 	}
 	if opts.ReloadInterval == 0 {
-		opts.ReloadInterval = time.Second
+		opts.ReloadInterval = DefaultReloadInterval
 	}
 	if opts.ReloadInterval < 0 {
 		return fmt.Errorf("cells: Options.ReloadInterval must be > 0, got %s", opts.ReloadInterval)
@@ -303,6 +307,12 @@ func Extractor(t config.Tenancy, getenv func(string) string, reg prometheus.Regi
 // The router is ready whenever it has a map, even with cells down: a
 // router that refuses one cell's tenants still serves the others', and
 // taking it out of a load balancer would refuse everyone.
+//
+// It also says which slot map is in use (slot_map_digest: the hex SHA-256
+// of its canonical form, cells.CellRouter.Digest; slot_map_generation) and
+// how many forwarded requests routed by a replaced map are still in flight
+// (requests_on_older_maps): a slot move waits until every router reports
+// the frozen map's digest and none of those, instead of sleeping a guess.
 func (p *Proxy) ServeReady(w http.ResponseWriter, _ *http.Request) {
 	t := p.table.Load()
 	cells := make(map[string]string, len(t.backends))
@@ -314,9 +324,12 @@ func (p *Proxy) ServeReady(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header()["Content-Type"] = jsonContentType
 	_ = json.NewEncoder(w).Encode(map[string]any{
-		"status":           "ready",
-		"cells":            cells,
-		"slot_map_current": p.m.slotMapCurrent.Load(),
+		"status":                 "ready",
+		"cells":                  cells,
+		"slot_map_current":       p.m.slotMapCurrent.Load(),
+		"slot_map_digest":        t.digest,
+		"slot_map_generation":    t.gen,
+		"requests_on_older_maps": p.olderInFlight(),
 	})
 }
 

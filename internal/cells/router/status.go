@@ -1,8 +1,6 @@
 package router
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"net/url"
 	"strings"
 	"time"
@@ -211,7 +209,4 @@ func (p *Proxy) SlotMapStatus() SlotMapStatus {
 }
 
 // mapDigest is the hex SHA-256 of r's canonical form.
-func mapDigest(r *cells.CellRouter) string {
-	sum := sha256.Sum256(r.SlotMap().Marshal())
-	return hex.EncodeToString(sum[:])
-}
+func mapDigest(r *cells.CellRouter) string { return r.Digest() }

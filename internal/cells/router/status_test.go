@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -317,4 +318,71 @@ func runRouter(t *testing.T, c *testCell, hook func(*Proxy) (http.Handler, func(
 	}
 	t.Cleanup(stop)
 	return &fixture{router: &httptest.Server{URL: "http://" + ln.Addr().String()}}, stop
+}
+
+// TestReadyReportsMapAndOlderRequests: /readyz names the map in use by its
+// digest (what a slot move compares with the map it wrote) and counts the
+// forwarded requests a replaced map routed that are still in flight, down
+// to 0 once they finish.
+func TestReadyReportsMapAndOlderRequests(t *testing.T) {
+	f := newFixture(t, ProxyConfig{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	f.cells[1].extra = func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	}
+	type ready struct {
+		Digest string `json:"slot_map_digest"`
+		Gen    uint64 `json:"slot_map_generation"`
+		Older  int64  `json:"requests_on_older_maps"`
+	}
+	readyz := func() ready {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		f.p.ServeReady(rec, httptest.NewRequest("GET", "/readyz", nil))
+		var rd ready
+		if err := json.Unmarshal(rec.Body.Bytes(), &rd); err != nil {
+			t.Fatalf("readyz %s: %v", rec.Body, err)
+		}
+		return rd
+	}
+	if rd := readyz(); rd.Digest != f.p.Router().Digest() || rd.Gen != 1 || rd.Older != 0 {
+		t.Fatalf("at start: %+v", rd)
+	}
+	done := make(chan int)
+	go func() {
+		req, _ := http.NewRequest("GET", f.router.URL+"/x/hold", nil)
+		req.Header.Set("X-Tenant-ID", tenant2)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-entered
+	if rd := readyz(); rd.Older != 0 {
+		t.Fatalf("a request on the current map counted as older: %+v", rd)
+	}
+	m := f.p.Router().SlotMap()
+	m.Frozen = []string{"11000-11999"}
+	if err := f.p.ReloadSlotMap(m.Marshal()); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := m.Build()
+	if rd := readyz(); rd.Digest != want.Digest() || rd.Gen != 2 || rd.Older != 1 {
+		t.Fatalf("after freezing with one request in flight: %+v (want digest %s)", rd, want.Digest())
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("held request: %d", code)
+	}
+	waitFor(t, 2*time.Second, func() bool { return readyz().Older == 0 })
+	f.p.mu.Lock()
+	n := len(f.p.retired)
+	f.p.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d replaced maps kept after their requests finished", n)
+	}
 }

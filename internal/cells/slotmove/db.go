@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -31,14 +32,18 @@ type mover struct {
 	// streamed counts the changes applied from the streams; peakLag is
 	// the largest distance in bytes between a server's WAL position and
 	// what had been applied.
-	streamed int64
-	peakLag  int64
+	streamed    int64
+	peakLag     int64
+	peakLagTime time.Duration
 	// tracking, once on, records in dirty every key the streams change:
 	// what the verify inside the freeze must look at again. mismatched
 	// holds the keys the full verify found different.
 	tracking   bool
 	dirty      map[string]map[string]rowKey
 	mismatched map[string]map[string]rowKey
+
+	// http asks the routers which slot map they use (Config.Routers).
+	http *http.Client
 }
 
 // rowKey is a row's primary key (text values) and its slot.
@@ -124,7 +129,8 @@ var sessionParams = map[string]string{
 
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
 	mv := &mover{cfg: cfg, log: log, streams: make([]*stream, len(cfg.Source)),
-		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{}}
+		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{},
+		http: &http.Client{Timeout: time.Second}}
 	var err error
 	if mv.srcMap, err = shardMap(cfg.Source); err != nil {
 		return nil, fmt.Errorf("slotmove: source cell %s: %w", cfg.From, err)
@@ -280,6 +286,7 @@ func describe(ctx context.Context, c *pgx.Conn, table string) (tableInfo, error)
 // parents first, then moves the target's identity sequences past them.
 func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 	start := time.Now()
+	lastLog := start
 	var total int64
 	for i, sc := range mv.source {
 		snap, err := mv.createReplication(ctx, i)
@@ -301,6 +308,11 @@ func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 					}
 					rep.Copied[t.name] += n
 					total += n
+					if time.Since(lastLog) >= 2*time.Second {
+						lastLog = time.Now()
+						mv.log.Info("copying", "phase", "copy", "shard", sc.name, "table", t.name, "rows", total,
+							"rows_per_s", int64(float64(total)/max(time.Since(start).Seconds(), 1e-3)))
+					}
 				}
 			}
 			return nil

@@ -73,6 +73,9 @@ func (mv *mover) moveJobs(ctx context.Context, rep *Report) error {
 			}
 		}
 	}
+	if err := mv.moveControlJobs(ctx, rep); err != nil {
+		return err
+	}
 	if rep.JobsMoved > 0 || rep.JobsDuplicate > 0 {
 		mv.log.Info("jobs moved", "jobs", rep.JobsMoved, "duplicates_dropped", rep.JobsDuplicate, "left_running", rep.JobsLeftRunning)
 	}
@@ -284,6 +287,55 @@ func sameJobsSchema(ctx context.Context, src, dst *shardConn) error {
 	}
 	if a != b {
 		return fmt.Errorf("slotmove: the jobs schema is at version %s on source %s but %s on target %s; migrate both cells first", a, src.name, b, dst.name)
+	}
+	return nil
+}
+
+// moveControlJobs moves the range's waiting and scheduled jobs between the
+// two cells' control databases (the plain-enqueued jobs, without
+// shard_local), when Config.SourceControl and TargetControl are set: the
+// same locking, copy, verify and marker as for the shards' jobs. A
+// running job stays at the source cell, counted in JobsLeftRunning.
+func (mv *mover) moveControlJobs(ctx context.Context, rep *Report) error {
+	sc, tc := mv.cfg.SourceControl, mv.cfg.TargetControl
+	if sc.DSN == "" || tc.DSN == "" {
+		return nil
+	}
+	connect := func(sh Shard) (*shardConn, error) {
+		c, err := pgx.Connect(ctx, sh.DSN)
+		if err != nil {
+			return nil, fmt.Errorf("slotmove: control database %s: %w", sh.Name, err)
+		}
+		return &shardConn{name: sh.Name, conn: c}, nil
+	}
+	src, err := connect(sc)
+	if err != nil {
+		return err
+	}
+	defer src.conn.Close(context.WithoutCancel(ctx))
+	ok, err := hasJobs(ctx, src.conn)
+	if err != nil || !ok {
+		return err
+	}
+	_, tenants, err := mv.jobTenants(ctx, src)
+	if err != nil || len(tenants) == 0 {
+		return err
+	}
+	dst, err := connect(tc)
+	if err != nil {
+		return err
+	}
+	defer dst.conn.Close(context.WithoutCancel(ctx))
+	if err := mv.moveJobsTo(ctx, src, dst, tenants, rep); err != nil {
+		return err
+	}
+	var running int64
+	if err := src.conn.QueryRow(ctx, "SELECT count(*) FROM "+jobsTable+" WHERE state = 'running' AND tenant = ANY($1)", tenants).Scan(&running); err != nil {
+		return fmt.Errorf("slotmove: jobs on %s: %w", src.name, err)
+	}
+	if running > 0 {
+		rep.JobsLeftRunning += running
+		mv.log.Warn("running jobs of moved tenants stay at the source; they finish there", "database", src.name, "jobs", running)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/slots"
 )
@@ -172,5 +174,68 @@ func TestMoveJobsResumesWithoutDoubling(t *testing.T) {
 	_ = src.QueryRow(ctx, `SELECT count(*) FROM cellgate_jobs WHERE tenant = $1`, tn).Scan(&onSource)
 	if onTarget != 1 || onSource != 0 || rep.JobsMoved != 0 || rep.Verified["cellgate_jobs"] != 1 {
 		t.Errorf("target %d, source %d jobs; report moved %d verified %d; want 1, 0, 0, 1", onTarget, onSource, rep.JobsMoved, rep.Verified["cellgate_jobs"])
+	}
+}
+
+// TestMoveControlJobs: with the two cells' control databases given, the
+// moved tenants' waiting and scheduled plain-enqueued jobs move from the
+// source's control database to the target's; their running job and the
+// other tenants' jobs stay.
+func TestMoveControlJobs(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	srcCtl := Shard{Name: "cell-1/control", DSN: cluster.CreateDB(t, "c1ctl")}
+	dstCtl := Shard{Name: "cell-2/control", DSN: cluster.CreateDB(t, "c2ctl")}
+	conns := map[string]*pgx.Conn{}
+	for _, sh := range []Shard{srcCtl, dstCtl} {
+		if err := pgjobs.Migrate(ctx, sh.DSN); err != nil {
+			t.Fatal(err)
+		}
+		c, err := pgx.Connect(ctx, sh.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		conns[sh.Name] = c
+	}
+	in := tenantsIn(moveRange, 3)
+	out := tenantsIn(slots.Range{Lo: 0, Hi: 8000}, 2)
+	w.seed(t, in, 1)
+	w.seed(t, out, 1)
+	src := conns[srcCtl.Name]
+	job := func(tenant, state, runAt string) {
+		t.Helper()
+		if _, err := src.Exec(ctx, `INSERT INTO cellgate_jobs (kind, queue, tenant, args, state, max_attempts, run_at, created_at)
+			VALUES ('send_welcome', 'default', $1, '{}', $2, 5, now() + $3::interval, now())`, tenant, state, runAt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tn := range append(in, out...) {
+		job(tn, "available", "0s")
+		job(tn, "available", "1 hour")
+	}
+	job(in[0], "running", "0s")
+	cfg := w.config(t, moveRange)
+	cfg.SourceControl, cfg.TargetControl = srcCtl, dstCtl
+	rep, err := Move(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.JobsMoved != 6 || rep.JobsLeftRunning != 1 {
+		t.Errorf("report: moved %d, left running %d; want 6, 1", rep.JobsMoved, rep.JobsLeftRunning)
+	}
+	var moved, others int
+	if err := conns[dstCtl.Name].QueryRow(ctx, `SELECT count(*) FILTER (WHERE tenant = ANY($1) AND state = 'available'), count(*) FILTER (WHERE NOT tenant = ANY($1)) FROM cellgate_jobs`, in).Scan(&moved, &others); err != nil {
+		t.Fatal(err)
+	}
+	if moved != 6 || others != 0 {
+		t.Errorf("target control database: %d waiting jobs of moved tenants (want 6), %d others (want 0)", moved, others)
+	}
+	var left, running, stay int
+	if err := src.QueryRow(ctx, `SELECT count(*) FILTER (WHERE tenant = ANY($1) AND state = 'available'), count(*) FILTER (WHERE tenant = ANY($1) AND state = 'running'), count(*) FILTER (WHERE tenant = ANY($2)) FROM cellgate_jobs`, in, out).Scan(&left, &running, &stay); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || running != 1 || stay != 4 {
+		t.Errorf("source control database: %d waiting jobs of moved tenants (want 0), %d running (want 1), %d of other tenants (want 4)", left, running, stay)
 	}
 }

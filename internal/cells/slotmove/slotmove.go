@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -89,12 +90,31 @@ type Config struct {
 	// (jobs.postgres.shard_local) move to the target shards after the
 	// switch, verified like the rows; running jobs stay (see jobs.go).
 	SkipJobs bool
+	// SourceControl and TargetControl, when both set, are the two cells'
+	// control databases: the moved tenants' waiting and scheduled jobs in
+	// them (enqueued without shard_local) move too, after the switch, as
+	// the shards' jobs do (unless SkipJobs). Name them for logs and the
+	// jobs' markers (e.g. "cell-1/control").
+	SourceControl, TargetControl Shard
 	// ChunkSlots is how many slots one copy, verify or delete statement
 	// covers. Default: 1024.
 	ChunkSlots int
+	// Routers are the base URLs of every router that reads MapFile
+	// (http://host:port). With them, the freeze's settle is confirmed, not
+	// guessed: after writing the frozen map the tool polls each router's
+	// /readyz until it reports the frozen map's digest and no request
+	// routed by the previous map still in flight, then fences; after the
+	// switch it waits for each to report the switched map. Without them
+	// it sleeps Settle.
+	Routers []string
+	// ConfirmTimeout bounds the wait for the routers to confirm a map. A
+	// router that does not confirm the frozen map in time stops the move
+	// (the map is restored); one that does not confirm the switched map
+	// is logged. Default: 5s.
+	ConfirmTimeout time.Duration
 	// Settle is how long to wait after freezing the range before fencing
-	// it: at least the routers' reload interval plus a request's usual
-	// duration. Default: 3s.
+	// it when Routers is empty: at least the routers' reload interval plus
+	// a request's usual duration. Default: 3s.
 	Settle time.Duration
 	// ResetTarget deletes the target's rows of the range before copying,
 	// to recover from a failed verify (only while the map still gives the
@@ -116,6 +136,14 @@ type Config struct {
 	// Sleep waits d or until ctx ends. Default: a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
 
+	// OnPhase, when set, is called as the move passes each named point:
+	// "copying" (one source shard copied), "copied", "streaming",
+	// "settled" (frozen, the routers confirmed), "fenced", "verified",
+	// "switched" and "deleting" (replication dropped, about to delete at
+	// the source). cmd/slotmove uses it for crash drills
+	// ($CELLGATE_SLOTMOVE_CRASH_AT).
+	OnPhase func(phase string)
+
 	// crash, set by tests, makes Move stop dead at a named point (no
 	// restore, as if the process were killed) when it returns an error.
 	crash func(point string) error
@@ -123,6 +151,9 @@ type Config struct {
 
 // crashAt is the test hook of Config.crash.
 func (mv *mover) crashAt(point string) error {
+	if mv.cfg.OnPhase != nil {
+		mv.cfg.OnPhase(point)
+	}
 	if mv.cfg.crash == nil {
 		return nil
 	}
@@ -145,15 +176,19 @@ type Report struct {
 	JobsMoved, JobsDuplicate, JobsLeftRunning int64
 	// CopyTime is how long the initial copy took (Copied holds its rows).
 	CopyTime time.Duration
+	// PeakLag is the longest a marker written at a source took to come
+	// back through its stream applied: the replication lag in time.
+	PeakLag time.Duration
 	// Streamed counts the changes applied from the replication streams;
 	// PeakLagBytes is the largest distance seen between a source's WAL
 	// position and what had been applied.
 	Streamed, PeakLagBytes int64
 	// Freeze is the time from writing the frozen map to writing the
-	// switched one: how long the moving tenants were refused, plus the
-	// routers' reload delay. FreezeVerified counts the rows compared
-	// inside it.
-	Freeze         time.Duration
+	// switched one (with Routers: to every router confirming it), which
+	// bounds how long the moving tenants were refused. Settle is the part
+	// of it spent waiting for the routers. FreezeVerified counts the rows
+	// compared inside it.
+	Freeze, Settle time.Duration
 	FreezeVerified int
 }
 
@@ -201,6 +236,9 @@ func (c Config) withDefaults() Config {
 	if c.Settle == 0 {
 		c.Settle = 3 * time.Second
 	}
+	if c.ConfirmTimeout == 0 {
+		c.ConfirmTimeout = 5 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -233,6 +271,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("slotmove: Config.ChunkSlots must be >= 1, got %d", c.ChunkSlots)
 	case c.Settle < 0:
 		return fmt.Errorf("slotmove: Config.Settle must be >= 0, got %s", c.Settle)
+	case c.ConfirmTimeout < 0:
+		return fmt.Errorf("slotmove: Config.ConfirmTimeout must be > 0, got %s", c.ConfirmTimeout)
 	case len(c.Source) == 0 || len(c.Target) == 0:
 		return errors.New("slotmove: Config.Source and Config.Target need the cells' shards")
 	case len(c.Tables) == 0:
@@ -241,6 +281,11 @@ func (c Config) validate() error {
 	for _, t := range c.Tables {
 		if t == "" {
 			return errors.New("slotmove: Config.Tables holds an empty name")
+		}
+	}
+	for i, r := range c.Routers {
+		if u, err := url.Parse(r); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("slotmove: Config.Routers[%d] %q is not an http(s) base URL of a router", i, r)
 		}
 	}
 	return nil
@@ -260,7 +305,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	defer mv.close()
 	defer func() {
-		rep.Streamed, rep.PeakLagBytes = mv.streamed, mv.peakLag
+		rep.Streamed, rep.PeakLagBytes, rep.PeakLag = mv.streamed, mv.peakLag, mv.peakLagTime
 	}()
 
 	origRaw, err := os.ReadFile(cfg.MapFile)
@@ -429,7 +474,11 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, fmt.Errorf("slotmove: freeze: %w", err)
 	}
 	frozenAt := time.Now()
-	log.Info("range frozen in the slot map; waiting for routers to reload", "settle", cfg.Settle.String())
+	if len(cfg.Routers) > 0 {
+		log.Info("phase: freeze; range frozen in the slot map, waiting for every router to confirm it", "routers", len(cfg.Routers))
+	} else {
+		log.Info("phase: freeze; range frozen in the slot map, waiting for routers to reload", "settle", cfg.Settle.String())
+	}
 	restore := func(cause error) error {
 		// Put routing back exactly as it was, unless someone else has
 		// changed the file meanwhile: then leave theirs and say so.
@@ -448,8 +497,20 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		}
 		return cause
 	}
-	if err := cfg.Sleep(ctx, cfg.Settle); err != nil {
-		return rep, restore(err)
+	if len(cfg.Routers) > 0 {
+		if err := mv.confirmRouters(ctx, fm, true); err != nil {
+			return rep, restore(err)
+		}
+		rep.Settle = time.Since(frozenAt)
+		log.Info("every router confirmed the frozen map", "settle", rep.Settle.Round(time.Millisecond).String())
+	} else {
+		if err := cfg.Sleep(ctx, cfg.Settle); err != nil {
+			return rep, restore(err)
+		}
+		rep.Settle = cfg.Settle
+	}
+	if err := mv.crashAt("settled"); err != nil {
+		return rep, err
 	}
 	if err := mv.fence(ctx); err != nil {
 		return rep, restore(err)
@@ -501,7 +562,7 @@ func (mv *mover) catchUpQuick(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		mv.log.Info("caught up", "round", round, "marker_round_trip", rtt.Round(time.Millisecond).String(), "lag_bytes", lag, "changes_applied", mv.streamed)
+		mv.log.Info("caught up", "phase", "stream", "round", round, "lag", rtt.Round(time.Millisecond).String(), "lag_bytes", lag, "changes_applied", mv.streamed)
 		if rtt <= mv.cfg.CatchUpTarget || round >= 20 {
 			return nil
 		}
@@ -526,6 +587,12 @@ func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.
 	}
 	if err := cells.WriteSlotMap(cfg.MapFile, sw); err != nil {
 		return err
+	}
+	if len(cfg.Routers) > 0 {
+		// The tenants are served again once every router has the new map.
+		if err := mv.confirmRouters(ctx, sw, false); err != nil {
+			mv.log.Warn("the map is switched, but a router has not confirmed it; it refuses or misroutes the range's tenants until it reloads", "error", err.Error())
+		}
 	}
 	rep.Freeze = time.Since(frozenAt)
 	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepSwitched}); err != nil {
@@ -563,6 +630,9 @@ func (mv *mover) finish(ctx context.Context, rep *Report) error {
 		if err := mv.moveJobs(ctx, rep); err != nil {
 			return err
 		}
+	}
+	if err := mv.crashAt("deleting"); err != nil {
+		return err
 	}
 	n, err := mv.deleteRange(ctx, mv.source, "source")
 	if err != nil {
@@ -627,10 +697,32 @@ func writeState(path string, st state) error {
 // Layout is the slotmove command's description of each cell's shards,
 // with DSNs named by environment variable as in the spec:
 //
-//	{"cells": {"cell-1": [{"name": "shard-0", "dsn_env": "CELL1_SHARD_0_DSN"}, ...], ...}}
+//	{"cells": {"cell-1": [{"name": "shard-0", "dsn_env": "CELL1_SHARD_0_DSN"}, ...], ...},
+//	 "routers": ["http://10.0.0.9:8090"]}
 type Layout struct {
 	// Cells maps a cell name to its shards.
 	Cells map[string][]config.Shard `json:"cells"`
+	// Routers are the base URLs of every router reading the slot map
+	// (Config.Routers); optional.
+	Routers []string `json:"routers,omitempty"`
+	// Control names, per cell, the variable holding its control
+	// database's DSN; with both cells of a move named, their control
+	// databases' jobs of the moved tenants move too (Config.SourceControl).
+	Control map[string]string `json:"control,omitempty"`
+}
+
+// ControlDB resolves a cell's control database from Control; the zero
+// Shard when the layout names none.
+func (l Layout) ControlDB(cell string, getenv func(string) string) (Shard, error) {
+	env, ok := l.Control[cell]
+	if !ok {
+		return Shard{}, nil
+	}
+	dsn := strings.TrimSpace(getenv(env))
+	if dsn == "" {
+		return Shard{}, fmt.Errorf("slotmove: layout control.%s: environment variable %q is not set", cell, env)
+	}
+	return Shard{Name: cell + "/control", DSN: dsn}, nil
 }
 
 // ReadLayout reads a layout file strictly.

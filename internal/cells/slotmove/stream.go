@@ -61,38 +61,68 @@ const SlotPrefix = "cellgate_move_"
 // app's UPDATEs and DELETEs on it once the filtered publication exists).
 func (mv *mover) preflight(ctx context.Context) error {
 	for _, sc := range mv.source {
-		var level string
-		if err := sc.conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
-			return fmt.Errorf("slotmove: source shard %s: %w", sc.name, err)
+		if err := checkReplication(ctx, sc.name, sc.conn, mv.tables); err != nil {
+			return err
 		}
-		if level != "logical" {
-			return fmt.Errorf("slotmove: source shard %s has wal_level = %s; online moves need wal_level = logical (set it in postgresql.conf and restart the server)", sc.name, level)
+	}
+	return nil
+}
+
+// CheckShard checks that a shard can be the source of an online move of
+// tables: wal_level = logical, and every table present with a primary key
+// and a replica identity covering slot. The error is one line naming the
+// shard or table and the fix (server check -databases and slotmove check
+// use it before anything is moved).
+func CheckShard(ctx context.Context, sh Shard, tables []string) error {
+	c, err := pgx.Connect(ctx, sh.DSN)
+	if err != nil {
+		return fmt.Errorf("slotmove: shard %s: %w", sh.Name, err)
+	}
+	defer c.Close(context.WithoutCancel(ctx))
+	infos := make([]tableInfo, 0, len(tables))
+	for _, t := range tables {
+		ti, err := describe(ctx, c, t)
+		if err != nil {
+			return fmt.Errorf("slotmove: shard %s: %w", sh.Name, err)
 		}
-		for _, t := range mv.tables {
-			var ident string
-			var covered bool
-			err := sc.conn.QueryRow(ctx, `
-				SELECT c.relreplident::text, coalesce((
-					SELECT bool_or(a.attname = 'slot')
-					FROM pg_index i
-					JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY((i.indkey::int2[])[0:i.indnkeyatts-1])
-					WHERE i.indrelid = c.oid AND i.indisreplident), false)
-				FROM pg_class c WHERE c.oid = $1::regclass`, t.ident).Scan(&ident, &covered)
-			if err != nil {
-				return fmt.Errorf("slotmove: replica identity of %s on source shard %s: %w", t.name, sc.name, err)
-			}
-			if ident == "f" || (ident == "i" && covered) {
-				continue
-			}
-			idx := pgx.Identifier{t.name + "_replica_identity"}.Sanitize()
-			cols := make([]string, 0, len(t.pk)+1)
-			for _, c := range t.pk {
-				cols = append(cols, pgx.Identifier{c}.Sanitize())
-			}
-			cols = append(cols, "slot")
-			return fmt.Errorf("slotmove: table %s on source shard %s: its replica identity does not cover slot, which the move's row filter needs for UPDATE and DELETE; fix: CREATE UNIQUE INDEX %s ON %s (%s); ALTER TABLE %s REPLICA IDENTITY USING INDEX %s",
-				t.name, sc.name, idx, t.ident, strings.Join(cols, ", "), t.ident, idx)
+		infos = append(infos, ti)
+	}
+	return checkReplication(ctx, sh.Name, c, infos)
+}
+
+// checkReplication is the check of CheckShard on an open connection.
+func checkReplication(ctx context.Context, shard string, conn *pgx.Conn, tables []tableInfo) error {
+	var level string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&level); err != nil {
+		return fmt.Errorf("slotmove: source shard %s: %w", shard, err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("slotmove: source shard %s has wal_level = %s; online moves need wal_level = logical (set it in postgresql.conf and restart the server)", shard, level)
+	}
+	for _, t := range tables {
+		var ident string
+		var covered bool
+		err := conn.QueryRow(ctx, `
+			SELECT c.relreplident::text, coalesce((
+				SELECT bool_or(a.attname = 'slot')
+				FROM pg_index i
+				JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY((i.indkey::int2[])[0:i.indnkeyatts-1])
+				WHERE i.indrelid = c.oid AND (i.indisreplident OR (c.relreplident = 'd' AND i.indisprimary))), false)
+			FROM pg_class c WHERE c.oid = $1::regclass`, t.ident).Scan(&ident, &covered)
+		if err != nil {
+			return fmt.Errorf("slotmove: replica identity of %s on source shard %s: %w", t.name, shard, err)
 		}
+		if ident == "f" || ((ident == "i" || ident == "d") && covered) {
+			continue
+		}
+		idx := pgx.Identifier{t.name + "_replica_identity"}.Sanitize()
+		cols := make([]string, 0, len(t.pk)+1)
+		for _, c := range t.pk {
+			cols = append(cols, pgx.Identifier{c}.Sanitize())
+		}
+		cols = append(cols, "slot")
+		return fmt.Errorf("slotmove: table %s on source shard %s: its replica identity does not cover slot, which the move's row filter needs for UPDATE and DELETE; fix: CREATE UNIQUE INDEX %s ON %s (%s); ALTER TABLE %s REPLICA IDENTITY USING INDEX %s",
+			t.name, shard, idx, t.ident, strings.Join(cols, ", "), t.ident, idx)
 	}
 	return nil
 }
@@ -304,6 +334,9 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 	if lagBytes > mv.peakLag {
 		mv.peakLag = lagBytes
 	}
+	// The marker's round trip is the stream's lag in time: how long a
+	// change committed at the source takes to be applied at the target.
+	mv.peakLagTime = max(mv.peakLagTime, worst)
 	return worst, lagBytes, nil
 }
 
