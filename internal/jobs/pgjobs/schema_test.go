@@ -198,7 +198,12 @@ func catalog(tb testing.TB, dsn string) string {
 		        coalesce(c.relacl::text, '-'), coalesce(obj_description(c.oid, 'pg_class'), '-'))
 		 FROM pg_class c WHERE ` + rels,
 		`SELECT format('column %s.%s #%s %s collation=%s notnull=%s default=%s identity=%s generated=%s storage=%s stattarget=%s comment=%s',
-		        c.relname, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod),
+		        -- The column's place among the live columns, not attnum: a
+		        -- column dropped by a down file and added again by its up
+		        -- file comes back at the same place with another attnum.
+		        c.relname, a.attname,
+		        (SELECT count(*) FROM pg_attribute l WHERE l.attrelid = c.oid AND l.attnum > 0 AND NOT l.attisdropped AND l.attnum <= a.attnum),
+		        format_type(a.atttypid, a.atttypmod),
 		        coalesce((SELECT co.collname FROM pg_collation co WHERE co.oid = a.attcollation), '-'),
 		        a.attnotnull, coalesce(pg_get_expr(d.adbin, d.adrelid), '-'), a.attidentity, a.attgenerated,
 		        a.attstorage, a.attstattarget, coalesce(col_description(c.oid, a.attnum), '-'))
