@@ -77,17 +77,18 @@ var Alerts = []Alert{
 	},
 	{
 		// There is no per-tenant wait series (tenant labels are
-		// unbounded), so the rule reads the skew of busy workers across
-		// lanes (one lane full while the average is low: one tenant's
-		// jobs own it) together with a growing backlog (the jobs behind
-		// it, quiet tenants' included, wait longer).
+		// unbounded): the rule reads the jobs' wait per queue
+		// (cellgate_job_wait_seconds) together with the skew of busy
+		// workers across lanes (one lane full while the average is low:
+		// one tenant's jobs own it), so a long wait with even lanes (too
+		// few workers for everyone) is CellgateJobQueueGrowing's, not this.
 		Name: "CellgateJobsQuietTenantsWaiting",
-		Expr: `(max by (cell) (cell_lane:cellgate_jobs_lane_busy_workers:sum) > 2 * avg by (cell) (cell_lane:cellgate_jobs_lane_busy_workers:sum))` +
-			` and on (cell) (max by (cell) (deriv(cell_queue:cellgate_jobs_queue_depth:max[15m])) > 0)`,
+		Expr: `(max by (cell, queue) (histogram_quantile(0.9, sum by (cell, queue, le) (rate(cellgate_job_wait_seconds_bucket[10m])))) > 30)` +
+			` and on (cell) (max by (cell) (cell_lane:cellgate_jobs_lane_busy_workers:sum) > 2 * avg by (cell) (cell_lane:cellgate_jobs_lane_busy_workers:sum))`,
 		For:         15 * time.Minute,
 		Severity:    "warning",
-		Summary:     "One lane of cell {{ $labels.cell }} is busy while the backlog grows: quiet tenants' jobs wait.",
-		Description: "In cell {{ $labels.cell }} the busiest job lane runs more than twice the average lane's workers while the job backlog grows: one tenant dominates the workers of its lanes and the quiet tenants that share them wait longer. Check jobs.tenants.max_concurrent, lanes and lanes_per_tenant.",
+		Summary:     "Jobs of queue {{ $labels.queue }} in cell {{ $labels.cell }} wait over 30 s while one lane is busy.",
+		Description: "In cell {{ $labels.cell }} one job in ten of queue {{ $labels.queue }} waits more than 30 s for its first attempt ({{ $value | humanizeDuration }} at p90) while the busiest job lane runs more than twice the average lane's workers: one tenant dominates the workers of its lanes and the quiet tenants that share them wait. Check jobs.tenants.max_concurrent, lanes and lanes_per_tenant.",
 	},
 	{
 		Name:        "CellgateShardUnavailable",
