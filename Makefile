@@ -11,7 +11,7 @@ TOOL  := $(GO) tool -modfile=tools/go.mod
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all help arch test-deps new upgrade upgrade-check generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console cells plan fuzz image podman clean
+.PHONY: all help arch test-deps new upgrade upgrade-check generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console bench-plans cells plan fuzz image podman clean
 
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
@@ -180,6 +180,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'QuietTenantWait' -benchtime 20x ./internal/jobs/local/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./internal/jobs/pgjobs/ ./internal/slots/ ./internal/cells/ ./policy/
 	$(GO) test -run '^$$' -bench . -benchmem -count=3 ./tests/
+
+## bench-plans: the tenant plans figures, one `plans: NAME=VALUE` line each (docs/plans.md)
+bench-plans:
+	GO=$(GO) scripts/bench-plans.sh
 
 ## bench-console: the operator console over a million jobs in two shards (docs/console.md, "Performance")
 bench-console:

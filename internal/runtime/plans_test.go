@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -239,3 +240,46 @@ func TestPlansRateHeaders(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestPlansJWTClaimPicksPlan: with the jwt source a verified token's plan
+// claim puts the tenant on that plan (over the table), and the request cap
+// follows it; an override still wins over the claim.
+func TestPlansJWTClaimPicksPlan(t *testing.T) {
+	cfg, pool, cat := plansCell(t)
+	cfg.Tenancy.Source = "jwt"
+	cfg.Tenancy.JWT = config.JWTSource{Algorithms: []string{"HS256"}, KeyEnv: "TEST_JWT_KEY", Claim: "tenant", PlanClaim: "plan"}
+	const key = "0123456789abcdef0123456789abcdef"
+	store := plans.NewStore(pool, cat, plans.Options{Log: discardLogger()})
+	if err := store.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Logger: discardLogger(), Registry: newRegistry(), Getenv: func(k string) string { return map[string]string{"TEST_JWT_KEY": key}[k] }, Plans: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.bulk.close)
+	s.Tenant("GET", "/x", func(c echo.Context, _ shards.Accessor) error { return c.NoContent(204) })
+	token := func(claims jwt.MapClaims) string {
+		claims["exp"] = time.Now().Add(time.Hour).Unix()
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + tok
+	}
+	if rec := serve(s, "GET", "/x", "", "Authorization", token(jwt.MapClaims{"tenant": "acme", "plan": "pro"})); rec.Code != 204 {
+		t.Fatalf("status %d %s", rec.Code, rec.Body)
+	}
+	if e := store.Resolve("acme", ""); e.Plan != "pro" || e.Limits.MaxConcurrentRequests != 3 {
+		t.Fatalf("after a pro token: %+v", e)
+	}
+	if got := s.bulk.Requests.Config().Limits.Limits("acme").MaxConcurrent; got != 3 {
+		t.Fatalf("request engine cap %d, want pro's 3", got)
+	}
+	// A token without the claim leaves the tenant where it is; a token
+	// naming no plan of the spec is ignored.
+	serve(s, "GET", "/x", "", "Authorization", token(jwt.MapClaims{"tenant": "initech", "plan": "platinum"}))
+	if e := store.Resolve("initech", ""); e.Plan != "free" {
+		t.Fatalf("unknown plan claim: %s", e.Plan)
+	}
+}
