@@ -25,7 +25,7 @@ done
 # The admission benchmark: the median plans-over-uniform ratio of the runs,
 # and the plans engine's largest allocs/op.
 awk '
-  /BenchmarkAdmissionPlans\/plans/ {
+  /^BenchmarkAdmissionPlans/ {
     for (i = 2; i <= NF; i++) {
       if ($i == "plans-over-uniform") r[n++] = $(i-1)
       if ($i == "allocs/op" && $(i-1) > allocs) allocs = $(i-1)
