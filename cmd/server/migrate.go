@@ -29,7 +29,7 @@ const (
 	// schemaTenants is the live tenant table (internal/plans/migrations,
 	// table cellgate_tenants_schema_migrations), on the control database
 	// when tenancy is on.
-	schemaTenants = "tenants"
+	schemaTenants = "plans"
 )
 
 // migrationTarget is one set of migration files on one database.
@@ -208,14 +208,14 @@ jobs.postgres.shard_local to every shard. down and force change the app's schema
 `
 
 // migrateSynopsis follows `server migrate [-config cell.json]` in its usage.
-const migrateSynopsis = "[-db NAME] [-schema app|jobs] [status | up | down N | force V]"
+const migrateSynopsis = "[-db NAME] [-schema app|jobs|plans] [status | up | down N | force V]"
 
 // migrateCommand adds the `migrate` subcommand's flags to fs and returns
 // the command. Flags may come before or after the action: run parses those
 // before it, the command those after.
 func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 	dbName := fs.String("db", "", "only this database (control, shard-0, …)")
-	schema := fs.String("schema", "", "only this schema: app, jobs or tenants (default: all for status and up, app for down and force)")
+	schema := fs.String("schema", "", "only this schema: app, jobs or plans (default: all for status and up, app for down and force)")
 	return func(ctx context.Context, inv invocation) error {
 		rest := inv.args
 		action, n := "up", 0
@@ -250,7 +250,7 @@ func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 		case *schema == schemaApp || *schema == schemaJobs || *schema == schemaTenants:
 			schemas = []string{*schema}
 		case *schema != "":
-			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs or tenants", *schema)}
+			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs or plans", *schema)}
 		case action == "down" || action == "force":
 			schemas = []string{schemaApp}
 		}

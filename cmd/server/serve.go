@@ -14,6 +14,7 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
 )
@@ -30,7 +31,18 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	rejections := console.NewTopK(64)
 	// Each tenant request's handler gets the accessor to its tenant's
 	// shard, with the request's database permits.
-	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set})
+	// Tenants' plans and overrides (docs/plans.md): the store starts with
+	// every tenant on the default plan and follows the control database's
+	// tenant table once its migrations are applied.
+	var tenants *plans.Store
+	if cfg.Tenancy.Enabled {
+		cat, err := plans.NewCatalog(cfg)
+		if err != nil {
+			return err
+		}
+		tenants = plans.NewStore(set.Control(), cat, plans.Options{Log: log})
+	}
+	srv, err := runtime.New(cfg, runtime.Options{Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set, Plans: tenants})
 	if err != nil {
 		return err
 	}
@@ -84,6 +96,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return
 		}
 		bm.migrationsApplied.Set(1)
+		if tenants != nil {
+			go func() { _ = tenants.Run(ctx) }()
+		}
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
 		}
