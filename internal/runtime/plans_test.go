@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/plans"
+	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
@@ -281,5 +282,59 @@ func TestPlansJWTClaimPicksPlan(t *testing.T) {
 	serve(s, "GET", "/x", "", "Authorization", token(jwt.MapClaims{"tenant": "initech", "plan": "platinum"}))
 	if e := store.Resolve("initech", ""); e.Plan != "free" {
 		t.Fatalf("unknown plan claim: %s", e.Plan)
+	}
+}
+
+// TestPlansDBPermitsPerPlan: database permits follow the plan, a shadow
+// database cap counts and refuses nothing, and refusals count by plan.
+func TestPlansDBPermitsPerPlan(t *testing.T) {
+	cfg, pool, _ := plansCell(t)
+	cfg.Tenancy.Plans[0].MaxDBConnections = 1
+	cfg.Tenancy.Plans[1].MaxDBConnections = 3
+	cat, err := plans.NewCatalog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := plans.Apply(context.Background(), pool, cat, "acme", "test", plans.Change{Plan: ptr("pro"),
+		Set: map[plans.Field]plans.Override{plans.MaxDBConnections: {Value: 1, Enforce: false}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPlannedServer(t, cfg, pool, cat)
+	acme := p.s.bulk.dbPermits.Bind("acme")
+	defer acme.End()
+	var held []func()
+	for i := range 3 {
+		permit, err := acme.Acquire()
+		if err != nil {
+			t.Fatalf("pro permit %d of 3: %v", i+1, err)
+		}
+		held = append(held, permit.Release)
+	}
+	if _, err := acme.Acquire(); err != bulkhead.ErrTenantDBOverloaded {
+		t.Fatalf("4th pro permit: %v, want overloaded", err)
+	}
+	free := p.s.bulk.dbPermits.Bind("initech")
+	defer free.End()
+	fp, err := free.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := free.Acquire(); err == nil {
+		t.Fatal("free's second permit admitted at cap 1")
+	}
+	fp.Release()
+	for _, r := range held {
+		r()
+	}
+	if got := testutil.ToFloat64(p.s.bulk.plan.Shadow.WithLabelValues("db", "pro")); got != 2 {
+		t.Errorf("shadow{db,pro} = %v, want 2 (permits 2 and 3 over the shadow cap 1)", got)
+	}
+	for _, c := range []struct {
+		plan string
+		want float64
+	}{{"pro", 1}, {"free", 1}} {
+		if got := testutil.ToFloat64(p.s.bulk.plan.Refusals.WithLabelValues("db", c.plan)); got != c.want {
+			t.Errorf("refusals{db,%s} = %v, want %v", c.plan, got, c.want)
+		}
 	}
 }
