@@ -218,7 +218,8 @@ func TestPlansShadowOverride(t *testing.T) {
 	if refused != 0 || shadow < 1 {
 		t.Fatalf("refused %d, shadow %v; want 0 refused and shadow > 0", refused, shadow)
 	}
-	t.Logf("plans: shadow-refused=%d shadow-counted=%v", refused, shadow)
+	t.Logf("plans: shadow-refused=%d", refused)
+	t.Logf("plans: shadow-counted=%v", shadow)
 }
 
 // TestPlansRateHeaders: a rate refusal is 429 with Retry-After and the
