@@ -11,7 +11,7 @@ TOOL  := $(GO) tool -modfile=tools/go.mod
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all help arch test-deps new upgrade upgrade-check generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console bench-slotmove cells plan fuzz image podman clean
+.PHONY: all help arch test-deps new upgrade upgrade-check generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console bench-plans bench-slotmove cells plan fuzz image podman clean
 
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
@@ -185,6 +185,10 @@ bench:
 ## deletes during the move, the moving tenants' 503 window through the router (docs/cells.md)
 bench-slotmove:
 	$(GO) test -run '^$$' -bench 'BenchmarkSlotMove' -benchtime 1x -timeout 60m -v ./tests/
+
+## bench-plans: the tenant plans figures, one `plans: NAME=VALUE` line each (docs/plans.md)
+bench-plans:
+	GO=$(GO) scripts/bench-plans.sh
 
 ## bench-console: the operator console over a million jobs in two shards (docs/console.md, "Performance")
 bench-console:

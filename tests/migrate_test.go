@@ -173,7 +173,7 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 	c2 := startProcessCell(t, good, env)
 	c2.waitStatus(t, "/readyz", 200, 30*time.Second)
 	out, err = runServer(t, good, env, "migrate", "status")
-	if err != nil || strings.Count(out, "up to date") != 5 { // shard-0, shard-1 app; control, shard-0, shard-1 jobs
+	if err != nil || strings.Count(out, "up to date") != 6 { // shard-0, shard-1 app; control, shard-0, shard-1 jobs; control plans
 		t.Fatalf("migrate status after repair (%v):\n%s", err, out)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/local"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/telemetry"
@@ -30,8 +31,13 @@ func jobsConfig(c config.Jobs) jobs.Config {
 }
 
 // jobLimits is the source of per-tenant job caps and weights both job
-// backends read: the spec's uniform jobs.tenants.max_concurrent, weight 1.
-func jobLimits(c config.Jobs) jobs.TenantLimits {
+// backends read: the tenants' plans and overrides when the cell has a
+// tenant store (tenancy on), else the spec's uniform
+// jobs.tenants.max_concurrent with weight 1.
+func jobLimits(c config.Jobs, tenants *plans.Store) jobs.TenantLimits {
+	if tenants != nil {
+		return tenants
+	}
 	return jobs.UniformLimits{MaxRunning: c.Tenants.MaxConcurrent}
 }
 
@@ -44,7 +50,7 @@ func jobLimits(c config.Jobs) jobs.TenantLimits {
 // Every job is observed (jobs.Observe): its duration and wait histograms,
 // and with tracing on, the enqueue and job spans, the enqueuing span's
 // context stored with the job.
-func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, appMigrated func() bool, log *slog.Logger, tr *telemetry.Tracing, traceTenant bool) (*jobs.Client, []*pgjobs.DB, error) {
+func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Workers, srv *runtime.Server, appMigrated func() bool, log *slog.Logger, tr *telemetry.Tracing, traceTenant bool, tenants *plans.Store) (*jobs.Client, []*pgjobs.DB, error) {
 	ocfg := jobs.ObserveConfig{Propagator: tr.Propagator, TraceTenant: traceTenant, Registerer: srv.Registry()}
 	if tr.Enabled {
 		ocfg.Tracer = tr.Provider
@@ -62,10 +68,10 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 	case "local":
 		// The in-memory backend: fair tenant order, slots and lanes, but no
 		// durability, so its EnqueueTx answers jobs.ErrNoTxEnqueue.
-		c, err := jobs.NewClient(ctx, jcfg, local.New(local.WithLimits(jobLimits(cfg.Jobs))), w, opts)
+		c, err := jobs.NewClient(ctx, jcfg, local.New(local.WithLimits(jobLimits(cfg.Jobs, tenants))), w, opts)
 		return c, nil, err
 	case "postgres":
-		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: log, Registry: srv.Registry(), Limits: jobLimits(cfg.Jobs), TraceContext: tr.Enabled})
+		b, err := pgjobs.New(set, pgjobs.FromConfig(cfg.Jobs.Postgres), pgjobs.Options{Logger: log, Registry: srv.Registry(), Limits: jobLimits(cfg.Jobs, tenants), TraceContext: tr.Enabled})
 		if err != nil {
 			return nil, nil, fmt.Errorf("jobs: %w", err)
 		}

@@ -76,7 +76,7 @@ func TestUnknownCommandListsAll(t *testing.T) {
 	if !errors.As(err, &ue) {
 		t.Fatalf("err = %v, want a usage error", err)
 	}
-	if want := `unknown command "foo"; want one of serve, migrate, export, check, devdb`; err.Error() != want {
+	if want := `unknown command "foo"; want one of serve, migrate, export, check, tenants, devdb`; err.Error() != want {
 		t.Errorf("err = %q, want %q", err, want)
 	}
 	if !strings.Contains(errOut, "commands:") {
@@ -98,7 +98,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"migrate", "down"}, "migrate down needs a number"},
 		{[]string{"migrate", "force", "x"}, "migrate force x: want a number (down: >= 1, force: >= -1)"},
 		{[]string{"migrate", "status", "-nope"}, "flag provided but not defined: -nope"},
-		{[]string{"migrate", "-schema", "nope", "status"}, `migrate: -schema "nope": want app, jobs or idempotency`},
+		{[]string{"migrate", "-schema", "nope", "status"}, `migrate: -schema "nope": want app, jobs, plans or idempotency`},
 	} {
 		_, errOut, err := runCLI(t, tc.args...)
 		var ue usageError

@@ -31,7 +31,7 @@ const (
 	// schemaTenants is the live tenant table (internal/plans/migrations,
 	// table cellgate_tenants_schema_migrations), on the control database
 	// when tenancy is on.
-	schemaTenants = "tenants"
+	schemaTenants = "plans"
 	// schemaIdempotency: internal/runtime/idempotency/migrations, table
 	// cellgate_idempotency_schema_migrations, on every shard when a route
 	// is idempotent.
@@ -220,14 +220,14 @@ or -schema idempotency is given, and every database unless -db names one.
 `
 
 // migrateSynopsis follows `server migrate [-config cell.json]` in its usage.
-const migrateSynopsis = "[-db NAME] [-schema app|jobs|idempotency] [status | up | down N | force V]"
+const migrateSynopsis = "[-db NAME] [-schema app|jobs|plans|idempotency] [status | up | down N | force V]"
 
 // migrateCommand adds the `migrate` subcommand's flags to fs and returns
 // the command. Flags may come before or after the action: run parses those
 // before it, the command those after.
 func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 	dbName := fs.String("db", "", "only this database (control, shard-0, …)")
-	schema := fs.String("schema", "", "only this schema: app, jobs, tenants or idempotency (default: all for status and up, app for down and force)")
+	schema := fs.String("schema", "", "only this schema: app, jobs, plans or idempotency (default: all for status and up, app for down and force)")
 	return func(ctx context.Context, inv invocation) error {
 		rest := inv.args
 		action, n := "up", 0
@@ -262,7 +262,7 @@ func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 		case slices.Contains(schemas, *schema):
 			schemas = []string{*schema}
 		case *schema != "":
-			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs, tenants or idempotency", *schema)}
+			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs, plans or idempotency", *schema)}
 		case action == "down" || action == "force":
 			schemas = []string{schemaApp}
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/telemetry"
@@ -56,11 +57,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	// The console's top tenants hear every tenant-bulkhead refusal.
 	rejections := console.NewTopK(64)
+	// Tenants' plans and overrides (docs/plans.md): the store starts with
+	// every tenant on the default plan and follows the control database's
+	// tenant table once its migrations are applied.
+	var tenants *plans.Store
+	if cfg.Tenancy.Enabled {
+		cat, err := plans.NewCatalog(cfg)
+		if err != nil {
+			return err
+		}
+		tenants = plans.NewStore(set.Control(), cat, plans.Options{Log: log})
+	}
 	// Each tenant request's handler gets the accessor to its tenant's
 	// shard, with the request's database permits.
 	srv, err := runtime.New(cfg, runtime.Options{
 		Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set,
-		Tracing: tracing, TraceTenant: traceTenant, AccessLog: &access,
+		Tracing: tracing, TraceTenant: traceTenant, AccessLog: &access, Plans: tenants,
 	})
 	if err != nil {
 		return err
@@ -79,7 +91,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// names the database, the file and PostgreSQL's error when a migration
 	// failed.
 	progress := &migrationProgress{}
-	jobsRT, jobsDBs, err := newJobs(ctx, cfg, set, workers, srv, progress.applied, log, tracing, traceTenant)
+	jobsRT, jobsDBs, err := newJobs(ctx, cfg, set, workers, srv, progress.applied, log, tracing, traceTenant, tenants)
 	if err != nil {
 		return err
 	}
@@ -119,6 +131,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			// Every process sweeps expired idempotency keys; concurrent
 			// sweeps skip each other's rows.
 			go k.RunSweeper(ctx, set.Shards(), cfg.Server.Idempotency.SweepInterval.D())
+		}
+		if tenants != nil {
+			go func() { _ = tenants.Run(ctx) }()
 		}
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())

@@ -166,3 +166,52 @@ func TestLimitsAdmitAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocs per admit+release", n)
 	}
 }
+
+// TestLimitsChangeUnderLoad changes a cap while goroutines admit and
+// release: nothing leaks, in flight never passes the largest cap given, and
+// once the load stops the last cap is exact.
+func TestLimitsChangeUnderLoad(t *testing.T) {
+	for _, shards := range []int{1, 4} {
+		lm := &limitMap{m: map[string]AccountLimits{"acme": {MaxConcurrent: 8}}}
+		e, _ := limitsEngine(t, shards, lm)
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var over sync.Once
+		for range 8 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					p, o := e.Admit("acme", 1)
+					if o == Admitted {
+						if n := e.InFlightOf("acme"); n > 8 {
+							over.Do(func() { t.Errorf("shards %d: %d in flight over the largest cap 8", shards, n) })
+						}
+						p.Release()
+					}
+				}
+			})
+		}
+		for i := range 200 {
+			lm.set("acme", AccountLimits{MaxConcurrent: int64(1 + i%8)})
+			e.Refresh()
+		}
+		lm.set("acme", AccountLimits{MaxConcurrent: 3})
+		e.Refresh()
+		close(stop)
+		wg.Wait()
+		if n := e.InFlight(); n != 0 {
+			t.Fatalf("shards %d: %d leaked", shards, n)
+		}
+		ps, o := admitUpTo(e, "acme", 100)
+		if len(ps) != 3 || o != RejectedConcurrency {
+			t.Fatalf("shards %d: after the load %d admitted (%v), want exactly the last cap 3", shards, len(ps), o)
+		}
+		for i := range ps {
+			ps[i].Release()
+		}
+	}
+}

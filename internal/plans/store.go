@@ -193,7 +193,9 @@ func (s *Store) follow(ctx context.Context) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
-	if err := s.Load(ctx); err != nil {
+	// The first load goes over the connection that just answered LISTEN:
+	// after an outage the pool may still hold connections that died.
+	if err := s.loadOn(ctx, conn.Conn()); err != nil {
 		return err
 	}
 	for {
@@ -202,22 +204,9 @@ func (s *Store) follow(ctx context.Context) error {
 		cancel()
 		switch {
 		case err == nil:
-			// Drain notifications already queued: one reload covers them.
-			for {
-				dctx, dcancel := context.WithTimeout(ctx, time.Millisecond)
-				_, derr := conn.Conn().WaitForNotification(dctx)
-				dcancel()
-				if derr != nil {
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-					if !errors.Is(derr, context.DeadlineExceeded) && conn.Conn().IsClosed() {
-						return derr
-					}
-					break
-				}
-			}
-			if err := s.loadOn(ctx, conn.Conn()); err != nil {
+			// Reload through the pool: a query on the listening
+			// connection can stall behind its last timed-out wait.
+			if err := s.Load(ctx); err != nil {
 				return err
 			}
 		case ctx.Err() != nil:

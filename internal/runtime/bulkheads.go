@@ -180,6 +180,9 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 			return b, nil, err
 		}
 		b.shadow, b.plan = shadow, pm
+		if b.dbPermits != nil {
+			b.dbPermits.WithPlans(bulkhead.PlanConfig{Store: store, Metrics: pm})
+		}
 		pc = bulkhead.PlanConfig{Store: store, Metrics: pm, ShadowRate: shadow}
 		req, db := b.Requests, b.DB
 		store.Watch(func(*plans.Snapshot) {

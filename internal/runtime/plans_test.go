@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/plans"
+	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
@@ -216,7 +218,8 @@ func TestPlansShadowOverride(t *testing.T) {
 	if refused != 0 || shadow < 1 {
 		t.Fatalf("refused %d, shadow %v; want 0 refused and shadow > 0", refused, shadow)
 	}
-	t.Logf("plans: shadow-refused=%d shadow-counted=%v", refused, shadow)
+	t.Logf("plans: shadow-refused=%d", refused)
+	t.Logf("plans: shadow-counted=%v", shadow)
 }
 
 // TestPlansRateHeaders: a rate refusal is 429 with Retry-After and the
@@ -239,3 +242,100 @@ func TestPlansRateHeaders(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// TestPlansJWTClaimPicksPlan: with the jwt source a verified token's plan
+// claim puts the tenant on that plan (over the table), and the request cap
+// follows it; an override still wins over the claim.
+func TestPlansJWTClaimPicksPlan(t *testing.T) {
+	cfg, pool, cat := plansCell(t)
+	cfg.Tenancy.Source = "jwt"
+	cfg.Tenancy.JWT = config.JWTSource{Algorithms: []string{"HS256"}, KeyEnv: "TEST_JWT_KEY", Claim: "tenant", PlanClaim: "plan"}
+	const key = "0123456789abcdef0123456789abcdef"
+	store := plans.NewStore(pool, cat, plans.Options{Log: discardLogger()})
+	if err := store.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(cfg, Options{Logger: discardLogger(), Registry: newRegistry(), Getenv: func(k string) string { return map[string]string{"TEST_JWT_KEY": key}[k] }, Plans: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.bulk.close)
+	s.Tenant("GET", "/x", func(c echo.Context, _ shards.Accessor) error { return c.NoContent(204) })
+	token := func(claims jwt.MapClaims) string {
+		claims["exp"] = time.Now().Add(time.Hour).Unix()
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + tok
+	}
+	if rec := serve(s, "GET", "/x", "", "Authorization", token(jwt.MapClaims{"tenant": "acme", "plan": "pro"})); rec.Code != 204 {
+		t.Fatalf("status %d %s", rec.Code, rec.Body)
+	}
+	if e := store.Resolve("acme", ""); e.Plan != "pro" || e.Limits.MaxConcurrentRequests != 3 {
+		t.Fatalf("after a pro token: %+v", e)
+	}
+	if got := s.bulk.Requests.Config().Limits.Limits("acme").MaxConcurrent; got != 3 {
+		t.Fatalf("request engine cap %d, want pro's 3", got)
+	}
+	// A token without the claim leaves the tenant where it is; a token
+	// naming no plan of the spec is ignored.
+	serve(s, "GET", "/x", "", "Authorization", token(jwt.MapClaims{"tenant": "initech", "plan": "platinum"}))
+	if e := store.Resolve("initech", ""); e.Plan != "free" {
+		t.Fatalf("unknown plan claim: %s", e.Plan)
+	}
+}
+
+// TestPlansDBPermitsPerPlan: database permits follow the plan, a shadow
+// database cap counts and refuses nothing, and refusals count by plan.
+func TestPlansDBPermitsPerPlan(t *testing.T) {
+	cfg, pool, _ := plansCell(t)
+	cfg.Tenancy.Plans[0].MaxDBConnections = 1
+	cfg.Tenancy.Plans[1].MaxDBConnections = 3
+	cat, err := plans.NewCatalog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := plans.Apply(context.Background(), pool, cat, "acme", "test", plans.Change{Plan: ptr("pro"),
+		Set: map[plans.Field]plans.Override{plans.MaxDBConnections: {Value: 1, Enforce: false}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := newPlannedServer(t, cfg, pool, cat)
+	acme := p.s.bulk.dbPermits.Bind("acme")
+	defer acme.End()
+	var held []func()
+	for i := range 3 {
+		permit, err := acme.Acquire()
+		if err != nil {
+			t.Fatalf("pro permit %d of 3: %v", i+1, err)
+		}
+		held = append(held, permit.Release)
+	}
+	if _, err := acme.Acquire(); err != bulkhead.ErrTenantDBOverloaded {
+		t.Fatalf("4th pro permit: %v, want overloaded", err)
+	}
+	free := p.s.bulk.dbPermits.Bind("initech")
+	defer free.End()
+	fp, err := free.Acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := free.Acquire(); err == nil {
+		t.Fatal("free's second permit admitted at cap 1")
+	}
+	fp.Release()
+	for _, r := range held {
+		r()
+	}
+	if got := testutil.ToFloat64(p.s.bulk.plan.Shadow.WithLabelValues("db", "pro")); got != 2 {
+		t.Errorf("shadow{db,pro} = %v, want 2 (permits 2 and 3 over the shadow cap 1)", got)
+	}
+	for _, c := range []struct {
+		plan string
+		want float64
+	}{{"pro", 1}, {"free", 1}} {
+		if got := testutil.ToFloat64(p.s.bulk.plan.Refusals.WithLabelValues("db", c.plan)); got != c.want {
+			t.Errorf("refusals{db,%s} = %v, want %v", c.plan, got, c.want)
+		}
+	}
+}

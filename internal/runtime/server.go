@@ -155,7 +155,12 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 				})
 			}
 		}
-		mw, err := tenantmw.WithConfig(tenantmw.Config{Skipper: skip, Extractor: x})
+		mc := tenantmw.Config{Skipper: skip, Extractor: x}
+		if opts.Plans != nil {
+			// Only a verified token reports a plan (tenancy.PlanExtractor).
+			mc.OnPlanClaim = opts.Plans.ObserveClaim
+		}
+		mw, err := tenantmw.WithConfig(mc)
 		if err != nil {
 			return nil, fmt.Errorf("tenancy: %w", err)
 		}

@@ -49,6 +49,7 @@ type extractor struct {
 	parser  *jwt.Parser
 	keyFunc jwt.Keyfunc
 	claim   string
+	plan    string     // the plan claim; "" reads none
 	remote  *remoteSet // the key set of JWT.KeySetURL; nil without one
 }
 
@@ -99,6 +100,28 @@ func (x *extractor) Extract(r *http.Request) (string, error) {
 		return "", e
 	}
 	return id, nil
+}
+
+// PlanExtractor is an Extractor that can also read the tenant's plan from
+// an authenticated source. Only a verified token carries a plan: every
+// other source returns "" for it, whatever the request holds.
+type PlanExtractor interface {
+	Extractor
+	ExtractWithPlan(r *http.Request) (tenant, plan string, err error)
+}
+
+// ExtractWithPlan is Extract plus the verified token's plan claim (jwt
+// source with JWT.PlanClaim set; "" otherwise).
+func (x *extractor) ExtractWithPlan(r *http.Request) (string, string, error) {
+	if x.source != SourceJWT || x.plan == "" {
+		id, err := x.Extract(r)
+		return id, "", err
+	}
+	id, plan, e := x.fromJWTPlan(r)
+	if e != nil {
+		return "", "", e
+	}
+	return id, plan, nil
 }
 
 func (x *extractor) extract(r *http.Request) (string, *Error) {

@@ -119,6 +119,7 @@ func (x *extractor) initJWT(cfg Config) error {
 	}
 	x.parser = jwt.NewParser(opts...)
 	x.claim = c.Claim
+	x.plan = c.PlanClaim
 	// WithValidMethods already refuses other algorithms; checking the method
 	// type again here means the key can never be handed to a verifier of
 	// another family, whatever the parser does.
@@ -209,35 +210,46 @@ var (
 )
 
 func (x *extractor) fromJWT(r *http.Request) (string, *Error) {
+	id, _, e := x.fromJWTPlan(r)
+	return id, e
+}
+
+// fromJWTPlan verifies the bearer token and returns its tenant and, with a
+// plan claim configured, its plan ("" when absent or not a string).
+func (x *extractor) fromJWTPlan(r *http.Request) (string, string, *Error) {
 	vs := r.Header["Authorization"]
 	switch {
 	case len(vs) == 0:
-		return "", errAuthMissing
+		return "", "", errAuthMissing
 	case len(vs) > 1:
-		return "", errAuthRepeated
+		return "", "", errAuthRepeated
 	}
 	token, ok := bearer(vs[0])
 	if !ok {
-		return "", errAuthNotBearer
+		return "", "", errAuthNotBearer
 	}
 	if len(token) > maxToken {
-		return "", errTokenTooLong
+		return "", "", errTokenTooLong
 	}
 	claims := jwt.MapClaims{}
 	if _, err := x.parser.ParseWithClaims(token, claims, x.keyFunc); err != nil {
-		return "", &Error{Kind: KindUnauthenticated, Reason: jwtReason(err), Err: err, challenge: challengeInvalid}
+		return "", "", &Error{Kind: KindUnauthenticated, Reason: jwtReason(err), Err: err, challenge: challengeInvalid}
 	}
 	id, ok := claims[x.claim].(string)
 	if !ok {
-		return "", errClaimNotString
+		return "", "", errClaimNotString
 	}
 	if id == "" {
-		return "", errClaimEmpty
+		return "", "", errClaimEmpty
 	}
 	if e := validateID(id, x.maxLen); e != nil {
-		return "", e
+		return "", "", e
 	}
-	return id, nil
+	var plan string
+	if x.plan != "" {
+		plan, _ = claims[x.plan].(string)
+	}
+	return id, plan, nil
 }
 
 // bearer returns the token of an "Authorization: Bearer <token>" value. The

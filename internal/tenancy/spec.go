@@ -34,6 +34,7 @@ func FromSpec(t config.Tenancy, getenv func(string) string) (Config, error) {
 		j := t.JWT
 		cfg.JWT.Algorithms = j.Algorithms
 		cfg.JWT.Claim = j.Claim
+		cfg.JWT.PlanClaim = j.PlanClaim
 		cfg.JWT.Leeway = j.Leeway.D()
 		cfg.JWT.Issuer = j.Issuer
 		cfg.JWT.Audience = j.Audience

@@ -179,6 +179,10 @@ type JWTConfig struct {
 	// Default: tenant.
 	Claim string
 
+	// PlanClaim, when set, names the claim holding the tenant's plan
+	// (PlanExtractor); a missing or non-string claim is no plan.
+	PlanClaim string
+
 	// Leeway is the clock skew tolerated when checking exp, nbf and iat (a
 	// token issued in the future beyond it is refused). Must not be
 	// negative. Default: 0.

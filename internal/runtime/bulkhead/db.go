@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/internal/admission"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
@@ -20,6 +21,7 @@ import (
 type DBPermits struct {
 	engine     *admission.Engine
 	rejections prometheus.Counter
+	plans      PlanConfig
 }
 
 // NewDBPermits returns permits over engine, counting refusals in
@@ -98,14 +100,27 @@ func (b *DBBinding) Acquire() (admission.Permit, error) {
 		return admission.Permit{}, nil
 	}
 	p, o := b.permits.engine.Admit(b.tenant, 1)
+	pc := b.permits.plans
 	if o == admission.Admitted {
+		if pc.Store != nil && pc.Metrics != nil && pc.Store.Snapshot().HasShadows() {
+			e := pc.Store.Resolve(b.tenant, "")
+			if v, ok := e.HasShadow(plans.MaxDBConnections); ok && v > 0 && float64(b.permits.engine.InFlightOf(b.tenant)) > v {
+				pc.Metrics.Shadow.WithLabelValues("db", e.Plan).Inc()
+			}
+		}
 		return p, nil
 	}
 	if b.permits.rejections != nil {
 		b.permits.rejections.Inc()
+	}
+	if pc.Store != nil && pc.Metrics != nil {
+		pc.Metrics.Refusals.WithLabelValues("db", pc.Store.Resolve(b.tenant, "").Plan).Inc()
 	}
 	if o == admission.RejectedCapacity {
 		return admission.Permit{}, ErrTenantCapacity
 	}
 	return admission.Permit{}, ErrTenantDBOverloaded
 }
+
+// WithPlans makes d count its refusals and shadow refusals per plan.
+func (d *DBPermits) WithPlans(pc PlanConfig) { d.plans = pc }

@@ -69,7 +69,7 @@ func NewPlanMetrics(reg prometheus.Registerer) (*PlanMetrics, error) {
 		}, []string{"resource", "plan"}),
 		Shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellgate_tenant_limit_shadow_total",
-			Help: "Requests a shadow override would have refused (and did not), by resource (request, rate) and plan.",
+			Help: "Requests a shadow override would have refused (and did not), by resource (request, rate, db) and plan.",
 		}, []string{"resource", "plan"}),
 	}
 	for _, c := range []prometheus.Collector{m.Refusals, m.Shadow} {

@@ -39,6 +39,11 @@ type Config struct {
 	// which answers with the status of the error's Kind and an RFC 9457
 	// problem details body whose code is "tenant_...".
 	ErrorHandler func(c echo.Context, err *tenancy.Error) error
+
+	// OnPlanClaim, when set, hears the plan of every request whose
+	// verified token names one (tenancy.PlanExtractor; the jwt source with
+	// a plan claim). No other source ever reports a plan.
+	OnPlanClaim func(tenant, plan string)
 }
 
 // DefaultConfig holds the middleware's defaults.
@@ -91,6 +96,9 @@ func WithConfig(cfg Config) (echo.MiddlewareFunc, error) {
 		}
 	}
 	m := &tenancyMW{skip: cfg.Skipper, onError: cfg.ErrorHandler, x: x}
+	if px, ok := x.(tenancy.PlanExtractor); ok && cfg.OnPlanClaim != nil {
+		m.px, m.onPlan = px, cfg.OnPlanClaim
+	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		// Echo builds this closure per request; capturing one pointer
 		// instead of every setting keeps it in the smallest size class.
@@ -103,6 +111,8 @@ type tenancyMW struct {
 	skip    func(echo.Context) bool
 	onError func(echo.Context, *tenancy.Error) error
 	x       tenancy.Extractor
+	px      tenancy.PlanExtractor // set with onPlan
+	onPlan  func(tenant, plan string)
 }
 
 func (m *tenancyMW) serve(c echo.Context, next echo.HandlerFunc) error {
@@ -110,9 +120,20 @@ func (m *tenancyMW) serve(c echo.Context, next echo.HandlerFunc) error {
 		return next(c)
 	}
 	r := c.Request()
-	id, err := m.x.Extract(r)
+	var (
+		id, plan string
+		err      error
+	)
+	if m.px != nil {
+		id, plan, err = m.px.ExtractWithPlan(r)
+	} else {
+		id, err = m.x.Extract(r)
+	}
 	if err != nil {
 		return m.onError(c, tenancy.AsError(err))
+	}
+	if plan != "" {
+		m.onPlan(id, plan)
 	}
 	c.SetRequest(r.WithContext(tenant.With(r.Context(), id)))
 	return next(c)
