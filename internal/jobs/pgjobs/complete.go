@@ -120,8 +120,9 @@ func (b *DB) snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) 
 		return err
 	}
 	b.untrack(row.ID)
-	runAt := b.now().Add(max(delay, 0))
-	tag, err := b.writeOutcome(ctx, sqlSnooze, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt)
+	now := b.now()
+	runAt := now.Add(max(delay, 0))
+	tag, err := b.writeOutcome(ctx, sqlSnooze, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now)
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: snooze job %d: %w", row.ID, err))
 	}
@@ -198,15 +199,24 @@ func truncate(s string) string {
 	return s[:i] + "…"
 }
 
+// sqlRetry and sqlSnooze fail a job whose cancellation was asked while it
+// ran (cancel_requested_at), whatever its worker returned.
 const sqlRetry = `
 UPDATE cellgate_jobs
-SET state = 'available', run_at = $3, vtime = NULL,
+SET state = CASE WHEN cancel_requested_at IS NULL THEN 'available' ELSE 'failed' END,
+    finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN $4::timestamptz END,
+    run_at = $3, vtime = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', $5::text))
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
 const sqlSnooze = `
 UPDATE cellgate_jobs
-SET state = 'available', run_at = $3, vtime = NULL, attempt = attempt - 1
+SET state = CASE WHEN cancel_requested_at IS NULL THEN 'available' ELSE 'failed' END,
+    finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN $4::timestamptz END,
+    run_at = $3, vtime = NULL,
+    attempt = CASE WHEN cancel_requested_at IS NULL THEN attempt - 1 ELSE attempt END,
+    errors = CASE WHEN cancel_requested_at IS NULL THEN errors
+             ELSE errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', 'cancelled')) END
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
 const sqlFail = `

@@ -62,6 +62,9 @@ type DB struct {
 	maxPrefetch int
 	queues      []string // of the registered kinds, reported by Stats even when empty
 	waiters     []waiter
+	periodic    []jobs.PeriodicParams         // scheduled by this database's leader (the control database only)
+	scheduled   func(name string, enq, sk int) // OpenParams.Scheduled
+	cancelled   func(id jobs.JobID)            // OpenParams.Cancelled
 
 	quit    chan struct{} // closed by Close
 	closeMu sync.Mutex
@@ -232,6 +235,7 @@ func (b *DB) open(_ context.Context, p jobs.OpenParams) error {
 		b.log = slog.Default()
 	}
 	b.log = b.log.With("jobs_db", b.name)
+	b.periodic, b.scheduled, b.cancelled = p.Periodic, p.Scheduled, p.Cancelled
 	b.capped = make(map[string]bool)
 	seen := map[string]bool{}
 	for _, k := range p.Kinds {

@@ -1,0 +1,192 @@
+package pgjobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cellgate/cellgate/internal/jobs"
+)
+
+// schedulePeriodic enqueues the periods of the periodic entries due now,
+// on conn, the maintenance connection that holds the table's advisory lock
+// (only the leader calls it). One transaction locks the entries' rows in
+// cellgate_jobs_periodic, inserts the due jobs and moves each entry's
+// last_period forward: a period is enqueued with its record or not at all,
+// and a leader that loses its connection loses its transaction with its
+// lock, so the next leader starts from what was committed. It returns the
+// clock time of the next period due and what it enqueued and skipped.
+func (b *DB) schedulePeriodic(conn *pgx.Conn) (next time.Time, enqueued, skipped int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	now := b.now()
+	// Retried after a failure without waiting for the next period.
+	next = now.Add(time.Second)
+	names := make([]string, len(b.periodic))
+	for i := range b.periodic {
+		names[i] = b.periodic[i].Name
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return next, 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: %w", b.name, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, sqlPeriodicLock, names)
+	if err != nil {
+		return next, 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: %w", b.name, err)
+	}
+	last := make(map[string]time.Time, len(names))
+	for rows.Next() {
+		var name string
+		var at time.Time
+		if err := rows.Scan(&name, &at); err != nil {
+			rows.Close()
+			return next, 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: %w", b.name, err)
+		}
+		last[name] = at
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return next, 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: %w", b.name, err)
+	}
+
+	grace := b.cfg.tick()
+	var ins []jobs.InsertParams
+	var owners []int // entry index of each ins element
+	skips := make([]int, len(b.periodic))
+	var updNames []string
+	var updLast []time.Time
+	next = time.Time{}
+	for i := range b.periodic {
+		p := &b.periodic[i]
+		l, seen := last[p.Name]
+		runs, sk, newLast := p.Due(l, !seen, now, grace)
+		for _, at := range runs {
+			ins = append(ins, p.Job(at))
+			owners = append(owners, i)
+		}
+		skips[i] = sk
+		if !seen || !newLast.Equal(l) {
+			updNames = append(updNames, p.Name)
+			updLast = append(updLast, newLast)
+		}
+		if n := p.Schedule.Next(newLast); next.IsZero() || n.Before(next) {
+			next = n
+		}
+	}
+	res, err := insertBatched(ctx, tx, ins, now)
+	if err != nil {
+		return now.Add(time.Second), 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: enqueue: %w", b.name, err)
+	}
+	if len(updNames) > 0 {
+		if _, err := tx.Exec(ctx, sqlPeriodicSave, updNames, updLast, now); err != nil {
+			return now.Add(time.Second), 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: record: %w", b.name, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return now.Add(time.Second), 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: commit: %w", b.name, err)
+	}
+	enq := make([]int, len(b.periodic))
+	ready := false
+	for k, r := range res {
+		if !r.Duplicate {
+			enq[owners[k]]++
+			enqueued++
+			ready = ready || !ins[k].RunAt.After(now)
+		}
+	}
+	for i := range b.periodic {
+		skipped += skips[i]
+		if (enq[i] > 0 || skips[i] > 0) && b.scheduled != nil {
+			b.scheduled(b.periodic[i].Name, enq[i], skips[i])
+		}
+		if skips[i] > 0 {
+			b.log.Warn("pgjobs: periodic job missed periods while no process scheduled it",
+				"entry", b.periodic[i].Name, "skipped", skips[i], "catch_up", b.periodic[i].CatchUp)
+		}
+	}
+	if ready {
+		b.notifyNow()
+	}
+	return next, enqueued, skipped, nil
+}
+
+const sqlPeriodicLock = `
+SELECT name, last_period FROM cellgate_jobs_periodic
+WHERE name = ANY ($1::text[])
+ORDER BY name
+FOR UPDATE`
+
+const sqlPeriodicSave = `
+INSERT INTO cellgate_jobs_periodic (name, last_period, updated_at)
+SELECT n, l, $3 FROM unnest($1::text[], $2::timestamptz[]) AS u(n, l)
+ON CONFLICT (name) DO UPDATE SET last_period = EXCLUDED.last_period, updated_at = EXCLUDED.updated_at`
+
+// cancelChannel is the NOTIFY channel of running jobs' cancellations; the
+// payload is the job's id.
+const cancelChannel = "cellgate_jobs_cancel"
+
+// noteCancel passes the cancellation of job id to the Client if this
+// process holds the job (running, or claimed ahead of its workers).
+func (b *DB) noteCancel(id jobs.JobID) {
+	b.mu.Lock()
+	_, ok := b.running[id]
+	b.mu.Unlock()
+	if ok && b.cancelled != nil {
+		b.cancelled(id)
+	}
+}
+
+// sqlCancel fails a waiting job, or asks for a running one's cancellation
+// (cancel_requested_at, which its process reads from the NOTIFY on
+// cancelChannel or its next heartbeat); it returns whether it found a job
+// in either state, and whether it was running.
+const sqlCancel = `
+WITH w AS (
+    UPDATE cellgate_jobs
+    SET state = 'failed', finished_at = $2, vtime = NULL,
+        errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $2::timestamptz, 'error', 'cancelled'))
+    WHERE id = $1 AND state = 'available'
+    RETURNING id),
+r AS (
+    UPDATE cellgate_jobs
+    SET cancel_requested_at = coalesce(cancel_requested_at, $2)
+    WHERE id = $1 AND state = 'running'
+    RETURNING id)
+SELECT EXISTS (SELECT FROM w) OR EXISTS (SELECT FROM r), EXISTS (SELECT FROM r)`
+
+// sqlCancelNotify tells the process running job $1 of its cancellation.
+// A statement of its own outside a transaction that writes (notify.go);
+// in CancelTx it joins the caller's transaction, which is rare enough.
+const sqlCancelNotify = `SELECT pg_notify('` + cancelChannel + `', $1::text)`
+
+// cancelOn runs the cancellation of id with q (a pool or the caller's
+// transaction).
+func (b *DB) cancelOn(ctx context.Context, q querier, id jobs.JobID, inTx bool) error {
+	var found, running bool
+	if err := q.QueryRow(ctx, sqlCancel, int64(id), b.now()).Scan(&found, &running); err != nil {
+		return fmt.Errorf("pgjobs: cancel job %d of %s: %w", id, b.name, err)
+	}
+	if !found {
+		return fmt.Errorf("%w: job %d of %s", jobs.ErrNotWaiting, id, b.name)
+	}
+	if running {
+		if _, err := q.Exec(ctx, sqlCancelNotify, int64(id)); err != nil {
+			// The heartbeat still finds it (cancel_requested_at).
+			if inTx {
+				return fmt.Errorf("pgjobs: cancel job %d of %s: notify: %w", id, b.name, err)
+			}
+			b.log.Warn("pgjobs: the NOTIFY of a cancelled running job failed; its process sees it at its next heartbeat", "id", id, "err", err)
+		}
+	}
+	return nil
+}
+
+// querier is what cancelOn needs of a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
