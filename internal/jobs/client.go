@@ -127,6 +127,14 @@ type cancelledError struct{ id JobID }
 
 func (e *cancelledError) Error() string { return fmt.Sprintf("jobs: job %d was cancelled", e.id) }
 
+// Is makes a cancelled job's context cause match ErrJobCancelled.
+func (e *cancelledError) Is(target error) bool { return target == ErrJobCancelled }
+
+// ErrJobCancelled matches (errors.Is) the cause of a running job's context
+// cancelled by Client.Cancel: context.Cause(ctx) tells a cancellation from
+// the kind's timeout or a shutdown.
+var ErrJobCancelled = errors.New("jobs: the job was cancelled")
+
 // NewClient validates cfg, opens b with the effective settings and returns a
 // Client that can Enqueue at once and runs jobs after Start. w may be nil for
 // a client that only enqueues. The Client owns b from now on and closes it in

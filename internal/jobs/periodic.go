@@ -192,9 +192,11 @@ func (p *PeriodicParams) Due(last time.Time, first bool, now time.Time, grace ti
 	}
 	newLast = last
 	var missed time.Time
+	truncated := false
 	t := p.Schedule.Next(last)
 	for n := 0; !t.After(now); n++ {
 		if n == maxPeriodsScanned {
+			truncated = true // the next call goes on from newLast
 			break
 		}
 		if now.Sub(t) > grace {
@@ -209,7 +211,7 @@ func (p *PeriodicParams) Due(last time.Time, first bool, now time.Time, grace ti
 		t = p.Schedule.Next(t)
 	}
 	if !missed.IsZero() {
-		if p.CatchUp == CatchUpSkip {
+		if p.CatchUp == CatchUpSkip || truncated {
 			skipped++
 		} else {
 			runs = append([]time.Time{missed}, runs...)

@@ -102,6 +102,18 @@ func RunConformance(t *testing.T, h Harness) {
 	} else {
 		t.Log("jobstest: backend is no jobs.Canceller; cancelling jobs is not part of its contract")
 	}
+	if caps.Periodic {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"Periodic", testPeriodic})
+	}
+	if _, ok := probe.(jobs.Canceller); ok && caps.CancelRunning {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"CancelRunning", testCancelRunning})
+	}
 	if pauses {
 		tests = append(tests, struct {
 			name string

@@ -334,7 +334,15 @@ func (b *Backend) InsertManyTx(ctx context.Context, tx shards.Tx, ps []jobs.Inse
 func (b *Backend) Cancel(ctx context.Context, id jobs.JobID) error {
 	cctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
-	return b.dbs[0].cancelOn(cctx, b.dbs[0].pool, id, false)
+	db := b.dbs[0]
+	// A job of this process that has ended is not running any more: its
+	// buffered completion is written first (a no-op when none is).
+	if db.Ready() {
+		if err := db.flushDone(cctx); err != nil {
+			return fmt.Errorf("pgjobs: cancel job %d of %s: %w", id, db.name, err)
+		}
+	}
+	return db.cancelOn(cctx, db.pool, id, false)
 }
 
 // CancelTx is Cancel of job id of tx's database with tx: the cancellation

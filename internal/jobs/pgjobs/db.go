@@ -62,7 +62,7 @@ type DB struct {
 	maxPrefetch int
 	queues      []string // of the registered kinds, reported by Stats even when empty
 	waiters     []waiter
-	periodic    []jobs.PeriodicParams         // scheduled by this database's leader (the control database only)
+	periodic    []jobs.PeriodicParams          // scheduled by this database's leader (the control database only)
 	scheduled   func(name string, enq, sk int) // OpenParams.Scheduled
 	cancelled   func(id jobs.JobID)            // OpenParams.Cancelled
 
@@ -107,11 +107,12 @@ type DB struct {
 	inserts, insertedJobs atomic.Uint64
 
 	// The maintenance connection's loop.
-	lastAnalyze time.Time // of the table, by this backend's vacuum check
-	leader      atomic.Bool
-	mmu         sync.Mutex
-	mreqs       []chan MaintenanceReport
-	waitCancel  context.CancelFunc
+	lastAnalyze  time.Time // of the table, by this backend's vacuum check
+	leader       atomic.Bool
+	mmu          sync.Mutex
+	mreqs        []chan MaintenanceReport
+	periodicKick bool // a periodic entry came due (kickPeriodic), under mmu
+	waitCancel   context.CancelFunc
 
 	logs logLimiter
 }

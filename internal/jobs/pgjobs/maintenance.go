@@ -118,7 +118,10 @@ func (b *DB) connect() (*pgx.Conn, error) {
 
 func (b *DB) serveConn(conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
-	_, err := conn.Exec(ctx, "LISTEN cellgate_jobs; LISTEN "+cancelChannel)
+	_, err := conn.Exec(ctx, "LISTEN cellgate_jobs")
+	if err == nil {
+		_, err = conn.Exec(ctx, "LISTEN "+cancelChannel)
+	}
 	cancel()
 	if err != nil {
 		return err
@@ -131,11 +134,19 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 	var lastRetention time.Time
 	// The periodic schedule runs when this connection's process leads
 	// and an entry comes due (clock time), or on RunMaintenance.
-	var nextPeriodic time.Time
+	var nextPeriodic, armedPeriodic time.Time
+	var periodicTimer jobs.Timer
+	defer func() {
+		if periodicTimer != nil {
+			periodicTimer.Stop()
+		}
+	}()
 	for {
 		b.mmu.Lock()
 		reqs := b.mreqs
 		b.mreqs = nil
+		kicked := b.periodicKick
+		b.periodicKick = false
 		b.mmu.Unlock()
 		now := time.Now()
 		var passRep MaintenanceReport
@@ -159,10 +170,10 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 				return rep.Err
 			}
 		}
-		if len(b.periodic) > 0 && b.leader.Load() && (len(reqs) > 0 || !b.now().Before(nextPeriodic)) {
+		if len(b.periodic) > 0 && b.leader.Load() && (len(reqs) > 0 || kicked || !b.now().Before(nextPeriodic)) {
 			var enq, skip int
 			var err error
-			nextPeriodic, enq, skip, err = b.schedulePeriodic(conn)
+			nextPeriodic, enq, skip, err = b.schedulePeriodic()
 			if err != nil {
 				b.logErr("periodic", "pgjobs: scheduling periodic jobs failed; trying again", err)
 			}
@@ -180,10 +191,13 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 		if nextVacuum.Before(wakeAt) {
 			wakeAt = nextVacuum
 		}
-		if len(b.periodic) > 0 && b.leader.Load() {
-			if at := time.Now().Add(nextPeriodic.Sub(b.now())); at.Before(wakeAt) {
-				wakeAt = at
+		if len(b.periodic) > 0 && b.leader.Load() && !nextPeriodic.Equal(armedPeriodic) {
+			// On the injected clock, so a test's clock moves the schedule.
+			if periodicTimer != nil {
+				periodicTimer.Stop()
 			}
+			armedPeriodic = nextPeriodic
+			periodicTimer = b.clock.AfterFunc(max(nextPeriodic.Sub(b.now()), 0), b.kickPeriodic)
 		}
 		wctx, wcancel := context.WithDeadline(context.Background(), wakeAt)
 		b.mmu.Lock()
@@ -193,7 +207,7 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 			return nil
 		}
 		b.waitCancel = wcancel
-		pending := len(b.mreqs) > 0
+		pending := len(b.mreqs) > 0 || b.periodicKick
 		b.mmu.Unlock()
 		if pending {
 			wcancel()
@@ -216,6 +230,17 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 			return err
 		}
 	}
+}
+
+// kickPeriodic wakes the maintenance connection's loop for the periodic
+// schedule (a timer on the injected clock).
+func (b *DB) kickPeriodic() {
+	b.mmu.Lock()
+	b.periodicKick = true
+	if b.waitCancel != nil {
+		b.waitCancel()
+	}
+	b.mmu.Unlock()
 }
 
 // answer hands a pass's report to the RunMaintenance calls waiting for it.

@@ -3,6 +3,7 @@ package pgjobs
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,15 +12,16 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 )
 
-// schedulePeriodic enqueues the periods of the periodic entries due now,
-// on conn, the maintenance connection that holds the table's advisory lock
-// (only the leader calls it). One transaction locks the entries' rows in
-// cellgate_jobs_periodic, inserts the due jobs and moves each entry's
-// last_period forward: a period is enqueued with its record or not at all,
-// and a leader that loses its connection loses its transaction with its
-// lock, so the next leader starts from what was committed. It returns the
-// clock time of the next period due and what it enqueued and skipped.
-func (b *DB) schedulePeriodic(conn *pgx.Conn) (next time.Time, enqueued, skipped int, err error) {
+// schedulePeriodic enqueues the periods of the periodic entries due now
+// (only the maintenance leader calls it). One transaction takes the
+// schedule's own advisory lock (so two processes that both believe they
+// lead, one of them about to learn it lost its connection, never schedule
+// at once), locks the entries' rows in cellgate_jobs_periodic, inserts the
+// due jobs and moves each entry's last_period forward: a period is
+// enqueued with its record or not at all, so the next leader starts from
+// what was committed. It returns the clock time of the next period due and
+// what it enqueued and skipped.
+func (b *DB) schedulePeriodic() (next time.Time, enqueued, skipped int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	now := b.now()
@@ -29,11 +31,18 @@ func (b *DB) schedulePeriodic(conn *pgx.Conn) (next time.Time, enqueued, skipped
 	for i := range b.periodic {
 		names[i] = b.periodic[i].Name
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := b.pool.Begin(ctx)
 	if err != nil {
 		return next, 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: %w", b.name, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var got bool
+	if err := tx.QueryRow(ctx, sqlPeriodicTryLock, periodicLockClass).Scan(&got); err != nil {
+		return next, 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: %w", b.name, err)
+	}
+	if !got {
+		return next, 0, 0, nil
+	}
 	rows, err := tx.Query(ctx, sqlPeriodicLock, names)
 	if err != nil {
 		return next, 0, 0, fmt.Errorf("pgjobs: periodic jobs on %s: %w", b.name, err)
@@ -114,6 +123,13 @@ func (b *DB) schedulePeriodic(conn *pgx.Conn) (next time.Time, enqueued, skipped
 	return next, enqueued, skipped, nil
 }
 
+// periodicLockClass is the first key of the schedule's transaction-level
+// advisory lock; the second is the jobs table's oid, as for the
+// maintenance lock.
+const periodicLockClass = 1667723884
+
+const sqlPeriodicTryLock = `SELECT pg_try_advisory_xact_lock($1, (('cellgate_jobs'::regclass)::oid::bigint & 2147483647)::int)`
+
 const sqlPeriodicLock = `
 SELECT name, last_period FROM cellgate_jobs_periodic
 WHERE name = ANY ($1::text[])
@@ -174,7 +190,7 @@ func (b *DB) cancelOn(ctx context.Context, q querier, id jobs.JobID, inTx bool) 
 		return fmt.Errorf("%w: job %d of %s", jobs.ErrNotWaiting, id, b.name)
 	}
 	if running {
-		if _, err := q.Exec(ctx, sqlCancelNotify, int64(id)); err != nil {
+		if _, err := q.Exec(ctx, sqlCancelNotify, strconv.FormatInt(int64(id), 10)); err != nil {
 			// The heartbeat still finds it (cancel_requested_at).
 			if inTx {
 				return fmt.Errorf("pgjobs: cancel job %d of %s: notify: %w", id, b.name, err)
