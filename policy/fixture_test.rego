@@ -122,6 +122,7 @@ base := {
 				],
 			},
 		],
+		"periodic": [],
 	},
 	"database": {
 		"control": {

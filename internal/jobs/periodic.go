@@ -80,9 +80,6 @@ type zoned struct {
 
 func (z zoned) Next(t time.Time) time.Time { return z.s.Next(t.In(z.loc)) }
 
-// cronParser accepts the standard five fields and the descriptors.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
 // path names the entry in errors, as the spec does.
 func (p PeriodicJob) path(field string) string {
 	return "jobs.periodic." + p.Name + "." + field
@@ -106,7 +103,7 @@ func (p PeriodicJob) Schedule() (Schedule, error) {
 		if strings.HasPrefix(c, "TZ=") || strings.HasPrefix(c, "CRON_TZ=") || strings.HasPrefix(c, "@every") {
 			return nil, fmt.Errorf("%s: %q: use time_zone for a zone and every for an interval", p.path("cron"), p.Cron)
 		}
-		s, err := cronParser.Parse(c)
+		s, err := cron.ParseStandard(c)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %q: %w", p.path("cron"), p.Cron, err)
 		}

@@ -200,23 +200,24 @@ func truncate(s string) string {
 }
 
 // sqlRetry and sqlSnooze fail a job whose cancellation was asked while it
-// ran (cancel_requested_at), whatever its worker returned.
+// ran (cellgate_jobs_cancel_requests), whatever its worker returned.
 const sqlRetry = `
 UPDATE cellgate_jobs
-SET state = CASE WHEN cancel_requested_at IS NULL THEN 'available' ELSE 'failed' END,
-    finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN $4::timestamptz END,
+SET state = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN $4::timestamptz END,
     run_at = $3, vtime = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', $5::text))
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
 const sqlSnooze = `
 UPDATE cellgate_jobs
-SET state = CASE WHEN cancel_requested_at IS NULL THEN 'available' ELSE 'failed' END,
-    finished_at = CASE WHEN cancel_requested_at IS NOT NULL THEN $4::timestamptz END,
+SET state = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN $4::timestamptz END,
     run_at = $3, vtime = NULL,
-    attempt = CASE WHEN cancel_requested_at IS NULL THEN attempt - 1 ELSE attempt END,
-    errors = CASE WHEN cancel_requested_at IS NULL THEN errors
-             ELSE errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', 'cancelled')) END
+    attempt = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN attempt ELSE attempt - 1 END,
+    errors = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id)
+             THEN errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', 'cancelled'))
+             ELSE errors END
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
 const sqlFail = `

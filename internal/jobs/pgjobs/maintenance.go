@@ -348,6 +348,10 @@ func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Maintenance
 	}
 
 	if retention {
+		// The cancellation requests of jobs that ended (a handful).
+		if _, err := conn.Exec(ctx, sqlCancelRequestsDone); err != nil {
+			setErr(fmt.Errorf("pgjobs: cancellation requests on %s: %w", b.name, err))
+		}
 		cutoff := now.Add(-b.cfg.Retention)
 		for range maxRetentionChunks {
 			tag, err := conn.Exec(ctx, sqlRetention, cutoff, retentionChunk)
@@ -419,16 +423,18 @@ WITH h AS (
     SET heartbeat_at = $3
     WHERE id = ANY ($1::bigint[]) AND state = 'running'
       AND attempt = ($2::int[])[array_position($1::bigint[], id)]
-    RETURNING id, cancel_requested_at)
-SELECT count(*)::int, coalesce(array_agg(id) FILTER (WHERE cancel_requested_at IS NOT NULL), '{}') FROM h`
+    RETURNING id)
+SELECT count(*)::int,
+       coalesce(array_agg(h.id) FILTER (WHERE EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = h.id)), '{}')
+FROM h`
 
 // sqlRescue makes jobs whose heartbeat is older than $2 available again at
 // once, or fails them if that was their last attempt; the attempt stays
 // counted, so a job that keeps killing its process stops eventually.
 const sqlRescue = `
 UPDATE cellgate_jobs
-SET state = CASE WHEN attempt >= max_attempts OR cancel_requested_at IS NOT NULL THEN 'failed' ELSE 'available' END,
-    finished_at = CASE WHEN attempt >= max_attempts OR cancel_requested_at IS NOT NULL THEN $1::timestamptz END,
+SET state = CASE WHEN attempt >= max_attempts OR EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN attempt >= max_attempts OR EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN $1::timestamptz END,
     run_at = $1,
     vtime = NULL,
     heartbeat_at = NULL,
@@ -437,6 +443,10 @@ SET state = CASE WHEN attempt >= max_attempts OR cancel_requested_at IS NOT NULL
         'error', 'rescued: the process running it (' || coalesce(claimed_by, '?') || ') stopped sending heartbeats'))
 WHERE state = 'running' AND attempt > 0 AND heartbeat_at < $2
 RETURNING state = 'failed'`
+
+const sqlCancelRequestsDone = `
+DELETE FROM cellgate_jobs_cancel_requests c
+WHERE NOT EXISTS (SELECT FROM cellgate_jobs j WHERE j.id = c.job_id AND j.state = 'running')`
 
 // sqlRetention deletes the oldest expired jobs. It walks the primary key
 // from the oldest id: finished jobs are the old ones, so the walk stops

@@ -157,7 +157,7 @@ func (b *DB) noteCancel(id jobs.JobID) {
 }
 
 // sqlCancel fails a waiting job, or asks for a running one's cancellation
-// (cancel_requested_at, which its process reads from the NOTIFY on
+// (a row in cellgate_jobs_cancel_requests, which its process reads from the NOTIFY on
 // cancelChannel or its next heartbeat); it returns whether it found a job
 // in either state, and whether it was running.
 const sqlCancel = `
@@ -168,10 +168,11 @@ WITH w AS (
     WHERE id = $1 AND state = 'available'
     RETURNING id),
 r AS (
-    UPDATE cellgate_jobs
-    SET cancel_requested_at = coalesce(cancel_requested_at, $2)
-    WHERE id = $1 AND state = 'running'
-    RETURNING id)
+    SELECT id FROM cellgate_jobs WHERE id = $1 AND state = 'running'),
+i AS (
+    INSERT INTO cellgate_jobs_cancel_requests (job_id, requested_at)
+    SELECT id, $2 FROM r
+    ON CONFLICT (job_id) DO NOTHING)
 SELECT EXISTS (SELECT FROM w) OR EXISTS (SELECT FROM r), EXISTS (SELECT FROM r)`
 
 // sqlCancelNotify tells the process running job $1 of its cancellation.
@@ -191,7 +192,7 @@ func (b *DB) cancelOn(ctx context.Context, q querier, id jobs.JobID, inTx bool) 
 	}
 	if running {
 		if _, err := q.Exec(ctx, sqlCancelNotify, strconv.FormatInt(int64(id), 10)); err != nil {
-			// The heartbeat still finds it (cancel_requested_at).
+			// The heartbeat still finds it (cellgate_jobs_cancel_requests).
 			if inTx {
 				return fmt.Errorf("pgjobs: cancel job %d of %s: notify: %w", id, b.name, err)
 			}

@@ -1,3 +1,3 @@
 -- Undoes 000006_periodic_cancel.up.sql.
-ALTER TABLE cellgate_jobs DROP COLUMN cancel_requested_at;
+DROP TABLE cellgate_jobs_cancel_requests;
 DROP TABLE cellgate_jobs_periodic;

@@ -12,8 +12,13 @@ CREATE TABLE cellgate_jobs_periodic (
     updated_at  timestamptz NOT NULL
 );
 
--- Set when Cancel reaches a running job: its process cancels the job's
--- context (NOTIFY cellgate_jobs_cancel, or the heartbeat that reads this
--- column), and a retry or snooze of it fails it instead. Not indexed: it is
--- read only by id.
-ALTER TABLE cellgate_jobs ADD COLUMN cancel_requested_at timestamptz;
+-- A row per running job whose cancellation was asked: its process cancels
+-- the job's context (NOTIFY cellgate_jobs_cancel, or the heartbeat that
+-- reads this table), and a retry, snooze or rescue of it fails it instead.
+-- A table of its own rather than a column of cellgate_jobs: it stays a few
+-- rows (the maintenance leader deletes those of jobs no longer running),
+-- and the jobs table's rows keep their size.
+CREATE TABLE cellgate_jobs_cancel_requests (
+    job_id       bigint      PRIMARY KEY,
+    requested_at timestamptz NOT NULL
+);
