@@ -130,6 +130,7 @@ base := {
 				],
 			},
 		],
+		"periodic": [],
 	},
 	"database": {
 		"control": {

@@ -127,3 +127,89 @@ warn contains msg if {
 	workers >= conns
 	msg := sprintf("database.shards[%d].max_conns: %d connections but shard-local jobs run jobs.workers = %d workers on %s, each holding one; requests would wait for a connection; raise max_conns above jobs.workers", [i, conns, workers, s.name])
 }
+
+# Periodic jobs ---------------------------------------------------------------
+
+periodic_jobs := arr(input.jobs.periodic)
+
+kind_by_name := {k.name: k | some k in job_kinds}
+
+deny contains msg if {
+	some d in duplicates([p.name | some p in periodic_jobs])
+	msg := sprintf("jobs.periodic[%d].name: %s is also jobs.periodic[%d].name; the name keys the entry's stored schedule, so it must be unique", [d[0], json.marshal(d[2]), d[1]])
+}
+
+deny contains msg if {
+	some i, p in periodic_jobs
+	not kind_by_name[p.kind]
+	msg := sprintf("jobs.periodic[%d].kind: %s is not one of jobs.kinds (%s)", [i, json.marshal(p.kind), concat(", ", sort(object.keys(kind_by_name)))])
+}
+
+deny contains msg if {
+	some i, p in periodic_jobs
+	not periodic_has_one_schedule(p)
+	msg := sprintf("jobs.periodic[%d]: %s sets %s; set exactly one of every and cron", [i, p.name, periodic_schedule_fields(p)])
+}
+
+periodic_has_one_schedule(p) if count(periodic_schedules(p)) == 1
+
+periodic_schedules(p) := [f | some f in ["every", "cron"]; object.get(p, f, "") != ""]
+
+periodic_schedule_fields(p) := "neither every nor cron" if {
+	count(periodic_schedules(p)) == 0
+} else := "both every and cron"
+
+deny contains msg if {
+	some i, p in periodic_jobs
+	object.get(p, "every", "") != ""
+	object.get(p, "time_zone", "") != ""
+	msg := sprintf("jobs.periodic[%d].time_zone: %s applies to cron only; every counts from the Unix epoch", [i, json.marshal(p.time_zone)])
+}
+
+# Five fields of the characters cron uses, or a descriptor; the runtime's
+# parser (robfig/cron) checks the ranges when the server starts.
+cron_shape := `^(@(hourly|daily|midnight|weekly|monthly|yearly|annually)|[0-9*,/?A-Za-z-]+( +[0-9*,/?A-Za-z-]+){4})$`
+
+deny contains msg if {
+	some i, p in periodic_jobs
+	object.get(p, "cron", "") != ""
+	not regex.match(cron_shape, trim_space(p.cron))
+	msg := sprintf("jobs.periodic[%d].cron: %s is not a five-field cron expression (minute hour day-of-month month day-of-week) or @hourly, @daily, @weekly, @monthly, @yearly", [i, json.marshal(p.cron)])
+}
+
+# The time zone and the cron fields' ranges are start-up rules
+# (configload.StartRules: the Go time zone database and cron parser).
+
+deny contains msg if {
+	some i, p in periodic_jobs
+	kind := kind_by_name[p.kind]
+	names := {a.name | some a in arr(kind.args)}
+	some k, _ in object.get(p, "args", {})
+	not k in names
+	msg := sprintf("jobs.periodic[%d].args.%s: not an arg of %s (%s)", [i, k, kind.name, arg_list(names)])
+}
+
+deny contains msg if {
+	some i, p in periodic_jobs
+	kind := kind_by_name[p.kind]
+	some a in arr(kind.args)
+	v := object.get(p, "args", {})[a.name]
+	not arg_value_fits(a.type, v)
+	msg := sprintf("jobs.periodic[%d].args.%s: %s does not fit %s's %s arg", [i, a.name, json.marshal(v), kind.name, a.type])
+}
+
+arg_value_fits("string", v) if is_string(v)
+
+arg_value_fits("time", v) if {
+	is_string(v)
+	time.parse_rfc3339_ns(v)
+}
+
+arg_value_fits("bool", v) if is_boolean(v)
+
+arg_value_fits("float64", v) if is_number(v)
+
+arg_value_fits("int64", v) if {
+	is_number(v)
+	round(v) == v
+}

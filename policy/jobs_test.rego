@@ -188,3 +188,37 @@ test_shard_pool_without_shard_local_quiet if {
 	c := cfg([rep("/jobs/workers", 8), rep("/database/shards/1/max_conns", 8), rep("/jobs/postgres/shard_local", false)])
 	not has(warn_of(c), "database.shards")
 }
+
+# Periodic jobs
+
+periodic(entry) := cfg([rep("/jobs/periodic", [object.union({"name": "nightly", "kind": "send_welcome", "args": {}, "time_zone": "", "run_on_start": false, "catch_up": "once"}, entry)])])
+
+test_periodic_valid_allowed if {
+	c := periodic({"cron": "0 3 * * *", "time_zone": "Europe/Paris", "args": {"account_id": 7, "email": "a@b.c"}})
+	not has(deny_of(c), "jobs.periodic")
+	c2 := periodic({"every": "1h"})
+	not has(deny_of(c2), "jobs.periodic")
+}
+
+test_periodic_unknown_kind_denied if {
+	has(deny_of(periodic({"kind": "nope", "every": "1h"})), "jobs.periodic[0].kind: \"nope\" is not one of jobs.kinds (send_welcome)")
+}
+
+test_periodic_schedule_exactly_one if {
+	has(deny_of(periodic({})), "jobs.periodic[0]: nightly sets neither every nor cron")
+	has(deny_of(periodic({"every": "1h", "cron": "@daily"})), "jobs.periodic[0]: nightly sets both every and cron")
+}
+
+test_periodic_bad_cron_denied if {
+	has(deny_of(periodic({"cron": "0 3 * *"})), "jobs.periodic[0].cron: \"0 3 * *\" is not a five-field cron expression")
+}
+
+test_periodic_bad_zone_denied if {
+	has(deny_of(periodic({"every": "1h", "time_zone": "UTC"})), "jobs.periodic[0].time_zone: \"UTC\" applies to cron only")
+}
+
+test_periodic_args_checked if {
+	has(deny_of(periodic({"every": "1h", "args": {"nope": 1}})), "jobs.periodic[0].args.nope: not an arg of send_welcome (args: account_id, email)")
+	has(deny_of(periodic({"every": "1h", "args": {"account_id": "seven"}})), "jobs.periodic[0].args.account_id: \"seven\" does not fit send_welcome's int64 arg")
+	has(deny_of(periodic({"every": "1h", "args": {"account_id": 1.5}})), "jobs.periodic[0].args.account_id: 1.5 does not fit send_welcome's int64 arg")
+}

@@ -27,6 +27,7 @@ func jobsConfig(c config.Jobs) jobs.Config {
 			LanesPerTenant: c.Tenants.LanesPerTenant,
 		},
 		ShutdownTimeout: c.ShutdownTimeout.D(),
+		Periodic:        periodicJobs(c.Periodic),
 	}.WithDefaults()
 }
 
@@ -39,6 +40,18 @@ func jobLimits(c config.Jobs, tenants *plans.Store) jobs.TenantLimits {
 		return tenants
 	}
 	return jobs.UniformLimits{MaxRunning: c.Tenants.MaxConcurrent}
+}
+
+// periodicJobs maps jobs.periodic onto the runtime's entries.
+func periodicJobs(ps []config.PeriodicJob) []jobs.PeriodicJob {
+	out := make([]jobs.PeriodicJob, len(ps))
+	for i, p := range ps {
+		out[i] = jobs.PeriodicJob{
+			Name: p.Name, Kind: p.Kind, Args: p.Args, Every: p.Every.D(), Cron: p.Cron,
+			TimeZone: p.TimeZone, RunOnStart: p.RunOnStart, CatchUp: jobs.CatchUp(p.CatchUp),
+		}
+	}
+	return out
 }
 
 // newJobs builds the job client the spec asks for, with the app's

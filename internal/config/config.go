@@ -327,6 +327,28 @@ type Jobs struct {
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
 	// Kinds are the job kinds of the service.
 	Kinds []JobKind `json:"kinds"`
+	// Periodic are the jobs enqueued on a schedule.
+	Periodic []PeriodicJob `json:"periodic"`
+}
+
+// PeriodicJob is one entry of jobs.periodic.
+type PeriodicJob struct {
+	// Name keys the entry's stored schedule.
+	Name string `json:"name"`
+	// Kind is the job kind to enqueue.
+	Kind string `json:"kind"`
+	// Args are the kind's args as JSON.
+	Args json.RawMessage `json:"args"`
+	// Every is the interval between runs ("" with Cron).
+	Every Duration `json:"every,omitempty"`
+	// Cron is a five-field cron expression or descriptor ("" with Every).
+	Cron string `json:"cron,omitempty"`
+	// TimeZone is the IANA zone Cron is read in ("" is UTC).
+	TimeZone string `json:"time_zone"`
+	// RunOnStart runs the job once when the entry is first scheduled.
+	RunOnStart bool `json:"run_on_start"`
+	// CatchUp is "once" or "skip": what missed periods do.
+	CatchUp string `json:"catch_up"`
 }
 
 // JobTenants holds per-tenant job isolation.

@@ -8,6 +8,9 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
 
 	"github.com/cellgate/cellgate/internal/cells"
 	"github.com/cellgate/cellgate/internal/config"
@@ -423,6 +426,16 @@ func StartRules(cfg config.Config, mode Mode) []schema.Issue {
 	for i, c := range cfg.Cells {
 		if err := cells.CheckURL(c.URL); err != nil {
 			add(fmt.Sprintf("cells[%d].url", i), "%v", err)
+		}
+	}
+	for i, p := range cfg.Jobs.Periodic {
+		if p.Cron != "" {
+			if _, err := cron.ParseStandard(p.Cron); err != nil {
+				add(fmt.Sprintf("jobs.periodic[%d].cron", i), "%q: %v", p.Cron, err)
+			}
+		}
+		if _, err := time.LoadLocation(p.TimeZone); err != nil {
+			add(fmt.Sprintf("jobs.periodic[%d].time_zone", i), "%q is not an IANA time zone (for example \"Europe/Paris\"): %v", p.TimeZone, err)
 		}
 	}
 	if mode == Final && len(cfg.Cells) > 1 && cfg.Server.Cell == "" {

@@ -100,6 +100,12 @@ type Capabilities struct {
 	// slots and lanes (Config.Tenants). A Client on a backend without it logs
 	// a warning when Config.Tenants asks for isolation and runs without it.
 	TenantIsolation bool
+	// Periodic: the backend schedules OpenParams.Periodic. A Client with
+	// periodic entries refuses a backend without it.
+	Periodic bool
+	// CancelRunning: Canceller.Cancel of a running job reaches the worker
+	// holding it through OpenParams.Cancelled.
+	CancelRunning bool
 }
 
 // OpenParams are the effective settings a Backend serves.
@@ -116,6 +122,16 @@ type OpenParams struct {
 	Clock Clock
 	// Logger receives the backend's own diagnostics.
 	Logger *slog.Logger
+	// Periodic are the entries of jobs.periodic to schedule (a backend with
+	// Capabilities.Periodic); Scheduled is told what each scheduling of
+	// an entry did, for the metrics.
+	Periodic  []PeriodicParams
+	Scheduled func(name string, enqueued, skipped int)
+	// Cancelled is called (from any goroutine) by a backend that can
+	// cancel running jobs (Capabilities.CancelRunning) when a job this
+	// Client's workers hold was cancelled: the Client cancels the job's
+	// context.
+	Cancelled func(id JobID)
 }
 
 // InsertParams is one job to insert.

@@ -91,6 +91,15 @@ type Client struct {
 	done      chan struct{}
 
 	insert InsertFunc // the insert middleware chain; nil without middleware
+
+	// Cancellation of running jobs (Capabilities.CancelRunning): ids the
+	// backend reported cancelled that no worker was seen holding yet
+	// (claimed ahead, say). npending lets the workers skip the map while
+	// it is empty, which is nearly always.
+	cancelRunning bool
+	cmu           sync.Mutex
+	cpending      map[JobID]struct{}
+	npending      atomic.Int32
 }
 
 // workerState is one worker's state, read by Stop and by metric scrapes
@@ -102,8 +111,29 @@ type workerState struct {
 	// The last kind run, to skip the map lookup for runs of one kind.
 	lastKind string
 	lastReg  *registered
-	_        [128 - 8 - 24 - 16 - 8]byte
+	// With a backend that cancels running jobs: the worker's context and
+	// its cancel, renewed (under mu) once a cancelled job is over, so a
+	// job costs no context of its own. mu orders a cancel against the
+	// worker leaving its job (see Client.cancelled).
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	_      [128 - 8 - 24 - 16 - 8 - 8 - 16 - 8]byte
 }
+
+// cancelledError is the cause of a worker's context cancelled because its
+// job was cancelled (Client.Cancel of a running job).
+type cancelledError struct{ id JobID }
+
+func (e *cancelledError) Error() string { return fmt.Sprintf("jobs: job %d was cancelled", e.id) }
+
+// Is makes a cancelled job's context cause match ErrJobCancelled.
+func (e *cancelledError) Is(target error) bool { return target == ErrJobCancelled }
+
+// ErrJobCancelled matches (errors.Is) the cause of a running job's context
+// cancelled by Client.Cancel: context.Cause(ctx) tells a cancellation from
+// the kind's timeout or a shutdown.
+var ErrJobCancelled = errors.New("jobs: the job was cancelled")
 
 // NewClient validates cfg, opens b with the effective settings and returns a
 // Client that can Enqueue at once and runs jobs after Start. w may be nil for
@@ -163,6 +193,18 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 		c.ws[i].counts = make([]kindCounts, len(kms))
 	}
 	c.m.folder = newFolder(c.m, c.ws, c.lanes, kms)
+	periodic, err := c.periodicParams(eff.Periodic)
+	if err != nil {
+		return nil, err
+	}
+	caps := b.Capabilities()
+	if len(periodic) > 0 && !caps.Periodic {
+		return nil, errors.New("jobs.periodic: this job backend does not schedule periodic jobs")
+	}
+	for _, p := range periodic {
+		c.m.forPeriodic(p.Name)
+	}
+	c.cancelRunning = caps.CancelRunning
 	if o.Registry != nil {
 		if err := c.m.register(o.Registry); err != nil {
 			return nil, fmt.Errorf("jobs: register metrics: %w", err)
@@ -174,6 +216,10 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 		Kinds:   w.Kinds(),
 		Clock:   clock,
 		Logger:  logger,
+
+		Periodic:  periodic,
+		Scheduled: c.m.scheduled,
+		Cancelled: c.cancelled,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: open backend: %w", err)
@@ -292,11 +338,16 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx shards.Tx, args []Args, o
 	return c.backend.InsertManyTx(ctx, tx, ps)
 }
 
-// Cancel cancels the waiting job id (one Enqueue or EnqueueMany made):
-// it will not run, and it ends failed with "cancelled" as its error. It
-// returns an error wrapping ErrNotWaiting when the job is running, has
-// ended or does not exist, and ErrNoCancel on a backend that is no
-// Canceller (the local one).
+// Cancel cancels the job id (one Enqueue or EnqueueMany made). A waiting
+// job will not run, and ends failed with "cancelled" as its error. A
+// running job (on a backend with Capabilities.CancelRunning, in any
+// process) has its context cancelled, with a cause that errors.As finds as
+// the job's cancellation; when its handler returns with an error it ends
+// failed with "cancelled", not retried (a handler that finishes its work
+// anyway and returns nil completes it). It returns an error wrapping
+// ErrNotWaiting when the job has ended or does not exist (or is running,
+// on a backend that cannot cancel running jobs), and ErrNoCancel on a
+// backend that is no Canceller (the local one).
 func (c *Client) Cancel(ctx context.Context, id JobID) error {
 	cb, ok := c.backend.(Canceller)
 	if !ok {
@@ -398,6 +449,11 @@ func (c *Client) Start(ctx context.Context) error {
 	c.claimCtx, c.cancelClm = context.WithCancel(base)
 	c.workCtx, c.cancelWrk = context.WithCancel(base)
 	c.reportCtx = base
+	if c.cancelRunning {
+		for i := range c.ws {
+			c.ws[i].ctx, c.ws[i].cancel = context.WithCancelCause(c.workCtx)
+		}
+	}
 	var wg sync.WaitGroup
 	for i := range c.ws {
 		wg.Add(1)
@@ -496,10 +552,93 @@ func (c *Client) loop(i int) {
 			_ = c.backend.Retry(c.reportCtx, row, 0, "client stopped before the job started")
 			return
 		}
-		c.process(w, row)
+		if !c.cancelRunning {
+			c.process(w, row)
+			w.current.Store(0)
+			continue
+		}
+		id := row.ID
+		if c.npending.Load() > 0 && c.takePending(id) {
+			// Cancelled before this worker took it: it does not start.
+			c.endCancelled(w, row)
+		} else {
+			c.process(w, row)
+		}
+		w.mu.Lock()
 		w.current.Store(0)
+		if w.ctx.Err() != nil {
+			w.ctx, w.cancel = context.WithCancelCause(c.workCtx)
+		}
+		w.mu.Unlock()
+		if c.npending.Load() > 0 {
+			c.takePending(id) // a cancel that came after the job ended
+		}
 	}
 }
+
+// cancelled is OpenParams.Cancelled: job id, which this Client's backend
+// holds, was cancelled. The worker running it has its context cancelled;
+// if none is (yet), the id waits in cpending for the worker that takes
+// the job. The id is recorded before the workers are read, so a worker
+// taking the job meanwhile either is seen here or sees the id.
+func (c *Client) cancelled(id JobID) {
+	c.cmu.Lock()
+	if c.cpending == nil {
+		c.cpending = make(map[JobID]struct{})
+	}
+	if _, ok := c.cpending[id]; !ok {
+		c.cpending[id] = struct{}{}
+		c.npending.Add(1)
+	}
+	c.cmu.Unlock()
+	for i := range c.ws {
+		w := &c.ws[i]
+		if w.current.Load() != int64(id) {
+			continue
+		}
+		w.mu.Lock()
+		if w.current.Load() == int64(id) && w.cancel != nil && c.takePending(id) {
+			w.cancel(&cancelledError{id: id})
+		}
+		w.mu.Unlock()
+	}
+}
+
+// takePending removes id from cpending; it reports whether it was there.
+func (c *Client) takePending(id JobID) bool {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	if _, ok := c.cpending[id]; !ok {
+		return false
+	}
+	delete(c.cpending, id)
+	c.npending.Add(-1)
+	return true
+}
+
+// isCancelled reports whether ctx (a worker's) was cancelled for job id.
+func isCancelled(ctx context.Context, id JobID) bool {
+	var ce *cancelledError
+	return errors.As(context.Cause(ctx), &ce) && ce.id == id
+}
+
+// endCancelled records a cancelled job as failed for good.
+func (c *Client) endCancelled(w *workerState, row *JobRow) {
+	r := c.kinds[row.Kind]
+	counts := &w.counts[c.unknown]
+	if r != nil {
+		counts = &w.counts[r.idx]
+	}
+	counts.inc(outcomeFailed)
+	id := row.ID
+	if err := c.backend.Fail(c.reportCtx, row, errCancelledMsg); err != nil {
+		c.reportErr(err, id)
+	}
+}
+
+// errCancelledMsg is the recorded error of a cancelled job, as the
+// backends record it for a waiting one.
+const errCancelledMsg = "cancelled"
 
 // process runs one attempt and reports its outcome to the backend. The
 // running and lane gauges follow w.current, and the outcome is counted in w
@@ -515,11 +654,23 @@ func (c *Client) process(w *workerState, row *JobRow) {
 	if r != nil {
 		counts = &w.counts[r.idx]
 	}
-	err := c.execute(r, row)
+	base := c.workCtx
+	if c.cancelRunning {
+		base = w.ctx
+	}
+	err := c.execute(base, r, row)
 
 	// The backend may reuse row once it has the outcome: read it first.
 	ctx := c.reportCtx
 	id, kind, attempt := row.ID, row.Kind, row.Attempt
+	if err != nil && c.cancelRunning && isCancelled(base, id) {
+		counts.inc(outcomeFailed)
+		c.logger.Info("jobs: running job cancelled", "id", id, "kind", kind, "attempt", attempt, "err", err)
+		if rerr := c.backend.Fail(ctx, row, errCancelledMsg); rerr != nil {
+			c.reportErr(rerr, id)
+		}
+		return
+	}
 	if err == nil {
 		counts.inc(outcomeCompleted)
 		if rerr := c.backend.Complete(ctx, row); rerr != nil {
@@ -562,13 +713,13 @@ var errTimeout = errors.New("jobs: job timed out")
 
 // execute runs the handler with the job's tenant, the kind's timeout and
 // panic recovery.
-func (c *Client) execute(r *registered, row *JobRow) (err error) {
+func (c *Client) execute(base context.Context, r *registered, row *JobRow) (err error) {
 	if r == nil {
 		// Another process may have the worker (shared PostgreSQL), so this
 		// is an ordinary, retried failure.
 		return fmt.Errorf("no worker registered for kind %q", row.Kind)
 	}
-	ctx := c.workCtx
+	ctx := base
 	if row.Tenant != "" {
 		ctx = tenant.With(ctx, row.Tenant)
 	}

@@ -38,6 +38,9 @@ type Config struct {
 	// ShutdownTimeout bounds how long Stop waits for in-flight jobs when its
 	// context has no earlier deadline. 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration `json:"shutdown_timeout"`
+	// Periodic are the jobs enqueued on a schedule (`jobs.periodic`),
+	// checked against the registered kinds by NewClient. See PeriodicJob.
+	Periodic []PeriodicJob `json:"periodic"`
 }
 
 // TenantConfig is `jobs.tenants`. Isolation (fair order, slots, lanes) is on
@@ -115,6 +118,11 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("jobs.shutdown_timeout: must be > 0, got %s", c.ShutdownTimeout))
+	}
+	for _, p := range c.Periodic {
+		if err := p.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package jobs_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func TestConfigDefaults(t *testing.T) {
 		RetryBackoffMax:  jobs.DefaultRetryBackoffMax,
 		ShutdownTimeout:  jobs.DefaultShutdownTimeout,
 	}
-	if c != want {
+	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
 	if c.Tenants.Isolated() {

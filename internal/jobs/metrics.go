@@ -33,6 +33,10 @@ type metrics struct {
 	laneBusy  *prometheus.GaugeVec
 	depth     *depthCollector
 
+	// Periodic scheduling, by entry (jobs.periodic names: bounded).
+	periodicEnqueued *prometheus.CounterVec
+	periodicSkipped  *prometheus.CounterVec
+
 	// folder is set by the Client before the collectors are registered;
 	// nil when the metrics are used without workers.
 	folder *folder
@@ -69,6 +73,14 @@ func newMetrics(b Backend, logger *slog.Logger) *metrics {
 			Name: "cellgate_jobs_lane_busy_workers",
 			Help: "Workers of each lane between a claim and the report of its outcome (one lane, \"0\", when lanes are off).",
 		}, []string{"lane"}),
+		periodicEnqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellgate_jobs_periodic_enqueued_total",
+			Help: "Runs of periodic jobs enqueued by this process's scheduler, by jobs.periodic entry.",
+		}, []string{"entry"}),
+		periodicSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cellgate_jobs_periodic_skipped_total",
+			Help: "Periods of periodic jobs skipped because they were missed (catch_up), by jobs.periodic entry.",
+		}, []string{"entry"}),
 		depth: &depthCollector{
 			backend: b,
 			logger:  logger,
@@ -81,6 +93,12 @@ func newMetrics(b Backend, logger *slog.Logger) *metrics {
 
 func (m *metrics) register(reg *prometheus.Registry) error {
 	if err := reg.Register(folding{m: m}); err != nil {
+		return err
+	}
+	if err := reg.Register(m.periodicEnqueued); err != nil {
+		return err
+	}
+	if err := reg.Register(m.periodicSkipped); err != nil {
 		return err
 	}
 	return reg.Register(m.depth)
@@ -231,5 +249,21 @@ func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range stats {
 		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, float64(s.Waiting), s.Queue)
+	}
+}
+
+// forPeriodic makes entry's periodic series exist from the start (at 0).
+func (m *metrics) forPeriodic(entry string) {
+	m.periodicEnqueued.WithLabelValues(entry)
+	m.periodicSkipped.WithLabelValues(entry)
+}
+
+// scheduled is OpenParams.Scheduled: one scheduling of entry.
+func (m *metrics) scheduled(entry string, enqueued, skipped int) {
+	if enqueued > 0 {
+		m.periodicEnqueued.WithLabelValues(entry).Add(float64(enqueued))
+	}
+	if skipped > 0 {
+		m.periodicSkipped.WithLabelValues(entry).Add(float64(skipped))
 	}
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,9 @@ type Workers struct {
 type registered struct {
 	spec KindSpec
 	run  handlerFunc
+	// check decodes args as the kind's args type, strictly (unknown
+	// fields refused): a periodic entry's args are checked at start-up.
+	check func(args []byte) error
 	// plain: the args type survives a JSON round trip unchanged, so an
 	// in-process backend may hand the enqueued value over (see plain.go).
 	plain bool
@@ -66,6 +70,12 @@ func Register[T Args](w *Workers, fn func(ctx context.Context, job *Job[T]) erro
 	w.kinds[spec.Name] = &registered{
 		spec:  spec,
 		plain: plainArgs(reflect.TypeFor[T]()),
+		check: func(args []byte) error {
+			var v T
+			d := json.NewDecoder(bytes.NewReader(args))
+			d.DisallowUnknownFields()
+			return d.Decode(&v)
+		},
 		run: func(ctx context.Context, row *JobRow) error {
 			job := &Job[T]{
 				ID:          row.ID,

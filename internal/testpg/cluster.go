@@ -169,6 +169,18 @@ func (c *Cluster) Stop() error {
 	return errors.Join(err, os.RemoveAll(c.Dir))
 }
 
+// Crash stops the server as a crash would (pg_ctl stop -m immediate: no
+// shutdown checkpoint, recovery from the WAL at the next start) and keeps
+// its data for Restart.
+func (c *Cluster) Crash() error {
+	return c.run("pg_ctl", "stop", "-m", "immediate", "-w", "-D", c.dataDir)
+}
+
+// Restart starts the server again on its port after Crash.
+func (c *Cluster) Restart() error {
+	return c.run("pg_ctl", "start", "-w", "-t", "60", "-D", c.dataDir, "-l", filepath.Join(c.Dir, "server.log"))
+}
+
 // run runs one of the cluster's binaries as the server's user.
 func (c *Cluster) run(bin string, args ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -148,6 +148,18 @@ func RunConformance(t *testing.T, h Harness) {
 			fn   func(*testing.T, Harness)
 		}{"TenantCapAcrossProcesses", testTenantCapShared})
 	}
+	if caps.Periodic {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"Periodic", testPeriodic})
+	}
+	if _, ok := probe.(jobs.Canceller); ok && caps.CancelRunning {
+		tests = append(tests, struct {
+			name string
+			fn   func(*testing.T, Harness)
+		}{"CancelRunning", testCancelRunning})
+	}
 	if pauses {
 		tests = append(tests, struct {
 			name string

@@ -82,3 +82,20 @@ type snoozeArgs struct {
 func (snoozeArgs) JobSpec() jobs.KindSpec {
 	return jobs.KindSpec{Name: "jobstest_snooze", MaxAttempts: 1}
 }
+
+// periodicArgs is the kind of the periodic cases.
+type periodicArgs struct {
+	Note string `json:"note"`
+}
+
+func (periodicArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "jobstest_periodic"} }
+
+// cancelArgs is the kind of the running-cancellation case: attempts to
+// spare, so a cancelled job that were retried would run again.
+type cancelArgs struct {
+	Key string `json:"key"`
+}
+
+func (cancelArgs) JobSpec() jobs.KindSpec {
+	return jobs.KindSpec{Name: "jobstest_cancel", MaxAttempts: 5}
+}

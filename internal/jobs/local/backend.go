@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,7 @@ type Backend struct {
 	wallBase    atomic.Pointer[time.Time]
 
 	clock         jobs.Clock
+	periodic      atomic.Pointer[jobs.InProcessScheduler] // set by Open with jobs.periodic entries
 	isolated      bool
 	maxConcurrent int // per-tenant slots (TenantConfig.MaxConcurrent), 0 = none
 	// limitSrc is WithLimits' source; limits is it when it is not a
@@ -121,9 +123,11 @@ func New(opts ...Option) *Backend {
 	return b
 }
 
-// Capabilities reports tenant isolation.
+// Capabilities reports tenant isolation and periodic jobs, scheduled in
+// this process (jobs.InProcessScheduler: every start is a first start, and
+// each process schedules its own).
 func (b *Backend) Capabilities() jobs.Capabilities {
-	return jobs.Capabilities{TenantIsolation: true}
+	return jobs.Capabilities{TenantIsolation: true, Periodic: true}
 }
 
 // Open sets the backend up for p. It may be called once.
@@ -190,6 +194,18 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 		b.queue(k.Queue)
 	}
 	b.status.Store(statusOpen)
+	if len(p.Periodic) > 0 {
+		log := p.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		b.periodic.Store(jobs.StartInProcess(b.clock, p.Periodic,
+			func(ip jobs.InsertParams) (jobs.EnqueueResult, error) { return b.Insert(context.Background(), ip) },
+			p.Scheduled,
+			func(name string, err error) {
+				log.Error("local: enqueuing a periodic job failed; that period is not retried", "entry", name, "err", err)
+			}))
+	}
 	return nil
 }
 
@@ -403,6 +419,10 @@ func (b *Backend) Stats(context.Context) ([]jobs.QueueStats, error) {
 // Close stops the backend: parked Claims return jobs.ErrClosed, and the
 // waiting jobs are dropped with the process.
 func (b *Backend) Close(context.Context) error {
+	// Before mu: a look of the scheduler in progress inserts (under mu).
+	if s := b.periodic.Load(); s != nil {
+		s.Stop()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.status.Swap(statusClosed) == statusClosed {

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -257,9 +256,12 @@ func (b *Backend) NotReady() []string {
 	return out
 }
 
-// Capabilities: no tenant slots or lanes. The fair claim order
-// (Config.Claim) works without them.
-func (b *Backend) Capabilities() jobs.Capabilities { return jobs.Capabilities{} }
+// Capabilities: no tenant slots or lanes (the fair claim order,
+// Config.Claim, works without them); periodic jobs, scheduled by the
+// control database's maintenance leader; cancellation of running jobs.
+func (b *Backend) Capabilities() jobs.Capabilities {
+	return jobs.Capabilities{Periodic: true, CancelRunning: true}
+}
 
 // Open splits p.Workers evenly among the databases (jobs.workers counts
 // per database: pass it times len(Databases())) and opens each.
@@ -272,6 +274,12 @@ func (b *Backend) Open(ctx context.Context, p jobs.OpenParams) error {
 	sub := p
 	sub.Workers = b.per
 	for i, db := range b.dbs {
+		// Periodic jobs are the control database's: once per cell, never
+		// per shard.
+		sub.Periodic = nil
+		if i == 0 {
+			sub.Periodic = p.Periodic
+		}
 		if err := db.open(ctx, sub); err != nil {
 			for _, o := range b.dbs[:i] {
 				_ = o.close(ctx)
@@ -317,46 +325,35 @@ func (b *Backend) InsertManyTx(ctx context.Context, tx shards.Tx, ps []jobs.Inse
 	return db.insertManyTx(ctx, tx, ps)
 }
 
-// Cancel cancels the waiting job id of the control database, where Insert
-// writes; see jobs.Canceller.
+// Cancel cancels job id of the control database, where Insert writes: a
+// waiting job is failed at once; a running one (in any process) has its
+// cancellation recorded and sent to its process (NOTIFY, within
+// milliseconds; or its next heartbeat, within RescueAfter/4 capped at 30 s,
+// if the notification is lost), which cancels the job's context. See
+// jobs.Canceller.
 func (b *Backend) Cancel(ctx context.Context, id jobs.JobID) error {
-	db := b.dbs[0]
 	cctx, cancel := context.WithTimeout(ctx, dbTimeout)
 	defer cancel()
-	tag, err := db.pool.Exec(cctx, sqlCancelWaiting, pgx.QueryExecModeExec, int64(id), db.now())
-	if err != nil {
-		return fmt.Errorf("pgjobs: cancel job %d of %s: %w", id, db.name, err)
+	db := b.dbs[0]
+	// A job of this process that has ended is not running any more: its
+	// buffered completion is written first (a no-op when none is).
+	if db.Ready() {
+		if err := db.flushDone(cctx); err != nil {
+			return fmt.Errorf("pgjobs: cancel job %d of %s: %w", id, db.name, err)
+		}
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: job %d of %s", jobs.ErrNotWaiting, id, db.name)
-	}
-	return nil
+	return db.cancelOn(cctx, db.pool, id, false)
 }
 
-// CancelTx cancels the waiting job id of tx's database with tx; see
-// jobs.Canceller.
+// CancelTx is Cancel of job id of tx's database with tx: the cancellation
+// holds, and reaches a running job's process, if and only if tx commits.
 func (b *Backend) CancelTx(ctx context.Context, tx shards.Tx, id jobs.JobID) error {
 	db, err := b.dbOf(tx)
 	if err != nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, sqlCancelWaiting, int64(id), db.now())
-	if err != nil {
-		return fmt.Errorf("pgjobs: cancel job %d of %s: %w", id, db.name, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: job %d of %s", jobs.ErrNotWaiting, id, db.name)
-	}
-	return nil
+	return db.cancelOn(ctx, tx, id, true)
 }
-
-// sqlCancelWaiting fails a waiting job for good; a running one is its
-// worker's.
-const sqlCancelWaiting = `
-UPDATE cellgate_jobs
-SET state = 'failed', finished_at = $2, vtime = NULL,
-    errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $2::timestamptz, 'error', 'cancelled'))
-WHERE id = $1 AND state = 'available'`
 
 var _ jobs.Canceller = (*Backend)(nil)
 

@@ -120,8 +120,9 @@ func (b *DB) snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) 
 		return err
 	}
 	b.untrack(row.ID)
-	runAt := b.now().Add(max(delay, 0))
-	tag, err := b.writeOutcome(ctx, sqlSnooze, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt)
+	now := b.now()
+	runAt := now.Add(max(delay, 0))
+	tag, err := b.writeOutcome(ctx, sqlSnooze, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now)
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: snooze job %d: %w", row.ID, err))
 	}
@@ -198,15 +199,25 @@ func truncate(s string) string {
 	return s[:i] + "…"
 }
 
+// sqlRetry and sqlSnooze fail a job whose cancellation was asked while it
+// ran (cellgate_jobs_cancel_requests), whatever its worker returned.
 const sqlRetry = `
 UPDATE cellgate_jobs
-SET state = 'available', run_at = $3, vtime = NULL,
+SET state = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN $4::timestamptz END,
+    run_at = $3, vtime = NULL,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', $5::text))
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
 const sqlSnooze = `
 UPDATE cellgate_jobs
-SET state = 'available', run_at = $3, vtime = NULL, attempt = attempt - 1
+SET state = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN $4::timestamptz END,
+    run_at = $3, vtime = NULL,
+    attempt = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN attempt ELSE attempt - 1 END,
+    errors = CASE WHEN EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id)
+             THEN errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $4::timestamptz, 'error', 'cancelled'))
+             ELSE errors END
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
 const sqlFail = `

@@ -117,6 +117,11 @@ type Config struct {
 	// VacuumEvery is how often the maintenance leader checks the table's
 	// dead rows. 0 means DefaultVacuumEvery.
 	VacuumEvery time.Duration
+	// MaintenanceEvery is the period of the maintenance connection's loop
+	// (heartbeats, leader election, rescue) and the grace of a periodic
+	// job's period (seen later than this, it was missed). 0 means
+	// RescueAfter/4, within [10ms, 30s].
+	MaintenanceEvery time.Duration
 	// VacuumDeadRows is the dead-row count (pg_stat_user_tables.n_dead_tup)
 	// at which the leader runs VACUUM on the table. 0 means
 	// DefaultVacuumDeadRows.
@@ -198,6 +203,7 @@ func (c Config) Validate() error {
 	pos("jobs.postgres.vacuum_every", c.VacuumEvery)
 	posInt("jobs.postgres.vacuum_dead_rows", c.VacuumDeadRows)
 	pos("jobs.postgres.limits_every", c.LimitsEvery)
+	pos("jobs.postgres.maintenance_every", c.MaintenanceEvery)
 	return errors.Join(errs...)
 }
 
@@ -205,5 +211,8 @@ func (c Config) Validate() error {
 // leader election and rescue all run on it. A quarter of RescueAfter keeps
 // a live job's heartbeat well inside the rescue window.
 func (c Config) tick() time.Duration {
+	if c.MaintenanceEvery > 0 {
+		return c.MaintenanceEvery
+	}
 	return min(max(c.RescueAfter/4, 10*time.Millisecond), 30*time.Second)
 }

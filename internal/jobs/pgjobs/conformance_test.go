@@ -47,3 +47,24 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestPeriodicFailover: two processes on one database schedule one
+// periodic entry; each of 10 periods is enqueued exactly once while the
+// leader is stopped once (jobstest.RunPeriodicFailover).
+func TestPeriodicFailover(t *testing.T) {
+	dsn := newMigratedDB(t)
+	jobstest.RunPeriodicFailover(t, jobstest.PeriodicHarness{
+		NewBackend: func(tb testing.TB) jobs.Backend {
+			// A fast maintenance tick, so the survivor takes the lead
+			// soon; RescueAfter far beyond the fake clock's 10 minutes.
+			b, err := NewPool(newPool(tb, dsn, "", 4), Config{RescueAfter: time.Hour, MaintenanceEvery: 50 * time.Millisecond,
+				PollInterval: 50 * time.Millisecond}, Options{Logger: quietLogger()})
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(func() { _ = b.Close(context.Background()) })
+			return b
+		},
+		Leader: func(b jobs.Backend) bool { return b.(*Backend).Control().IsLeader() },
+	})
+}

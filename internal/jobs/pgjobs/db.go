@@ -74,6 +74,9 @@ type DB struct {
 	maxPrefetch int
 	queues      []string // of the registered kinds, reported by Stats even when empty
 	waiters     []waiter
+	periodic    []jobs.PeriodicParams          // scheduled by this database's leader (the control database only)
+	scheduled   func(name string, enq, sk int) // OpenParams.Scheduled
+	cancelled   func(id jobs.JobID)            // OpenParams.Cancelled
 
 	quit    chan struct{} // closed by Close
 	closeMu sync.Mutex
@@ -116,11 +119,12 @@ type DB struct {
 	inserts, insertedJobs atomic.Uint64
 
 	// The maintenance connection's loop.
-	lastAnalyze time.Time // of the table, by this backend's vacuum check
-	leader      atomic.Bool
-	mmu         sync.Mutex
-	mreqs       []chan MaintenanceReport
-	waitCancel  context.CancelFunc
+	lastAnalyze  time.Time // of the table, by this backend's vacuum check
+	leader       atomic.Bool
+	mmu          sync.Mutex
+	mreqs        []chan MaintenanceReport
+	periodicKick bool // a periodic entry came due (kickPeriodic), under mmu
+	waitCancel   context.CancelFunc
 
 	logs logLimiter
 }
@@ -249,6 +253,7 @@ func (b *DB) open(_ context.Context, p jobs.OpenParams) error {
 		b.log = slog.Default()
 	}
 	b.log = b.log.With("jobs_db", b.name)
+	b.periodic, b.scheduled, b.cancelled = p.Periodic, p.Scheduled, p.Cancelled
 	b.capped = make(map[string]bool)
 	seen := map[string]bool{}
 	for _, k := range p.Kinds {

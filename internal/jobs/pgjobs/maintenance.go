@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/cellgate/cellgate/internal/jobs"
 )
 
 // MaintenanceReport is what one pass of the maintenance connection did.
@@ -25,6 +28,12 @@ type MaintenanceReport struct {
 	Deleted int
 	// Vacuumed is whether the pass vacuumed the table (Config.VacuumDeadRows).
 	Vacuumed bool
+	// PeriodicEnqueued and PeriodicSkipped count the periods of periodic
+	// jobs the pass enqueued and skipped (the control database's leader).
+	PeriodicEnqueued, PeriodicSkipped int
+	// CancelsSeen is the number of running jobs of this process whose
+	// cancellation the heartbeat found (a NOTIFY missed).
+	CancelsSeen int
 	// Err is the first error of the pass, if any.
 	Err error
 }
@@ -93,7 +102,15 @@ func (b *DB) connect() (*pgx.Conn, error) {
 	// Plan every statement afresh: the table's size swings too much for a
 	// plan cached on this long-lived connection to stay good.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
-	cc.OnNotification = func(*pgconn.PgConn, *pgconn.Notification) { signal(b.wake) }
+	cc.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) {
+		if n.Channel == cancelChannel {
+			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
+				b.noteCancel(jobs.JobID(id))
+			}
+			return
+		}
+		signal(b.wake)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return pgx.ConnectConfig(ctx, cc)
@@ -102,6 +119,9 @@ func (b *DB) connect() (*pgx.Conn, error) {
 func (b *DB) serveConn(conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	_, err := conn.Exec(ctx, "LISTEN cellgate_jobs")
+	if err == nil {
+		_, err = conn.Exec(ctx, "LISTEN "+cancelChannel)
+	}
 	cancel()
 	if err != nil {
 		return err
@@ -112,12 +132,24 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 	next := time.Now()
 	nextVacuum := time.Now().Add(b.cfg.VacuumEvery)
 	var lastRetention time.Time
+	// The periodic schedule runs when this connection's process leads
+	// and an entry comes due (clock time), or on RunMaintenance.
+	var nextPeriodic, armedPeriodic time.Time
+	var periodicTimer jobs.Timer
+	defer func() {
+		if periodicTimer != nil {
+			periodicTimer.Stop()
+		}
+	}()
 	for {
 		b.mmu.Lock()
 		reqs := b.mreqs
 		b.mreqs = nil
+		kicked := b.periodicKick
+		b.periodicKick = false
 		b.mmu.Unlock()
 		now := time.Now()
+		var passRep MaintenanceReport
 		if len(reqs) > 0 || !now.Before(next) || !now.Before(nextVacuum) {
 			full := len(reqs) > 0 || !now.Before(next)
 			retention := len(reqs) > 0 || now.Sub(lastRetention) >= b.cfg.RetentionEvery
@@ -126,9 +158,7 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 			if full && retention && rep.Leader && rep.Err == nil {
 				lastRetention = time.Now()
 			}
-			for _, ch := range reqs {
-				ch <- rep
-			}
+			passRep = rep
 			if full {
 				next = time.Now().Add(tick)
 			}
@@ -136,12 +166,38 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 				nextVacuum = time.Now().Add(b.cfg.VacuumEvery)
 			}
 			if rep.Err != nil && conn.IsClosed() {
+				answer(reqs, passRep)
 				return rep.Err
 			}
 		}
+		if len(b.periodic) > 0 && b.leader.Load() && (len(reqs) > 0 || kicked || !b.now().Before(nextPeriodic)) {
+			var enq, skip int
+			var err error
+			nextPeriodic, enq, skip, err = b.schedulePeriodic()
+			if err != nil {
+				b.logErr("periodic", "pgjobs: scheduling periodic jobs failed; trying again", err)
+			}
+			passRep.PeriodicEnqueued, passRep.PeriodicSkipped = enq, skip
+			if passRep.Err == nil {
+				passRep.Err = err
+			}
+			if err != nil && conn.IsClosed() {
+				answer(reqs, passRep)
+				return err
+			}
+		}
+		answer(reqs, passRep)
 		wakeAt := next
 		if nextVacuum.Before(wakeAt) {
 			wakeAt = nextVacuum
+		}
+		if len(b.periodic) > 0 && b.leader.Load() && !nextPeriodic.Equal(armedPeriodic) {
+			// On the injected clock, so a test's clock moves the schedule.
+			if periodicTimer != nil {
+				periodicTimer.Stop()
+			}
+			armedPeriodic = nextPeriodic
+			periodicTimer = b.clock.AfterFunc(max(nextPeriodic.Sub(b.now()), 0), b.kickPeriodic)
 		}
 		wctx, wcancel := context.WithDeadline(context.Background(), wakeAt)
 		b.mmu.Lock()
@@ -151,7 +207,7 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 			return nil
 		}
 		b.waitCancel = wcancel
-		pending := len(b.mreqs) > 0
+		pending := len(b.mreqs) > 0 || b.periodicKick
 		b.mmu.Unlock()
 		if pending {
 			wcancel()
@@ -173,6 +229,24 @@ func (b *DB) serveConn(conn *pgx.Conn) error {
 		default:
 			return err
 		}
+	}
+}
+
+// kickPeriodic wakes the maintenance connection's loop for the periodic
+// schedule (a timer on the injected clock).
+func (b *DB) kickPeriodic() {
+	b.mmu.Lock()
+	b.periodicKick = true
+	if b.waitCancel != nil {
+		b.waitCancel()
+	}
+	b.mmu.Unlock()
+}
+
+// answer hands a pass's report to the RunMaintenance calls waiting for it.
+func answer(reqs []chan MaintenanceReport, rep MaintenanceReport) {
+	for _, ch := range reqs {
+		ch <- rep
 	}
 }
 
@@ -210,9 +284,15 @@ func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Maintenance
 	}
 	b.mu.Unlock()
 	if len(ids) > 0 {
-		tag, err := conn.Exec(ctx, sqlHeartbeat, ids, attempts, now)
+		var cancelled []int64
+		err := conn.QueryRow(ctx, sqlHeartbeat, ids, attempts, now).Scan(&rep.Heartbeats, &cancelled)
 		setErr(err)
-		rep.Heartbeats = int(tag.RowsAffected())
+		// The poll behind NOTIFY cellgate_jobs_cancel: a cancellation
+		// whose notification was lost reaches the job within a tick.
+		for _, id := range cancelled {
+			b.noteCancel(jobs.JobID(id))
+		}
+		rep.CancelsSeen = len(cancelled)
 	}
 
 	if !b.leader.Load() {
@@ -268,6 +348,10 @@ func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Maintenance
 	}
 
 	if retention {
+		// The cancellation requests of jobs that ended (a handful).
+		if _, err := conn.Exec(ctx, sqlCancelRequestsDone); err != nil {
+			setErr(fmt.Errorf("pgjobs: cancellation requests on %s: %w", b.name, err))
+		}
 		cutoff := now.Add(-b.cfg.Retention)
 		for range maxRetentionChunks {
 			tag, err := conn.Exec(ctx, sqlRetention, cutoff, retentionChunk)
@@ -334,18 +418,23 @@ const (
 const sqlTryLead = `SELECT pg_try_advisory_lock($1, (('cellgate_jobs'::regclass)::oid::bigint & 2147483647)::int)`
 
 const sqlHeartbeat = `
-UPDATE cellgate_jobs
-SET heartbeat_at = $3
-WHERE id = ANY ($1::bigint[]) AND state = 'running'
-  AND attempt = ($2::int[])[array_position($1::bigint[], id)]`
+WITH h AS (
+    UPDATE cellgate_jobs
+    SET heartbeat_at = $3
+    WHERE id = ANY ($1::bigint[]) AND state = 'running'
+      AND attempt = ($2::int[])[array_position($1::bigint[], id)]
+    RETURNING id)
+SELECT count(*)::int,
+       coalesce(array_agg(h.id) FILTER (WHERE EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = h.id)), '{}')
+FROM h`
 
 // sqlRescue makes jobs whose heartbeat is older than $2 available again at
 // once, or fails them if that was their last attempt; the attempt stays
 // counted, so a job that keeps killing its process stops eventually.
 const sqlRescue = `
 UPDATE cellgate_jobs
-SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END,
-    finished_at = CASE WHEN attempt >= max_attempts THEN $1::timestamptz END,
+SET state = CASE WHEN attempt >= max_attempts OR EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN 'failed' ELSE 'available' END,
+    finished_at = CASE WHEN attempt >= max_attempts OR EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = cellgate_jobs.id) THEN $1::timestamptz END,
     run_at = $1,
     vtime = NULL,
     heartbeat_at = NULL,
@@ -354,6 +443,10 @@ SET state = CASE WHEN attempt >= max_attempts THEN 'failed' ELSE 'available' END
         'error', 'rescued: the process running it (' || coalesce(claimed_by, '?') || ') stopped sending heartbeats'))
 WHERE state = 'running' AND attempt > 0 AND heartbeat_at < $2
 RETURNING state = 'failed'`
+
+const sqlCancelRequestsDone = `
+DELETE FROM cellgate_jobs_cancel_requests c
+WHERE NOT EXISTS (SELECT FROM cellgate_jobs j WHERE j.id = c.job_id AND j.state = 'running')`
 
 // sqlRetention deletes the oldest expired jobs. It walks the primary key
 // from the oldest id: finished jobs are the old ones, so the walk stops
