@@ -85,16 +85,16 @@ func TestCellAnswersBadInputWith4xx(t *testing.T) {
 		{"order of an unknown account", "/orders", "application/json", `{"account_id":999999999,"amount_cents":100}`, 422, "reference_not_found"},
 		{"NUL in an email", "/signup", "application/json", `{"email":"a\u0000b@x.test"}`, 400, "invalid_text"},
 		{"NUL in a note", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1,"note":"\u0000"}`, acct), 400, "invalid_text"},
-		{"3 KB email", "/signup", "application/json", `{"email":"` + long + `@x.test"}`, 400, "invalid_body"},
-		{"3 KB name", "/signup", "application/json", `{"email":"n@x.test","name":"` + long + `"}`, 400, "invalid_body"},
-		{"3 KB note", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1,"note":"%s"}`, acct, long), 400, "invalid_body"},
+		{"3 KB email", "/signup", "application/json", `{"email":"` + long + `@x.test"}`, 400, "invalid_request"},
+		{"3 KB name", "/signup", "application/json", `{"email":"n@x.test","name":"` + long + `"}`, 400, "invalid_request"},
+		{"3 KB note", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1,"note":"%s"}`, acct, long), 400, "invalid_request"},
 		{"email taken", "/signup", "application/json", `{"email":"owner@attacker.test"}`, 409, "already_exists"},
 		{"trailing JSON", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1}{"account_id":1}`, acct), 400, "trailing_data"},
 		{"text/plain", "/orders", "text/plain", fmt.Sprintf(`{"account_id":%d,"amount_cents":1}`, acct), 415, "unsupported_media_type"},
 		{"form body", "/signup", "application/x-www-form-urlencoded", `email=f@x.test`, 415, "unsupported_media_type"},
-		{"amount as a string", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":"1"}`, acct), 400, "invalid_json"},
-		{"negative amount", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":-1}`, acct), 400, "invalid_body"},
-		{"amount beyond int64", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1e30}`, acct), 400, "invalid_json"},
+		{"amount as a string", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":"1"}`, acct), 400, "invalid_request"},
+		{"negative amount", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":-1}`, acct), 400, "invalid_request"},
+		{"amount beyond int64", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1e30}`, acct), 400, "invalid_request"},
 	}
 	for _, tc := range cases {
 		status, body := post(tc.path, tc.ctype, tc.body)
