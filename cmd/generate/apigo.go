@@ -8,6 +8,8 @@ import (
 	"go/format"
 	"go/parser"
 	"go/token"
+	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -650,3 +652,276 @@ func join(path, name string) string {
 	return path + "." + name
 }
 `
+
+// renderAPITest writes gen/api/schemas_test.go: per request type a table
+// of invalid inputs derived from its schema (each required field missing,
+// an unknown field, each field of the wrong type, each constraint broken)
+// that must be refused with 400 naming the field before the handler runs,
+// and a fuzz test of its decoder with the table as seeds.
+func renderAPITest(cfg config.Config, api *API) ([]byte, error) {
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("%s\n\npackage api\n\n", Header)
+	p("import (\n\t\"errors\"\n\t\"net/http\"\n\t\"net/http/httptest\"\n\t\"strings\"\n\t\"testing\"\n\n")
+	p("\t\"github.com/labstack/echo/v4\"\n\n\t\"github.com/cellgate/cellgate/internal/httpguard\"\n\t\"github.com/cellgate/cellgate/internal/shards\"\n)\n\n")
+	p("// stub implements Handler and records a call: invalid input must never make one.\n")
+	p("type stub struct{ called *bool }\n\n")
+	for _, r := range cfg.Routes {
+		_, out := successResponse(r)
+		ret := "nil"
+		if out != "" {
+			if api.Lookup(out).Type == "object" {
+				ret = out + "{}, nil"
+			} else {
+				ret = "nil, nil"
+			}
+		}
+		p("func (s stub) %s%s {\n\t*s.called = true\n\treturn %s\n}\n\n", r.Handler, handlerSignature(r), ret)
+	}
+	p(`// invalidCase is one input the route must refuse, naming field.
+type invalidCase struct{ input, field string }
+
+// expectRefused runs serve on each case: 400 invalid_request (or
+// invalid_json) naming the field, the handler never called.
+func expectRefused(t *testing.T, method, target string, cases []invalidCase, body bool,
+	serve func(h Handler, c echo.Context) error) {
+	t.Helper()
+	e := echo.New()
+	for _, tc := range cases {
+		var req *http.Request
+		if body {
+			req = httptest.NewRequest(method, target, strings.NewReader(tc.input))
+			req.Header.Set("Content-Type", "application/json")
+		} else {
+			req = httptest.NewRequest(method, target+"?"+tc.input, nil)
+		}
+		called := false
+		err := serve(stub{&called}, e.NewContext(req, httptest.NewRecorder()))
+		var p *httpguard.Problem
+		if !errors.As(err, &p) || p.Status != http.StatusBadRequest {
+			t.Errorf("%%s: error %%v, want a 400 problem", tc.input, err)
+			continue
+		}
+		if called {
+			t.Errorf("%%s: the handler ran", tc.input)
+		}
+		named := false
+		for _, fe := range p.Errors {
+			named = named || fe.Field == tc.field || strings.HasPrefix(fe.Field, tc.field+".") || strings.HasPrefix(fe.Field, tc.field+"[")
+		}
+		if !named {
+			t.Errorf("%%s: the 400 does not name %%s: %%s", tc.input, tc.field, p.Body())
+		}
+	}
+}
+
+`)
+	for _, r := range cfg.Routes {
+		if r.Request == "" && r.Query == "" {
+			continue
+		}
+		call := "serve" + r.Handler + "(h)(c, shards.Accessor{})"
+		if r.Public {
+			call = "serve" + r.Handler + "(h)(c)"
+		}
+		serve := "func(h Handler, c echo.Context) error { return " + call + " }"
+		if r.Query != "" {
+			cases, err := queryCases(api.Lookup(r.Query))
+			if err != nil {
+				return nil, err
+			}
+			p("// TestInvalid%sQueryNeverReachesHandler: %s %s's invalid query parameters.\n", r.Handler, r.Method, r.Path)
+			p("func TestInvalid%sQueryNeverReachesHandler(t *testing.T) {\n", r.Handler)
+			p("\texpectRefused(t, %q, %q, []invalidCase{\n", r.Method, examplePath(r.Path))
+			for _, c := range cases {
+				p("\t\t{%s, %q},\n", strconv.Quote(c.input), c.field)
+			}
+			p("\t}, false, %s)\n}\n\n", serve)
+		}
+		if r.Request != "" {
+			cases, err := bodyCases(api, api.Lookup(r.Request), "")
+			if err != nil {
+				return nil, err
+			}
+			p("// TestInvalid%sBodyNeverReachesHandler: %s %s's invalid bodies.\n", r.Handler, r.Method, r.Path)
+			p("func TestInvalid%sBodyNeverReachesHandler(t *testing.T) {\n", r.Handler)
+			p("\texpectRefused(t, %q, %q, %sCases, true, %s)\n}\n\n", r.Method, examplePath(r.Path), lowerFirst(r.Handler), serve)
+			p("var %sCases = []invalidCase{\n", lowerFirst(r.Handler))
+			for _, c := range cases {
+				p("\t{%s, %q},\n", strconv.Quote(c.input), c.field)
+			}
+			p("}\n\n")
+			p(`// FuzzDecode%[1]s: whatever the body, Decode%[2]s either returns a value
+// that validates or a 4xx problem whose every field error names its field.
+func FuzzDecode%[1]s(f *testing.F) {
+	f.Add("{}")
+	for _, c := range %[3]sCases {
+		f.Add(c.input)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest(%[4]q, %[5]q, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		v, err := Decode%[2]s(req)
+		if err == nil {
+			if errs := v.Validate(); errs != nil {
+				t.Fatalf("decoded %%q into a value that fails validation: %%v", body, errs)
+			}
+			return
+		}
+		var p *httpguard.Problem
+		if !errors.As(err, &p) || p.Status < 400 || p.Status > 499 {
+			t.Fatalf("%%q: error %%v, want a 4xx problem", body, err)
+		}
+		for _, fe := range p.Errors {
+			if fe.Field == "" && !strings.HasPrefix(fe.Reason, "a time") {
+				t.Fatalf("%%q: an error names no field: %%s", body, p.Body())
+			}
+		}
+	})
+}
+
+`, r.Handler, r.Request, lowerFirst(r.Handler), r.Method, examplePath(r.Path))
+		}
+	}
+	src, err := format.Source(b.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("gofmt api/schemas_test.go: %w\n%s", err, b.Bytes())
+	}
+	return src, nil
+}
+
+// examplePath fills a path's parameters with 1.
+func examplePath(p string) string {
+	for _, name := range pathParams(p) {
+		p = strings.Replace(p, "{"+name+"}", "1", 1)
+	}
+	return p
+}
+
+type testCase struct{ input, field string }
+
+// bodyCases are the invalid bodies of object s, its fields under prefix.
+func bodyCases(api *API, s *Schema, prefix string) ([]testCase, error) {
+	wrap := func(v string) string {
+		// Nest the case under the enclosing fields.
+		parts := strings.Split(strings.TrimSuffix(prefix, "."), ".")
+		if prefix == "" {
+			return v
+		}
+		for i := len(parts) - 1; i >= 0; i-- {
+			k, _ := json.Marshal(parts[i])
+			v = "{" + string(k) + ":" + v + "}"
+		}
+		return v
+	}
+	var out []testCase
+	for _, pr := range s.Props {
+		if pr.Required && pr.Schema.Default == nil {
+			out = append(out, testCase{wrap("{}"), prefix + pr.Name})
+		}
+	}
+	out = append(out, testCase{wrap(`{"zz_unknown":1}`), prefix + "zz_unknown"})
+	for _, pr := range s.Props {
+		field := func(v string) string {
+			k, _ := json.Marshal(pr.Name)
+			return wrap("{" + string(k) + ":" + v + "}")
+		}
+		ps := pr.Schema
+		if ps.Ref != "" {
+			t := api.Lookup(ps.Ref)
+			if t.Type == "object" {
+				out = append(out, testCase{field(`"x"`), prefix + pr.Name})
+				inner, err := bodyCases(api, t, prefix+pr.Name+".")
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, inner...)
+				continue
+			}
+			ps = t
+		}
+		for _, v := range invalidValues(ps) {
+			out = append(out, testCase{field(v), prefix + pr.Name})
+		}
+	}
+	return out, nil
+}
+
+// invalidValues are JSON values s refuses: the wrong type, then one per
+// constraint.
+func invalidValues(s *Schema) []string {
+	var out []string
+	switch s.Type {
+	case "string":
+		out = append(out, "12345")
+		if s.MinLength != nil && *s.MinLength > 0 {
+			out = append(out, strconv.Quote(strings.Repeat("a", int(*s.MinLength)-1)))
+		}
+		if s.MaxLength != nil {
+			out = append(out, strconv.Quote(strings.Repeat("a", int(*s.MaxLength)+1)))
+		}
+		if s.Pattern != "" {
+			if re, err := regexp.Compile(s.Pattern); err == nil {
+				for _, c := range []string{"", " ", "a", "@", "0", "aaaa"} {
+					if !re.MatchString(c) {
+						b, _ := json.Marshal(c)
+						out = append(out, string(b))
+						break
+					}
+				}
+			}
+		}
+		if len(s.Enum) > 0 {
+			out = append(out, `"zz_not_a_member"`)
+		}
+	case "integer", "number":
+		out = append(out, `"x"`)
+		if s.Type == "integer" {
+			out = append(out, "1e30", "1.5")
+		}
+		if f, err := s.Minimum.Float64(); err == nil {
+			out = append(out, strconv.FormatFloat(f-1, 'f', -1, 64))
+		}
+		if f, err := s.Maximum.Float64(); err == nil {
+			out = append(out, strconv.FormatFloat(f+1, 'f', -1, 64))
+		}
+	case "boolean":
+		out = append(out, `"x"`)
+	case "array":
+		out = append(out, `"x"`)
+		if s.MinItems != nil && *s.MinItems > 0 {
+			out = append(out, "[]")
+		}
+	}
+	return out
+}
+
+// queryCases are the invalid query strings of query schema s.
+func queryCases(s *Schema) ([]testCase, error) {
+	var out []testCase
+	for _, pr := range s.Props {
+		if pr.Required && pr.Schema.Default == nil {
+			out = append(out, testCase{"", pr.Name})
+		}
+	}
+	out = append(out, testCase{"zz_unknown=1", "zz_unknown"})
+	for _, pr := range s.Props {
+		out = append(out, testCase{pr.Name + "=1&" + pr.Name + "=2", pr.Name})
+		for _, v := range invalidValues(pr.Schema) {
+			var raw any
+			if err := json.Unmarshal([]byte(v), &raw); err != nil {
+				return nil, err
+			}
+			str, ok := raw.(string)
+			if !ok {
+				if pr.Schema.Type == "string" {
+					continue // a query parameter is always a string
+				}
+				str = v
+			}
+			q := url.Values{pr.Name: {str}}
+			out = append(out, testCase{q.Encode(), pr.Name})
+		}
+	}
+	return out, nil
+}

@@ -74,6 +74,11 @@ func Render(in Input) (map[string][]byte, error) {
 			return nil, err
 		}
 		out["api/schemas.go"] = src
+		test, err := renderAPITest(in.Config, api)
+		if err != nil {
+			return nil, err
+		}
+		out["api/schemas_test.go"] = test
 	}
 	for file, version := range map[string]string{"openapi.json": "3.1.0", "openapi-3.0.json": "3.0.3"} {
 		doc, err := renderOpenAPI(in.Config, api, version)
