@@ -274,9 +274,13 @@ func (g *goWriter) typeDecl(s *Schema) {
 		default:
 			g.p("\tif w.%s != nil {\n", f)
 		}
-		g.p("%s", g.fromWire(pr.Schema, "x", "(*w."+f+")", path))
+		conv := g.fromWire(pr.Schema, "x", "(*w."+f+")", path)
+		g.p("%s", conv)
 		g.p("%s", g.checks(pr.Schema, "x", path, true))
-		if pr.Optional() {
+		if pr.Optional() && strings.HasSuffix(conv, ":= (*w."+f+")\n") {
+			// The wire value is the Go value: its pointer is reused.
+			g.p("\t\tv.%s = w.%s\n", f, f)
+		} else if pr.Optional() {
 			g.p("\t\tv.%s = &x\n", f)
 		} else {
 			g.p("\t\tv.%s = x\n", f)

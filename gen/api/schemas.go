@@ -163,7 +163,7 @@ func (w *newOrderWire) value(p, in string, errs *[]httpguard.FieldError) (v NewO
 		if len(x) > 2000 && utf8.RuneCountInString(x) > 2000 {
 			*errs = append(*errs, httpguard.FieldError{Field: join(p, "note"), In: in, Reason: "must be at most 2000 characters"})
 		}
-		v.Note = &x
+		v.Note = w.Note
 	}
 	return v
 }
@@ -268,7 +268,7 @@ func (w *signUpWire) value(p, in string, errs *[]httpguard.FieldError) (v SignUp
 		if len(x) > 200 && utf8.RuneCountInString(x) > 200 {
 			*errs = append(*errs, httpguard.FieldError{Field: join(p, "name"), In: in, Reason: "must be at most 200 characters"})
 		}
-		v.Name = &x
+		v.Name = w.Name
 	}
 	return v
 }
