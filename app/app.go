@@ -10,7 +10,6 @@
 package app
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -58,51 +57,18 @@ func (a *App) Index(c echo.Context) error {
 	})
 }
 
-// signUpRequest is the body of POST /signup.
-type signUpRequest struct {
-	Email string `json:"email"`
-	Name  string `json:"name"`
-}
-
-// Field limits of the example's bodies, in bytes. The database would refuse
-// an email too long for its unique index (and the runtime answer 400), but
-// a limit the client can read in the answer is better than a database error.
-const (
-	maxEmailBytes = 254 // the longest address SMTP carries (RFC 5321)
-	maxNameBytes  = 200
-	maxNoteBytes  = 2000
-)
-
-func (r signUpRequest) validate() error {
-	switch {
-	case r.Email == "":
-		return runtime.BadBody(nil, "email is required")
-	case len(r.Email) > maxEmailBytes:
-		return runtime.BadBody(nil, fmt.Sprintf("email must be at most %d bytes", maxEmailBytes))
-	case len(r.Name) > maxNameBytes:
-		return runtime.BadBody(nil, fmt.Sprintf("name must be at most %d bytes", maxNameBytes))
-	}
-	return nil
-}
-
 // SignUp writes the account on the tenant's shard and enqueues
-// send_welcome in the same transaction. A second sign-up of an email is the
-// database's unique refusal, which the runtime answers 409 already_exists
-// (docs/errors.md lists every such answer).
-func (a *App) SignUp(c echo.Context, r api.Request) error {
-	var req signUpRequest
-	if err := c.Bind(&req); err != nil {
-		return err
-	}
-	if err := req.validate(); err != nil {
-		return err
-	}
+// send_welcome in the same transaction. body is already valid (#SignUp in
+// schema/app.cue). A second sign-up of an email is the database's unique
+// refusal, which the runtime answers 409 already_exists (docs/errors.md
+// lists every such answer).
+func (a *App) SignUp(c echo.Context, r api.Request, body api.SignUp) (api.Account, error) {
 	ctx, sh := c.Request().Context(), r.Shard
 	var acct db.Account
 	err := sh.Tx(ctx, func(tx shards.Tx) error {
 		var err error
 		acct, err = db.New(tx).CreateAccount(ctx, db.CreateAccountParams{
-			TenantID: r.Tenant, Slot: int32(sh.Slot()), Email: req.Email, Name: req.Name,
+			TenantID: r.Tenant, Slot: int32(sh.Slot()), Email: body.Email, Name: deref(body.Name),
 		})
 		if err != nil {
 			return err
@@ -111,55 +77,33 @@ func (a *App) SignUp(c echo.Context, r api.Request) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return api.Account{}, err
 	}
 	// runtime.Logger carries the request, trace and tenant ids.
 	runtime.Logger(c).Info("account created", "account_id", acct.ID)
-	return c.JSON(http.StatusCreated, acct)
+	return account(acct), nil
 }
 
 // GetAccount returns one account of the tenant (?id=). No such account is
 // pgx.ErrNoRows, which the runtime answers 404 not_found.
-func (a *App) GetAccount(c echo.Context, r api.Request) error {
-	id, err := strconv.ParseInt(c.QueryParam("id"), 10, 64)
-	if err != nil {
-		return echo.NewHTTPError(http.StatusBadRequest, "query parameter id must be an integer")
-	}
+func (a *App) GetAccount(c echo.Context, r api.Request, query api.AccountQuery) (api.Account, error) {
 	ctx, sh := c.Request().Context(), r.Shard
 	var acct db.Account
-	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
-		acct, err = db.New(conn).GetAccount(ctx, db.GetAccountParams{TenantID: r.Tenant, ID: id})
+	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		var err error
+		acct, err = db.New(conn).GetAccount(ctx, db.GetAccountParams{TenantID: r.Tenant, ID: query.ID})
 		return err
 	})
 	if err != nil {
-		return err
+		return api.Account{}, err
 	}
-	return c.JSON(http.StatusOK, acct)
-}
-
-// createOrderRequest is the body of POST /orders.
-type createOrderRequest struct {
-	AccountID   int64  `json:"account_id"`
-	AmountCents int64  `json:"amount_cents"`
-	Note        string `json:"note"`
+	return account(acct), nil
 }
 
 // CreateOrder adds an order to one of the tenant's accounts. An unknown
 // account_id is the database's foreign-key refusal, which the runtime
 // answers 422 reference_not_found.
-func (a *App) CreateOrder(c echo.Context, r api.Request) error {
-	var req createOrderRequest
-	if err := c.Bind(&req); err != nil {
-		return err
-	}
-	switch {
-	case req.AccountID <= 0:
-		return runtime.BadBody(nil, "account_id must be > 0")
-	case req.AmountCents < 0:
-		return runtime.BadBody(nil, "amount_cents must be >= 0")
-	case len(req.Note) > maxNoteBytes:
-		return runtime.BadBody(nil, fmt.Sprintf("note must be at most %d bytes", maxNoteBytes))
-	}
+func (a *App) CreateOrder(c echo.Context, r api.Request, body api.NewOrder) (api.Order, error) {
 	ctx, sh := c.Request().Context(), r.Shard
 	var o db.Order
 	// In a transaction, though it is one statement: on this idempotent
@@ -167,58 +111,46 @@ func (a *App) CreateOrder(c echo.Context, r api.Request) error {
 	err := sh.Tx(ctx, func(tx shards.Tx) error {
 		var err error
 		o, err = db.New(tx).CreateOrder(ctx, db.CreateOrderParams{
-			TenantID: r.Tenant, Slot: int32(sh.Slot()), AccountID: req.AccountID, AmountCents: req.AmountCents, Note: req.Note,
+			TenantID: r.Tenant, Slot: int32(sh.Slot()), AccountID: body.AccountID, AmountCents: body.AmountCents, Note: deref(body.Note),
 		})
 		return err
 	})
 	if err != nil {
-		return err
+		return api.Order{}, err
 	}
-	return c.JSON(http.StatusCreated, o)
+	return order(o), nil
 }
 
 // ListOrders pages through an account's orders (?account_id=&before=&limit=).
-func (a *App) ListOrders(c echo.Context, r api.Request) error {
-	acct, err := strconv.ParseInt(c.QueryParam("account_id"), 10, 64)
-	if err != nil {
-		return echo.NewHTTPError(http.StatusBadRequest, "query parameter account_id must be an integer")
-	}
+func (a *App) ListOrders(c echo.Context, r api.Request, query api.ListOrdersQuery) (api.OrderList, error) {
 	before := int64(1<<63 - 1)
-	if s := c.QueryParam("before"); s != "" {
-		if before, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return echo.NewHTTPError(http.StatusBadRequest, "query parameter before must be an integer")
-		}
-	}
-	limit := int32(50)
-	if s := c.QueryParam("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 500 {
-			return echo.NewHTTPError(http.StatusBadRequest, "query parameter limit must be 1..500")
-		}
-		limit = int32(n)
+	if query.Before != nil {
+		before = *query.Before
 	}
 	ctx, sh := c.Request().Context(), r.Shard
 	var orders []db.Order
-	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		var err error
 		orders, err = db.New(conn).ListOrders(ctx, db.ListOrdersParams{
-			TenantID: r.Tenant, AccountID: acct, BeforeID: before, MaxRows: limit,
+			TenantID: r.Tenant, AccountID: query.AccountID, BeforeID: before, MaxRows: int32(query.Limit),
 		})
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if orders == nil {
-		orders = []db.Order{}
+	out := make(api.OrderList, len(orders))
+	for i, o := range orders {
+		out[i] = order(o)
 	}
-	return c.JSON(http.StatusOK, orders)
+	return out, nil
 }
 
 // GetOrder reads one order by the {id} path parameter of GET /orders/{id}.
-func (a *App) GetOrder(c echo.Context, r api.Request) error {
+func (a *App) GetOrder(c echo.Context, r api.Request) (api.Order, error) {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return echo.NewHTTPError(http.StatusBadRequest, "path parameter id must be a positive integer")
+		return api.Order{}, echo.NewHTTPError(http.StatusBadRequest, "path parameter id must be a positive integer")
 	}
 	ctx, sh := c.Request().Context(), r.Shard
 	var o db.Order
@@ -227,7 +159,26 @@ func (a *App) GetOrder(c echo.Context, r api.Request) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return api.Order{}, err
 	}
-	return c.JSON(http.StatusOK, o)
+	return order(o), nil
+}
+
+// account is the API's view of an account row (no tenant or slot: they
+// are the request's own).
+func account(a db.Account) api.Account {
+	return api.Account{ID: a.ID, Email: a.Email, Name: a.Name, CreatedAt: a.CreatedAt.Time}
+}
+
+// order is the API's view of an order row.
+func order(o db.Order) api.Order {
+	return api.Order{ID: o.ID, AccountID: o.AccountID, AmountCents: o.AmountCents, Note: o.Note, CreatedAt: o.CreatedAt.Time}
+}
+
+// deref is an optional string's value, "" when absent.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
-	"github.com/cellgate/cellgate/gen/db"
 	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/celltest"
@@ -75,8 +74,8 @@ func TestSignUpEnqueuesWelcome(t *testing.T) {
 	if code != http.StatusCreated {
 		t.Fatalf("signup: %d %s", code, body)
 	}
-	acct := decode[db.Account](t, body)
-	if acct.TenantID != "acme" || acct.Email != "a@acme.test" || acct.ID <= 0 {
+	acct := decode[api.Account](t, body)
+	if acct.Email != "a@acme.test" || acct.Name != "A" || acct.ID <= 0 || acct.CreatedAt.IsZero() {
 		t.Fatalf("signup returned %+v", acct)
 	}
 	job := celltest.RequireEnqueued(t, cell, "acme", &jobkinds.SendWelcomeArgs{AccountID: acct.ID, Email: "a@acme.test"})
@@ -102,6 +101,8 @@ func TestSignUpRefusals(t *testing.T) {
 		want         int
 	}{
 		{"acme", `{"name":"no email"}`, http.StatusBadRequest},
+		{"acme", `{"email":"not an address"}`, http.StatusBadRequest},
+		{"acme", `{"email":"a@acme.test","admin":true}`, http.StatusBadRequest},
 		{"acme", `not json`, http.StatusBadRequest},
 		{"", `{"email":"a@acme.test"}`, http.StatusUnauthorized},
 	} {
@@ -120,9 +121,9 @@ func TestAccountsAreTenantScoped(t *testing.T) {
 	t.Parallel()
 	_, h := newServer(t)
 	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"a@acme.test"}`)
-	acct := decode[db.Account](t, body)
+	acct := decode[api.Account](t, body)
 	path := "/account?id=" + strconv.FormatInt(acct.ID, 10)
-	if code, body := do(t, h, "acme", "GET", path, ""); code != http.StatusOK || decode[db.Account](t, body).ID != acct.ID {
+	if code, body := do(t, h, "acme", "GET", path, ""); code != http.StatusOK || decode[api.Account](t, body).ID != acct.ID {
 		t.Fatalf("own account: %d %s", code, body)
 	}
 	if code, body := do(t, h, "globex", "GET", path, ""); code != http.StatusNotFound {
@@ -138,7 +139,7 @@ func TestOrders(t *testing.T) {
 	t.Parallel()
 	_, h := newServer(t)
 	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"a@acme.test"}`)
-	acct := decode[db.Account](t, body)
+	acct := decode[api.Account](t, body)
 	for i := range 3 {
 		req := `{"account_id":` + strconv.FormatInt(acct.ID, 10) + `,"amount_cents":` + strconv.Itoa(100*(i+1)) + `}`
 		if code, body := do(t, h, "acme", "POST", "/orders", req); code != http.StatusCreated {
@@ -147,12 +148,12 @@ func TestOrders(t *testing.T) {
 	}
 	list := "/orders?account_id=" + strconv.FormatInt(acct.ID, 10)
 	code, body := do(t, h, "acme", "GET", list+"&limit=2", "")
-	orders := decode[[]db.Order](t, body)
+	orders := decode[api.OrderList](t, body)
 	if code != http.StatusOK || len(orders) != 2 || orders[0].AmountCents != 300 || orders[1].AmountCents != 200 {
 		t.Fatalf("first page: %d %s", code, body)
 	}
 	code, body = do(t, h, "acme", "GET", list+"&before="+strconv.FormatInt(orders[1].ID, 10), "")
-	if rest := decode[[]db.Order](t, body); code != http.StatusOK || len(rest) != 1 || rest[0].AmountCents != 100 {
+	if rest := decode[api.OrderList](t, body); code != http.StatusOK || len(rest) != 1 || rest[0].AmountCents != 100 {
 		t.Fatalf("second page: %d %s", code, body)
 	}
 	if code, body := do(t, h, "globex", "GET", list, ""); code != http.StatusOK || body != "[]\n" {
@@ -184,7 +185,7 @@ func TestCreateOrderIsIdempotent(t *testing.T) {
 	api.Register(srv, app.New(app.Deps{Jobs: cell.Jobs, Log: log}))
 	h := srv.Echo()
 	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"i@acme.test"}`)
-	acct := decode[db.Account](t, body)
+	acct := decode[api.Account](t, body)
 	order := `{"account_id":` + strconv.FormatInt(acct.ID, 10) + `,"amount_cents":500}`
 	post := func(body string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("POST", "/orders", strings.NewReader(body))
@@ -199,10 +200,38 @@ func TestCreateOrderIsIdempotent(t *testing.T) {
 	if first.Code != http.StatusCreated || again.Code != http.StatusCreated || again.Header().Get(idempotency.ReplayedHeader) != "true" || again.Body.String() != first.Body.String() {
 		t.Fatalf("first %d %s, retry %d %q %s", first.Code, first.Body, again.Code, again.Header().Get(idempotency.ReplayedHeader), again.Body)
 	}
-	if code, body := do(t, h, "acme", "GET", "/orders?account_id="+strconv.FormatInt(acct.ID, 10), ""); code != http.StatusOK || len(decode[[]db.Order](t, body)) != 1 {
+	if code, body := do(t, h, "acme", "GET", "/orders?account_id="+strconv.FormatInt(acct.ID, 10), ""); code != http.StatusOK || len(decode[api.OrderList](t, body)) != 1 {
 		t.Fatalf("orders: %d %s", code, body)
 	}
 	if other := post(`{"account_id":` + strconv.FormatInt(acct.ID, 10) + `,"amount_cents":600}`); other.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("another body: %d %s", other.Code, other.Body)
+	}
+}
+
+// TestInvalidBodyNamesEveryField: the generated validation answers 400
+// invalid_request with every failing field of the body, before the handler.
+func TestInvalidBodyNamesEveryField(t *testing.T) {
+	t.Parallel()
+	_, h := newServer(t)
+	code, body := do(t, h, "acme", "POST", "/orders", `{"account_id":0,"amount_cents":-5,"note":"`+strings.Repeat("n", 2001)+`"}`)
+	p := decode[struct {
+		Code   string
+		Errors []struct{ Field, In, Reason string }
+	}](t, body)
+	if code != http.StatusBadRequest || p.Code != "invalid_request" {
+		t.Fatalf("%d %s, want 400 invalid_request", code, body)
+	}
+	got := map[string]string{}
+	for _, e := range p.Errors {
+		got[e.Field] = e.Reason
+	}
+	want := map[string]string{"account_id": "must be greater than 0", "amount_cents": "must be at least 0", "note": "must be at most 2000 characters"}
+	for f, r := range want {
+		if got[f] != r {
+			t.Errorf("field %s: reason %q, want %q (all: %s)", f, got[f], r, body)
+		}
+	}
+	if len(p.Errors) != len(want) {
+		t.Errorf("%d errors, want %d: %s", len(p.Errors), len(want), body)
 	}
 }

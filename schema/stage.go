@@ -195,6 +195,9 @@ type Spec struct {
 	// Source locates the fields of the `config: #Config & {…}` block (nil
 	// when the spec has another shape).
 	Source *Source
+	// Root is the whole package's value: the generator finds the
+	// definitions routes name (request, query, responses) in it.
+	Root cue.Value
 }
 
 // FromInstance checks the config value of a loaded CUE spec (one
@@ -218,7 +221,7 @@ func FromInstance(dir string, inst *build.Instance) (*Spec, error) {
 		}
 		return nil, fmt.Errorf("%s: no `%s` field: the spec must define `%s: #Config & {...}`", dir, SpecField, SpecField)
 	}
-	s := &Spec{}
+	s := &Spec{Root: root}
 	if lit != nil {
 		s.Source = cueSource(displayFile(file), lit)
 	}

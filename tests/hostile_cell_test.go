@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cellgate/cellgate/gen"
 )
 
 // hostileCellConfig is the per-cell file of the hostile-client tests:
@@ -85,16 +88,16 @@ func TestCellAnswersBadInputWith4xx(t *testing.T) {
 		{"order of an unknown account", "/orders", "application/json", `{"account_id":999999999,"amount_cents":100}`, 422, "reference_not_found"},
 		{"NUL in an email", "/signup", "application/json", `{"email":"a\u0000b@x.test"}`, 400, "invalid_text"},
 		{"NUL in a note", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1,"note":"\u0000"}`, acct), 400, "invalid_text"},
-		{"3 KB email", "/signup", "application/json", `{"email":"` + long + `@x.test"}`, 400, "invalid_body"},
-		{"3 KB name", "/signup", "application/json", `{"email":"n@x.test","name":"` + long + `"}`, 400, "invalid_body"},
-		{"3 KB note", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1,"note":"%s"}`, acct, long), 400, "invalid_body"},
+		{"3 KB email", "/signup", "application/json", `{"email":"` + long + `@x.test"}`, 400, "invalid_request"},
+		{"3 KB name", "/signup", "application/json", `{"email":"n@x.test","name":"` + long + `"}`, 400, "invalid_request"},
+		{"3 KB note", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1,"note":"%s"}`, acct, long), 400, "invalid_request"},
 		{"email taken", "/signup", "application/json", `{"email":"owner@attacker.test"}`, 409, "already_exists"},
 		{"trailing JSON", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1}{"account_id":1}`, acct), 400, "trailing_data"},
 		{"text/plain", "/orders", "text/plain", fmt.Sprintf(`{"account_id":%d,"amount_cents":1}`, acct), 415, "unsupported_media_type"},
 		{"form body", "/signup", "application/x-www-form-urlencoded", `email=f@x.test`, 415, "unsupported_media_type"},
-		{"amount as a string", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":"1"}`, acct), 400, "invalid_json"},
-		{"negative amount", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":-1}`, acct), 400, "invalid_body"},
-		{"amount beyond int64", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1e30}`, acct), 400, "invalid_json"},
+		{"amount as a string", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":"1"}`, acct), 400, "invalid_request"},
+		{"negative amount", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":-1}`, acct), 400, "invalid_request"},
+		{"amount beyond int64", "/orders", "application/json", fmt.Sprintf(`{"account_id":%d,"amount_cents":1e30}`, acct), 400, "invalid_request"},
 	}
 	for _, tc := range cases {
 		status, body := post(tc.path, tc.ctype, tc.body)
@@ -109,6 +112,21 @@ func TestCellAnswersBadInputWith4xx(t *testing.T) {
 	}
 	if status, body := c.do(t, "GET", "/account?id=999999999", "attacker", ""); status != 404 {
 		t.Errorf("unknown account: %d %s", status, body)
+	}
+	// The generated validation names every failing field, and the cell
+	// serves its OpenAPI documents without a tenant.
+	if status, body := post("/orders", "application/json", `{"account_id":-1,"amount_cents":-1,"extra":1}`); status != 400 ||
+		!strings.Contains(body, `"errors":[{"field":"extra","in":"body","reason":"is not a field of this request"}]`) {
+		t.Errorf("unknown field: %d %s", status, body)
+	}
+	if status, body := post("/orders", "application/json", `{"account_id":-1,"amount_cents":-1}`); status != 400 ||
+		!strings.Contains(body, `{"field":"account_id","in":"body","reason":"must be greater than 0"},{"field":"amount_cents","in":"body","reason":"must be at least 0"}`) {
+		t.Errorf("two bad fields: %d %s", status, body)
+	}
+	for path, want := range map[string][]byte{"/openapi.json": gen.OpenAPI, "/openapi-3.0.json": gen.OpenAPI30} {
+		if status, body := c.do(t, "GET", path, "", ""); status != 200 || !bytes.Equal(body, want) {
+			t.Errorf("GET %s without a tenant: %d, %d bytes, want 200 and gen's %d bytes", path, status, len(body), len(want))
+		}
 	}
 	if strings.Contains(c.Logs(), `"handler error"`) {
 		t.Errorf("a client's input was logged as a handler error:\n%s", grepLines(c.Logs(), "handler error"))

@@ -95,7 +95,11 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 		}
 		return nil, warns, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
 	}
-	files, err := Render(Input{Config: cfg, JSON: string(raw)})
+	api, err := loadAPI(sp.Root, cfg.Routes)
+	if err != nil {
+		return nil, warns, fmt.Errorf("spec %s: route schemas:\n%s", o.specDir, indent(err.Error()))
+	}
+	files, err := Render(Input{Config: cfg, JSON: string(raw), API: api})
 	if err != nil {
 		return nil, warns, err
 	}

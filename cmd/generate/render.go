@@ -28,6 +28,8 @@ var outputs = map[string]string{
 type Input struct {
 	Config config.Config
 	JSON   string
+	// API holds the definitions the routes name (nil: none).
+	API *API
 }
 
 // Render is the generator's pure core: it turns a validated spec into a
@@ -58,8 +60,58 @@ func Render(in Input) (map[string][]byte, error) {
 		}
 		out[outputs[name]] = src
 	}
+	api := in.API
+	if api == nil {
+		api = &API{byName: map[string]*Schema{}}
+	}
+	typed := false
+	for _, r := range in.Config.Routes {
+		typed = typed || r.Typed()
+	}
+	if typed {
+		src, err := renderAPIGo(in.Config, api)
+		if err != nil {
+			return nil, err
+		}
+		out["api/schemas.go"] = src
+		test, err := renderAPITest(in.Config, api)
+		if err != nil {
+			return nil, err
+		}
+		out["api/schemas_test.go"] = test
+	}
+	for file, version := range map[string]string{"openapi.json": "3.1.0", "openapi-3.0.json": "3.0.3"} {
+		doc, err := renderOpenAPI(in.Config, api, version)
+		if err != nil {
+			return nil, err
+		}
+		out[file] = doc
+	}
+	out["openapi.go"] = []byte(openAPIGo)
 	return out, nil
 }
+
+// openAPIGo embeds the OpenAPI documents for the server to serve.
+const openAPIGo = Header + `
+
+// Package gen holds the service's OpenAPI documents (openapi.json,
+// version 3.1; openapi-3.0.json, the same in 3.0.3 for client generators
+// that read only 3.0), which every cell serves at /openapi.json. The
+// documents are read-only.
+package gen
+
+import _ "embed"
+
+// OpenAPI is the OpenAPI 3.1 document of the spec's routes.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// OpenAPI30 is the same document in OpenAPI 3.0.3.
+//
+//go:embed openapi-3.0.json
+var OpenAPI30 []byte
+`
 
 func funcs() template.FuncMap {
 	return template.FuncMap{
@@ -71,6 +123,7 @@ func funcs() template.FuncMap {
 		"usesTime":   usesTime,
 		"echoPath":   echoPath,
 		"pathParams": pathParams,
+		"signature":  handlerSignature,
 	}
 }
 

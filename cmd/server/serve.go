@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/cellgate/cellgate/app"
+	"github.com/cellgate/cellgate/gen"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/jobkinds"
 	"github.com/cellgate/cellgate/internal/buildinfo"
@@ -96,6 +100,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	api.Register(srv, app.New(app.Deps{Jobs: jobsRT, Log: log}))
+	serveOpenAPI(srv)
 	cons, err := mountConsole(cfg, srv, set, jobsRT, jobsDBs, rejections, log)
 	if err != nil {
 		return err
@@ -164,4 +169,14 @@ func boolEnv(name string) (bool, error) {
 		return false, fmt.Errorf("%s: want true or false, got %q", name, v)
 	}
 	return b, nil
+}
+
+// serveOpenAPI serves the generated OpenAPI documents (public, never
+// counted): /openapi.json (3.1) and /openapi-3.0.json (3.0.3).
+func serveOpenAPI(srv *runtime.Server) {
+	for path, doc := range map[string][]byte{"/openapi.json": gen.OpenAPI, "/openapi-3.0.json": gen.OpenAPI30} {
+		srv.Public(http.MethodGet, path, func(c echo.Context) error {
+			return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, doc)
+		})
+	}
 }

@@ -32,16 +32,16 @@ type Handler interface {
 	// Index serves GET / (public).
 	Index(c echo.Context) error
 	// SignUp serves POST /signup (tenant).
-	SignUp(c echo.Context, r Request) error
+	SignUp(c echo.Context, r Request, body SignUp) (Account, error)
 	// GetAccount serves GET /account (tenant).
-	GetAccount(c echo.Context, r Request) error
+	GetAccount(c echo.Context, r Request, query AccountQuery) (Account, error)
 	// CreateOrder serves POST /orders (tenant).
-	CreateOrder(c echo.Context, r Request) error
+	CreateOrder(c echo.Context, r Request, body NewOrder) (Order, error)
 	// ListOrders serves GET /orders (tenant).
-	ListOrders(c echo.Context, r Request) error
+	ListOrders(c echo.Context, r Request, query ListOrdersQuery) (OrderList, error)
 	// GetOrder serves GET /orders/{id} (tenant).
 	// Path parameters: c.Param("id").
-	GetOrder(c echo.Context, r Request) error
+	GetOrder(c echo.Context, r Request) (Order, error)
 }
 
 // Router is what Register needs from the server: a way to add a public
@@ -61,21 +61,11 @@ type Router interface {
 // {name} is registered in Echo's form :name.
 func Register(r Router, h Handler) {
 	r.Public("GET", "/", h.Index)
-	r.Idempotent("POST", "/signup", func(c echo.Context, sh shards.Accessor) error {
-		return h.SignUp(c, Request{Tenant: sh.Tenant(), Shard: sh})
-	})
-	r.Tenant("GET", "/account", func(c echo.Context, sh shards.Accessor) error {
-		return h.GetAccount(c, Request{Tenant: sh.Tenant(), Shard: sh})
-	})
-	r.Idempotent("POST", "/orders", func(c echo.Context, sh shards.Accessor) error {
-		return h.CreateOrder(c, Request{Tenant: sh.Tenant(), Shard: sh})
-	})
-	r.Tenant("GET", "/orders", func(c echo.Context, sh shards.Accessor) error {
-		return h.ListOrders(c, Request{Tenant: sh.Tenant(), Shard: sh})
-	})
-	r.Tenant("GET", "/orders/:id", func(c echo.Context, sh shards.Accessor) error {
-		return h.GetOrder(c, Request{Tenant: sh.Tenant(), Shard: sh})
-	})
+	r.Tenant("POST", "/signup", serveSignUp(h))
+	r.Tenant("GET", "/account", serveGetAccount(h))
+	r.Tenant("POST", "/orders", serveCreateOrder(h))
+	r.Tenant("GET", "/orders", serveListOrders(h))
+	r.Tenant("GET", "/orders/:id", serveGetOrder(h))
 }
 
 // Route describes one spec route.

@@ -483,6 +483,19 @@ type Route struct {
 	// Idempotent routes honour an Idempotency-Key header (tenant routes of
 	// POST, PUT, PATCH or DELETE only).
 	Idempotent bool `json:"idempotent"`
+	// Request names the definition (without "#") of the JSON body; "" for
+	// an untyped route.
+	Request string `json:"request,omitempty"`
+	// Query names the definition of the query parameters; "" for none.
+	Query string `json:"query,omitempty"`
+	// Responses maps a status ("201") to the definition of its JSON body.
+	Responses map[string]string `json:"responses,omitempty"`
+}
+
+// Typed reports whether the route declares any schema, so its handler
+// gets the typed signature.
+func (r Route) Typed() bool {
+	return r.Request != "" || r.Query != "" || len(r.Responses) > 0
 }
 
 // Deploy shapes the generated Kubernetes manifests and monitoring mixin.

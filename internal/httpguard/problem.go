@@ -23,6 +23,8 @@ type Problem struct {
 	Detail string
 	// RetryAfter is the Retry-After header in whole seconds; 0 sends none.
 	RetryAfter int
+	// Errors lists the failing fields of an invalid_request problem.
+	Errors []FieldError
 
 	// Encoded once: a refusal is the path a hostile client hammers.
 	body       []byte
@@ -31,12 +33,41 @@ type Problem struct {
 
 // body is the JSON object, members in the RFC's order.
 type body struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	Code   string `json:"code"`
+	Type   string       `json:"type"`
+	Title  string       `json:"title"`
+	Status int          `json:"status"`
+	Detail string       `json:"detail,omitempty"`
+	Code   string       `json:"code"`
+	Errors []FieldError `json:"errors,omitempty"`
 }
+
+// FieldError is one failing field of a request that did not validate: the
+// errors member of an invalid_request problem.
+type FieldError struct {
+	// Field is the field's path: "email", "lines[2].sku"; for a query
+	// parameter its name.
+	Field string `json:"field"`
+	// In is where the field is: "body" or "query".
+	In string `json:"in"`
+	// Reason says what is wrong with it, e.g. "must be at most 254 characters".
+	Reason string `json:"reason"`
+}
+
+// InvalidRequest is the 400 of a request whose body or query parameters
+// do not match the route's schema: code invalid_request, every failing
+// field in the errors member.
+func InvalidRequest(errs []FieldError) *Problem {
+	detail := "1 field is invalid"
+	if len(errs) != 1 {
+		detail = strconv.Itoa(len(errs)) + " fields are invalid"
+	}
+	b, _ := json.Marshal(body{Type: "about:blank", Title: http.StatusText(http.StatusBadRequest),
+		Status: http.StatusBadRequest, Detail: detail, Code: CodeInvalidRequest, Errors: errs}) // strings and ints cannot fail
+	return &Problem{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Detail: detail, Errors: errs, body: append(b, '\n')}
+}
+
+// CodeInvalidRequest is the code of InvalidRequest's problems.
+const CodeInvalidRequest = "invalid_request"
 
 // NewProblem builds a Problem and encodes its body. A status no RFC
 // defines is a programming error: it panics.

@@ -117,6 +117,10 @@ func problemErrorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			_ = c.NoContent(a.status)
 			return
 		}
+		if a.body != nil {
+			_ = c.Blob(a.status, httpguard.ContentType, a.body)
+			return
+		}
 		_ = c.Blob(a.status, httpguard.ContentType, httpguard.Encode(a.status, a.code, a.msg))
 	}
 }
@@ -142,6 +146,7 @@ type answer struct {
 	known     bool            // false: unexpected (500, logged)
 	pg        *pgconn.PgError // the database's refusal behind a 4xx, logged
 	closeConn bool
+	body      []byte // a problem's own encoded body (its errors member), when set
 }
 
 // errorStatus is the answer problemErrorHandler gives err; the HTTP metrics
@@ -172,8 +177,9 @@ func errorStatus(err error) answer {
 		p := httpguard.ErrBodyMalformed
 		return answer{status: p.Status, code: p.Code, msg: p.Detail, known: true, closeConn: true}
 	case errors.As(err, &prob):
-		// The edge's refusals (httpguard.Rules.Check, the body limit).
-		return answer{status: prob.Status, code: prob.Code, msg: prob.Detail, known: true}
+		// The edge's refusals (httpguard.Rules.Check, the body limit) and
+		// the generated validation's invalid_request, with its errors.
+		return answer{status: prob.Status, code: prob.Code, msg: prob.Detail, known: true, body: prob.Body()}
 	case errors.As(err, &ce):
 		return answer{status: standardStatus(ce.Status), code: ce.Code, msg: ce.Message, known: true}
 	case errors.As(err, &he):
