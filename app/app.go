@@ -1,12 +1,13 @@
 // Package app is the example service's hand-written code: the handlers of
-// the routes in schema/app.cue (App, which implements gen/api.Handler) and
-// the workers of its job kinds (Workers, which implements
-// gen/jobkinds.Workers). It is the only Go a user of the template writes;
-// everything it builds on is either generated (gen/) or the cellgate core
-// (internal/).
+// the routes in schema/app.cue (App, which implements gen/api.Handler),
+// their middleware (App.Middleware), metrics and settings, and the workers
+// of its job kinds (Workers, which implements gen/jobkinds.Workers). It is
+// the only Go a user of the template writes; everything it builds on is
+// either generated (gen/) or the cellgate core (internal/).
 //
 // Concurrency: an App and a Workers are built once at boot and their
-// methods run concurrently; they hold no mutable state of their own.
+// methods run concurrently; their only mutable state is their metrics,
+// which are safe for concurrent use.
 package app
 
 import (
@@ -17,10 +18,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/db"
 	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/gen/settings"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
@@ -33,21 +36,54 @@ type Deps struct {
 	Jobs jobs.Enqueuer
 	// Log is the structured logger.
 	Log *slog.Logger
+	// Settings are the service's own settings (schema/settings.cue), as the
+	// cell runs them: the spec's, then its per-cell file's.
+	Settings settings.Settings
+	// Metrics is the server's registry (served at /metrics); New registers
+	// the app's metrics in it. nil: a registry of the app's own, unserved.
+	Metrics prometheus.Registerer
 }
 
 // App implements api.Handler.
 type App struct {
-	d Deps
+	d       Deps
+	signups prometheus.Counter
 }
 
 var _ api.Handler = (*App)(nil)
 
-// New returns the example app.
-func New(d Deps) *App {
+// New returns the example app, its metrics registered in d.Metrics.
+func New(d Deps) (*App, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	return &App{d: d}
+	if d.Metrics == nil {
+		d.Metrics = prometheus.NewRegistry()
+	}
+	a := &App{d: d, signups: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "example_signups_total",
+		Help: "Accounts created by POST /signup (its transaction committed), all tenants together.",
+	})}
+	if err := d.Metrics.Register(a.signups); err != nil {
+		return nil, fmt.Errorf("app metrics: %w", err)
+	}
+	return a, nil
+}
+
+// Middleware is the app's own middleware, which api.Register wraps around
+// the spec's routes: every tenant route answers with Cache-Control:
+// private, no-store, so no shared cache between the client and the cell
+// keeps one tenant's data.
+func (a *App) Middleware() api.Middleware {
+	return api.Middleware{Tenant: []echo.MiddlewareFunc{noStore}}
+}
+
+// noStore sets Cache-Control before the handler writes its answer.
+func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderCacheControl, "private, no-store")
+		return next(c)
+	}
 }
 
 // Index describes the service (public).
@@ -113,6 +149,7 @@ func (a *App) SignUp(c echo.Context, r api.Request) error {
 	if err != nil {
 		return err
 	}
+	a.signups.Inc()
 	return c.JSON(http.StatusCreated, acct)
 }
 
@@ -185,11 +222,12 @@ func (a *App) ListOrders(c echo.Context, r api.Request) error {
 			return echo.NewHTTPError(http.StatusBadRequest, "query parameter before must be an integer")
 		}
 	}
-	limit := int32(50)
+	// The page sizes are the service's settings (schema/settings.cue).
+	limit, maxLimit := int32(a.d.Settings.OrdersPageDefault), int(a.d.Settings.OrdersPageMax)
 	if s := c.QueryParam("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > 500 {
-			return echo.NewHTTPError(http.StatusBadRequest, "query parameter limit must be 1..500")
+		if err != nil || n < 1 || n > maxLimit {
+			return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("query parameter limit must be 1..%d", maxLimit))
 		}
 		limit = int32(n)
 	}

@@ -95,7 +95,11 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 		}
 		return nil, warns, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
 	}
-	files, err := Render(Input{Config: cfg, JSON: string(raw)})
+	settings, err := schema.SettingsFields()
+	if err != nil {
+		return nil, warns, fmt.Errorf("settings (schema/settings.cue): %w", err)
+	}
+	files, err := Render(Input{Config: cfg, JSON: string(raw), Settings: settings})
 	if err != nil {
 		return nil, warns, err
 	}

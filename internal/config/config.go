@@ -29,6 +29,10 @@ type Config struct {
 	Cells     []Cell    `json:"cells"`
 	Routes    []Route   `json:"routes"`
 	Deploy    Deploy    `json:"deploy"`
+	// Settings are the service's own settings (#Settings in
+	// schema/settings.cue) as decoded JSON: CUE checks their shape, and
+	// gen/settings decodes them into the service's typed Settings.
+	Settings map[string]any `json:"settings"`
 }
 
 // Service names the generated service.
@@ -374,6 +378,9 @@ type Route struct {
 	Handler string `json:"handler"`
 	// Public routes skip tenancy and are never counted.
 	Public bool `json:"public"`
+	// Group names the route's group, whose app middleware wraps it
+	// (api.Middleware.Groups); empty for none.
+	Group string `json:"group"`
 }
 
 // Deploy shapes the generated Kubernetes manifests and monitoring mixin.

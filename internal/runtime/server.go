@@ -188,9 +188,10 @@ func (s *Server) Logger() *slog.Logger { return s.log }
 func (s *Server) Bulkheads() Bulkheads { return s.bulk }
 
 // Public adds a route that skips tenancy and is never counted; only the
-// per-route HTTP metrics see it.
-func (s *Server) Public(method, path string, h echo.HandlerFunc) {
-	s.echo.Add(method, path, chain(h, s.metrics.route(method, path)))
+// per-route HTTP metrics see it. mws (the app's own middleware, mws[0]
+// outermost) run inside the metrics, around h.
+func (s *Server) Public(method, path string, h echo.HandlerFunc, mws ...echo.MiddlewareFunc) {
+	s.echo.Add(method, path, chain(chain(h, mws...), s.metrics.route(method, path)))
 }
 
 // TenantHandler serves a tenant route. sh is the request's accessor to
@@ -200,10 +201,13 @@ func (s *Server) Public(method, path string, h echo.HandlerFunc) {
 type TenantHandler = func(c echo.Context, sh shards.Accessor) error
 
 // Tenant adds a route behind the tenant chain: HTTP metrics → tenancy →
-// tenant bulkhead → server admission → the request's shard accessor → h.
-// A tenant of another cell is answered 421 before h.
-func (s *Server) Tenant(method, path string, h TenantHandler) {
-	inner := s.bulk.dbPermits.Shard(s.shards, h)
+// tenant bulkhead → server admission → mws → the request's shard accessor
+// → h. mws are the app's own middleware (mws[0] outermost): they see the
+// request's tenant (internal/tenant) and run while its permits are held, so
+// a refused request never reaches them. A tenant of another cell is
+// answered 421 before h.
+func (s *Server) Tenant(method, path string, h TenantHandler, mws ...echo.MiddlewareFunc) {
+	inner := chain(s.bulk.dbPermits.Shard(s.shards, h), mws...)
 	s.echo.Add(method, path, chain(chain(inner, s.tenantMW...), s.metrics.route(method, path)))
 }
 
