@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -237,4 +238,30 @@ func signUpY(t *testing.T, h http.Handler) string {
 		t.Fatalf("signup: %d %s", code, body)
 	}
 	return body
+}
+
+// TestRegisterRefusesUnknownGroup: middleware for a group no spec route
+// has is a boot error naming the group, not middleware that never runs.
+func TestRegisterRefusesUnknownGroup(t *testing.T) {
+	t.Parallel()
+	a, err := app.New(app.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes int
+	err = api.Register(countRouter{&routes}, a, api.Middleware{Groups: map[string][]echo.MiddlewareFunc{"nope": nil}})
+	if err == nil || !strings.Contains(err.Error(), `"nope"`) || routes != 0 {
+		t.Fatalf("Register with group nope: %v, %d routes added; want an error naming it and none added", err, routes)
+	}
+	if err := api.Register(countRouter{&routes}, a, a.Middleware()); err != nil || routes != len(api.Routes) {
+		t.Fatalf("Register with the app's middleware: %v, %d routes; want %d", err, routes, len(api.Routes))
+	}
+}
+
+// countRouter counts the routes Register adds.
+type countRouter struct{ n *int }
+
+func (r countRouter) Public(string, string, echo.HandlerFunc, ...echo.MiddlewareFunc) { *r.n++ }
+func (r countRouter) Tenant(string, string, func(echo.Context, shards.Accessor) error, ...echo.MiddlewareFunc) {
+	*r.n++
 }
