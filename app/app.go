@@ -1,25 +1,30 @@
 // Package app is the example service's hand-written code: the handlers of
-// the routes in schema/app.cue (App, which implements gen/api.Handler) and
-// the workers of its job kinds (Workers, which implements
-// gen/jobkinds.Workers). It is the only Go a user of the template writes;
-// everything it builds on is either generated (gen/) or the cellgate core
-// (internal/).
+// the routes in schema/app.cue (App, which implements gen/api.Handler),
+// their middleware (App.Middleware), metrics and settings, and the workers
+// of its job kinds (Workers, which implements gen/jobkinds.Workers). It is
+// the only Go a user of the template writes; everything it builds on is
+// either generated (gen/) or the cellgate core (internal/).
 //
 // Concurrency: an App and a Workers are built once at boot and their
-// methods run concurrently; they hold no mutable state of their own.
+// methods run concurrently; their only mutable state is their metrics,
+// which are safe for concurrent use.
 package app
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/db"
 	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/gen/settings"
+	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
@@ -32,21 +37,54 @@ type Deps struct {
 	Jobs jobs.Enqueuer
 	// Log is the structured logger.
 	Log *slog.Logger
+	// Settings are the service's own settings (schema/settings.cue), as the
+	// cell runs them: the spec's, then its per-cell file's.
+	Settings settings.Settings
+	// Metrics is the server's registry (served at /metrics); New registers
+	// the app's metrics in it. nil: a registry of the app's own, unserved.
+	Metrics prometheus.Registerer
 }
 
 // App implements api.Handler.
 type App struct {
-	d Deps
+	d       Deps
+	signups prometheus.Counter
 }
 
 var _ api.Handler = (*App)(nil)
 
-// New returns the example app.
-func New(d Deps) *App {
+// New returns the example app, its metrics registered in d.Metrics.
+func New(d Deps) (*App, error) {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	return &App{d: d}
+	if d.Metrics == nil {
+		d.Metrics = prometheus.NewRegistry()
+	}
+	a := &App{d: d, signups: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "example_signups_total",
+		Help: "Accounts created by POST /signup (its transaction committed), all tenants together.",
+	})}
+	if err := d.Metrics.Register(a.signups); err != nil {
+		return nil, fmt.Errorf("app metrics: %w", err)
+	}
+	return a, nil
+}
+
+// Middleware is the app's own middleware, which api.Register wraps around
+// the spec's routes: every tenant route answers with Cache-Control:
+// private, no-store, so no shared cache between the client and the cell
+// keeps one tenant's data.
+func (a *App) Middleware() api.Middleware {
+	return api.Middleware{Tenant: []echo.MiddlewareFunc{noStore}}
+}
+
+// noStore sets Cache-Control before the handler writes its answer.
+func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderCacheControl, "private, no-store")
+		return next(c)
+	}
 }
 
 // Index describes the service (public).
@@ -81,6 +119,7 @@ func (a *App) SignUp(c echo.Context, r api.Request, body api.SignUp) (api.Accoun
 	}
 	// runtime.Logger carries the request, trace and tenant ids.
 	runtime.Logger(c).Info("account created", "account_id", acct.ID)
+	a.signups.Inc()
 	return account(acct), nil
 }
 
@@ -127,12 +166,22 @@ func (a *App) ListOrders(c echo.Context, r api.Request, query api.ListOrdersQuer
 	if query.Before != nil {
 		before = *query.Before
 	}
+	// The page sizes are the service's settings (schema/settings.cue):
+	// the schema bounds limit, the setting decides this service's largest.
+	limit := a.d.Settings.OrdersPageDefault
+	if query.Limit != nil {
+		if *query.Limit > a.d.Settings.OrdersPageMax {
+			return nil, httpguard.InvalidRequest([]httpguard.FieldError{{Field: "limit", In: "query",
+				Reason: "must be at most " + strconv.FormatInt(a.d.Settings.OrdersPageMax, 10)}})
+		}
+		limit = *query.Limit
+	}
 	ctx, sh := c.Request().Context(), r.Shard
 	var orders []db.Order
 	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
 		var err error
 		orders, err = db.New(conn).ListOrders(ctx, db.ListOrdersParams{
-			TenantID: r.Tenant, AccountID: query.AccountID, BeforeID: before, MaxRows: int32(query.Limit),
+			TenantID: r.Tenant, AccountID: query.AccountID, BeforeID: before, MaxRows: int32(limit),
 		})
 		return err
 	})

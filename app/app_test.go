@@ -15,9 +15,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/cellgate/cellgate/app"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/gen/settings"
 	"github.com/cellgate/cellgate/gen/spec"
 	"github.com/cellgate/cellgate/internal/celltest"
 	"github.com/cellgate/cellgate/internal/runtime"
@@ -30,14 +35,36 @@ import (
 // the app behind the runtime's middleware, as cmd/server wires them.
 func newServer(t *testing.T) (*celltest.Cell, http.Handler) {
 	t.Helper()
+	cell, h, _ := newServerWith(t, nil)
+	return cell, h
+}
+
+// newServerWith is newServer with edit applied to the app's Deps (its
+// settings, say) before app.New; it also returns the server's registry.
+func newServerWith(t *testing.T, edit func(*app.Deps)) (*celltest.Cell, http.Handler, *prometheus.Registry) {
+	t.Helper()
 	cell := celltest.Start(t, spec.Config(), celltest.Options{Migrate: cgsql.Migrate})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := runtime.New(cell.Config, runtime.Options{Logger: log, Getenv: cell.Getenv, Shards: cell.Shards})
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.Register(srv, app.New(app.Deps{Jobs: cell.Jobs, Log: log}))
-	return cell, srv.Echo()
+	st, err := settings.From(cell.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := app.Deps{Jobs: cell.Jobs, Log: log, Settings: st, Metrics: srv.Registry()}
+	if edit != nil {
+		edit(&d)
+	}
+	a, err := app.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Register(srv, a, a.Middleware()); err != nil {
+		t.Fatal(err)
+	}
+	return cell, srv.Echo(), srv.Registry()
 }
 
 // do sends one request as tenant (none for ""), returning the status and body.
@@ -182,7 +209,17 @@ func TestCreateOrderIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.Register(srv, app.New(app.Deps{Jobs: cell.Jobs, Log: log}))
+	st, err := settings.From(cell.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(app.Deps{Jobs: cell.Jobs, Log: log, Settings: st, Metrics: srv.Registry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Register(srv, a, a.Middleware()); err != nil {
+		t.Fatal(err)
+	}
 	h := srv.Echo()
 	_, body := do(t, h, "acme", "POST", "/signup", `{"email":"i@acme.test"}`)
 	acct := decode[api.Account](t, body)
@@ -234,4 +271,85 @@ func TestInvalidBodyNamesEveryField(t *testing.T) {
 	if len(p.Errors) != len(want) {
 		t.Errorf("%d errors, want %d: %s", len(p.Errors), len(want), body)
 	}
+}
+
+// TestExtensions: the example's extension points, as cmd/server wires
+// them: its middleware marks tenant answers no-store (not the public
+// index), its counter in the server's registry counts sign-ups, and its
+// settings bound GET /orders' limit.
+func TestExtensions(t *testing.T) {
+	t.Parallel()
+	_, h, reg := newServerWith(t, func(d *app.Deps) { d.Settings.OrdersPageMax = 3 })
+	req := httptest.NewRequest("POST", "/signup", strings.NewReader(`{"email":"x@acme.test","name":"X"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Tenant-ID", "acme")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusCreated || rec.Header().Get("Cache-Control") != "private, no-store" {
+		t.Errorf("signup: %d, Cache-Control %q; want 201 and private, no-store", rec.Code, rec.Header().Get("Cache-Control"))
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusOK || rec.Header().Get("Cache-Control") != "" {
+		t.Errorf("public index: %d, Cache-Control %q; want 200 and none (the middleware is for tenant routes)", rec.Code, rec.Header().Get("Cache-Control"))
+	}
+	if n, err := testutil.GatherAndCount(reg, "example_signups_total"); err != nil || n != 1 {
+		t.Fatalf("example_signups_total in the server's registry: %d series, %v", n, err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "example_signups_total" && mf.GetMetric()[0].GetCounter().GetValue() != 1 {
+			t.Errorf("example_signups_total = %v after one sign-up, want 1", mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	acct := decode[api.Account](t, signUpY(t, h))
+	code, body := do(t, h, "acme", "GET", "/orders?account_id="+strconv.FormatInt(acct.ID, 10)+"&limit=4", "")
+	if code != http.StatusBadRequest || !strings.Contains(body, "must be at most 3") {
+		t.Errorf("limit=4 with orders_page_max 3: %d %s; want 400 naming the limit of 3", code, body)
+	}
+	if code, body := do(t, h, "acme", "GET", "/orders?account_id="+strconv.FormatInt(acct.ID, 10)+"&limit=3", ""); code != http.StatusOK {
+		t.Errorf("limit=3 with orders_page_max 3: %d %s; want 200", code, body)
+	}
+}
+
+// signUpY signs up one more account of acme and returns the answer's body.
+func signUpY(t *testing.T, h http.Handler) string {
+	t.Helper()
+	code, body := do(t, h, "acme", "POST", "/signup", `{"email":"y@acme.test","name":"Y"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("signup: %d %s", code, body)
+	}
+	return body
+}
+
+// TestRegisterRefusesUnknownGroup: middleware for a group no spec route
+// has is a boot error naming the group, not middleware that never runs.
+func TestRegisterRefusesUnknownGroup(t *testing.T) {
+	t.Parallel()
+	a, err := app.New(app.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes int
+	err = api.Register(countRouter{&routes}, a, api.Middleware{Groups: map[string][]echo.MiddlewareFunc{"nope": nil}})
+	if err == nil || !strings.Contains(err.Error(), `"nope"`) || routes != 0 {
+		t.Fatalf("Register with group nope: %v, %d routes added; want an error naming it and none added", err, routes)
+	}
+	if err := api.Register(countRouter{&routes}, a, a.Middleware()); err != nil || routes != len(api.Routes) {
+		t.Fatalf("Register with the app's middleware: %v, %d routes; want %d", err, routes, len(api.Routes))
+	}
+}
+
+// countRouter counts the routes Register adds.
+type countRouter struct{ n *int }
+
+func (r countRouter) Public(string, string, echo.HandlerFunc, ...echo.MiddlewareFunc) { *r.n++ }
+func (r countRouter) Tenant(string, string, func(echo.Context, shards.Accessor) error, ...echo.MiddlewareFunc) {
+	*r.n++
+}
+func (r countRouter) Idempotent(string, string, func(echo.Context, shards.Accessor) error, ...echo.MiddlewareFunc) {
+	*r.n++
 }

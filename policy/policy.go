@@ -23,12 +23,17 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
-// The rule files are listed one by one because go:embed cannot exclude the
-// *_test.rego files beside them; TestEmbedsEveryRuleFile fails when a new
-// rule file is missing here.
+// The template's rule files are listed one by one because go:embed cannot
+// exclude the *_test.rego files beside them; TestEmbedsEveryRuleFile fails
+// when a new rule file is missing here. app/ is the service's own rule
+// directory (package cellgate.app, joined by app.rego), embedded whole;
+// Modules leaves out its *_test.rego files.
 //
-//go:embed lib.rego slots.rego jobs.rego tenancy.rego names.rego database.rego server.rego router.rego console.rego deploy.rego routes.rego conftest.rego
+//go:embed lib.rego slots.rego jobs.rego tenancy.rego names.rego database.rego server.rego router.rego console.rego deploy.rego routes.rego conftest.rego app.rego app
 var files embed.FS
+
+// ruleGlobs are where Modules finds rule files in files.
+var ruleGlobs = []string{"*.rego", "app/*.rego"}
 
 // Package is the Rego package holding the deny and warn sets.
 const Package = "cellgate.policy"
@@ -154,10 +159,15 @@ func messages(b rego.Vars, name string) ([]string, error) {
 // Modules parses the embedded rule files, keyed by file name. Tests and tools
 // use it to run the Rego unit tests against exactly what the binary embeds.
 func Modules() (map[string]*ast.Module, error) {
-	names, err := fs.Glob(files, "*.rego")
-	if err != nil {
-		return nil, err
+	var names []string
+	for _, g := range ruleGlobs {
+		ns, err := fs.Glob(files, g)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, ns...)
 	}
+	names = slices.DeleteFunc(names, func(n string) bool { return strings.HasSuffix(n, "_test.rego") })
 	mods := make(map[string]*ast.Module, len(names))
 	for _, name := range names {
 		src, err := files.ReadFile(name)

@@ -282,15 +282,21 @@ func TestEvalConcurrent(t *testing.T) {
 // added to the directory but not embedded would be tested by TestRego yet
 // missing from the binary.
 func TestEmbedsEveryRuleFile(t *testing.T) {
-	onDisk, err := filepath.Glob("*.rego")
-	if err != nil {
-		t.Fatal(err)
+	var onDisk, embedded []string
+	for _, g := range ruleGlobs {
+		d, err := filepath.Glob(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDisk = append(onDisk, d...)
+		e, err := fs.Glob(files, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		embedded = append(embedded, e...)
 	}
 	onDisk = slices.DeleteFunc(onDisk, func(n string) bool { return strings.HasSuffix(n, "_test.rego") })
-	embedded, err := fs.Glob(files, "*.rego")
-	if err != nil {
-		t.Fatal(err)
-	}
+	embedded = slices.DeleteFunc(embedded, func(n string) bool { return strings.HasSuffix(n, "_test.rego") })
 	slices.Sort(onDisk)
 	slices.Sort(embedded)
 	if !slices.Equal(onDisk, embedded) {

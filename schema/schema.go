@@ -10,15 +10,30 @@ package schema
 
 import (
 	_ "embed"
+	"regexp"
 
 	"cuelang.org/go/cue"
 	"cuelang.org/go/cue/ast"
 )
 
-// Definitions is the source of cellgate.cue, the shape every spec obeys.
-//
+// Definitions is the shape every spec obeys: the source of cellgate.cue
+// (the template's) followed by settings.cue (the service's own #Settings),
+// its package clause dropped so the two compile as one file.
+var Definitions = templateDefinitions + "\n" + packageClause.ReplaceAllString(SettingsSource, "")
+
 //go:embed cellgate.cue
-var Definitions string
+var templateDefinitions string
+
+// SettingsSource is the source of settings.cue: the service's own settings
+// (#Settings, the config's `settings` block). The service owns the file;
+// it is embedded here so the server checks its settings at boot with the
+// rules the generator used.
+//
+//go:embed settings.cue
+var SettingsSource string
+
+// packageClause matches settings.cue's package clause.
+var packageClause = regexp.MustCompile(`(?m)^package [A-Za-z_][A-Za-z0-9_]*[ \t]*$`)
 
 // SpecField is the top-level field of the app spec that holds the config.
 const SpecField = "config"

@@ -18,7 +18,7 @@ stamp=gen/.inputs.sha256
 
 # Files and trees read whole.
 files=(go.mod go.sum sqlc.yaml tools/go.mod tools/go.sum)
-trees=(sql tmpl)
+trees=(sql tmpl policy/app)
 # The generator's own packages: the files directly in each directory (their
 # subdirectories are other packages or test data), tests left out.
 pkgs=(cmd/generate schema schema/specload policy internal/config internal/slots

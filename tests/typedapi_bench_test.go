@@ -18,15 +18,17 @@ import (
 // measured is binding, validation and the answer, not the tenant chain.
 type benchRouter struct{ e *echo.Echo }
 
-func (r benchRouter) Public(method, path string, h echo.HandlerFunc) { r.e.Add(method, path, h) }
+func (r benchRouter) Public(method, path string, h echo.HandlerFunc, _ ...echo.MiddlewareFunc) {
+	r.e.Add(method, path, h)
+}
 
-func (r benchRouter) Tenant(method, path string, h func(echo.Context, shards.Accessor) error) {
+func (r benchRouter) Tenant(method, path string, h func(echo.Context, shards.Accessor) error, _ ...echo.MiddlewareFunc) {
 	r.e.Add(method, path, func(c echo.Context) error { return h(c, shards.Accessor{}) })
 }
 
 // Idempotent registers like Tenant: the keys' cost is measured by
 // internal/runtime/idempotency's benchmark, not here.
-func (r benchRouter) Idempotent(method, path string, h func(echo.Context, shards.Accessor) error) {
+func (r benchRouter) Idempotent(method, path string, h func(echo.Context, shards.Accessor) error, _ ...echo.MiddlewareFunc) {
 	r.Tenant(method, path, h)
 }
 
@@ -71,7 +73,9 @@ func handSignUp(c echo.Context) error {
 func BenchmarkSignUpBinding(b *testing.B) {
 	e := echo.New()
 	e.Binder = &runtime.Binder{}
-	api.Register(benchRouter{e}, benchHandler{})
+	if err := api.Register(benchRouter{e}, benchHandler{}, api.Middleware{}); err != nil {
+		b.Fatal(err)
+	}
 	e.POST("/hand/signup", handSignUp)
 	const body = `{"email":"someone@acme.test","name":"Someone"}`
 	for _, bc := range []struct{ name, path string }{{"hand", "/hand/signup"}, {"typed", "/signup"}} {

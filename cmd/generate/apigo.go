@@ -187,13 +187,15 @@ func (g *goWriter) wireType(s *Schema) string {
 
 func lowerFirst(s string) string { return strings.ToLower(s[:1]) + s[1:] }
 
+// comment turns text into // lines, each after prefix and ending in a
+// newline; "" for no text.
 func comment(prefix, text string) string {
 	if text == "" {
 		return ""
 	}
 	var b strings.Builder
 	for _, l := range strings.Split(strings.TrimSpace(text), "\n") {
-		b.WriteString(prefix + "// " + strings.TrimSpace(l) + "\n")
+		b.WriteString(strings.TrimRight(prefix+"// "+strings.TrimSpace(l), " ") + "\n")
 	}
 	return b.String()
 }

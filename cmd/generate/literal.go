@@ -30,6 +30,19 @@ func writeLiteral(b *strings.Builder, v reflect.Value) error {
 		return nil
 	}
 	switch v.Kind() {
+	case reflect.Interface:
+		// A settings value as encoding/json decodes it: its dynamic type
+		// is written out (float64(50), not 50, which would read as an int).
+		if v.IsNil() {
+			b.WriteString("nil")
+			return nil
+		}
+		e := v.Elem()
+		if e.Kind() == reflect.Float64 {
+			b.WriteString("float64(" + strconv.FormatFloat(e.Float(), 'g', -1, 64) + ")")
+			return nil
+		}
+		return writeLiteral(b, e)
 	case reflect.Struct:
 		b.WriteString(typeName(v.Type()))
 		b.WriteString("{\n")

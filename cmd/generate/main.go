@@ -99,7 +99,11 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	if err != nil {
 		return nil, warns, fmt.Errorf("spec %s: route schemas:\n%s", o.specDir, indent(err.Error()))
 	}
-	files, err := Render(Input{Config: cfg, JSON: string(raw), API: api})
+	settings, err := schema.SettingsFields()
+	if err != nil {
+		return nil, warns, fmt.Errorf("settings (schema/settings.cue): %w", err)
+	}
+	files, err := Render(Input{Config: cfg, JSON: string(raw), API: api, Settings: settings})
 	if err != nil {
 		return nil, warns, err
 	}

@@ -40,11 +40,12 @@ const templateModule = "github.com/cellgate/cellgate"
 // lockName is the lock file written at the new service's root.
 const lockName = "cellgate.lock"
 
-// userOwned are the paths a service owns from its first commit: its spec,
-// handlers, tables and queries, its lock and OWNERSHIP.md. Every other
+// userOwned are the paths a service owns from its first commit: its spec
+// and settings, handlers (with their middleware and metrics), tables and
+// queries, its own Rego rules, its lock and OWNERSHIP.md. Every other
 // copied file, generated ones aside, is template-owned and hashed in the
 // lock. A pattern ending in "/" is a directory.
-var userOwned = []string{"app/", "schema/app.cue", "sql/", "policy/app/", lockName, ownershipName}
+var userOwned = []string{"app/", "schema/app.cue", "schema/settings.cue", "sql/", "policy/app/", lockName, ownershipName}
 
 // generated are the paths cmd/generate writes from the template and the
 // service's spec together: neither side owns them, so they are neither

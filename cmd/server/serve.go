@@ -16,6 +16,7 @@ import (
 	"github.com/cellgate/cellgate/gen"
 	"github.com/cellgate/cellgate/gen/api"
 	"github.com/cellgate/cellgate/gen/jobkinds"
+	"github.com/cellgate/cellgate/gen/settings"
 	"github.com/cellgate/cellgate/internal/buildinfo"
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
@@ -99,7 +100,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	api.Register(srv, app.New(app.Deps{Jobs: jobsRT, Log: log}))
+	// The app's own extensions: its settings (schema/settings.cue, as
+	// this cell runs them), its metrics in the server's registry, its
+	// middleware around the spec's routes.
+	st, err := settings.From(cfg)
+	if err != nil {
+		return err
+	}
+	a, err := app.New(app.Deps{Jobs: jobsRT, Log: log, Settings: st, Metrics: srv.Registry()})
+	if err != nil {
+		return err
+	}
+	if err := api.Register(srv, a, a.Middleware()); err != nil {
+		return err
+	}
 	serveOpenAPI(srv)
 	cons, err := mountConsole(cfg, srv, set, jobsRT, jobsDBs, rejections, log)
 	if err != nil {

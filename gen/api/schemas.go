@@ -70,8 +70,9 @@ type ListOrdersQuery struct {
 	AccountID int64 `json:"account_id"`
 	// before is the id the page starts below (the last id of the previous page).
 	Before *int64 `json:"before,omitempty"`
-	// limit is the page's size.
-	Limit int64 `json:"limit"`
+	// limit is the page's size (default and largest: the service's
+	// settings orders_page_default and orders_page_max).
+	Limit *int64 `json:"limit,omitempty"`
 }
 
 // Validate checks v against #ListOrdersQuery's constraints: every failing field, or nil.
@@ -91,11 +92,13 @@ func (v *ListOrdersQuery) validate(path, in string, errs *[]httpguard.FieldError
 			*errs = append(*errs, httpguard.FieldError{Field: join(path, "before"), In: in, Reason: "must be greater than 0"})
 		}
 	}
-	if v.Limit < 1 {
-		*errs = append(*errs, httpguard.FieldError{Field: join(path, "limit"), In: in, Reason: "must be at least 1"})
-	}
-	if v.Limit > 500 {
-		*errs = append(*errs, httpguard.FieldError{Field: join(path, "limit"), In: in, Reason: "must be at most 500"})
+	if v.Limit != nil {
+		if (*v.Limit) < 1 {
+			*errs = append(*errs, httpguard.FieldError{Field: join(path, "limit"), In: in, Reason: "must be at least 1"})
+		}
+		if (*v.Limit) > 10000 {
+			*errs = append(*errs, httpguard.FieldError{Field: join(path, "limit"), In: in, Reason: "must be at most 10000"})
+		}
 	}
 }
 
@@ -343,17 +346,16 @@ func DecodeListOrdersQuery(q url.Values) (ListOrdersQuery, error) {
 		v.Before = &x
 	}
 	if vs := q["limit"]; len(vs) == 0 {
-		v.Limit = int64(50)
 	} else if x, err := strconv.ParseInt(vs[0], 10, 64); err != nil {
 		errs = append(errs, httpguard.FieldError{Field: "limit", In: in, Reason: "must be an integer"})
 	} else {
 		if x < 1 {
 			errs = append(errs, httpguard.FieldError{Field: "limit", In: in, Reason: "must be at least 1"})
 		}
-		if x > 500 {
-			errs = append(errs, httpguard.FieldError{Field: "limit", In: in, Reason: "must be at most 500"})
+		if x > 10000 {
+			errs = append(errs, httpguard.FieldError{Field: "limit", In: in, Reason: "must be at most 10000"})
 		}
-		v.Limit = x
+		v.Limit = &x
 	}
 	if errs != nil {
 		return v, httpguard.InvalidRequest(errs)

@@ -213,6 +213,6 @@ func TestInvalidListOrdersQueryNeverReachesHandler(t *testing.T) {
 		{"limit=1e30", "limit"},
 		{"limit=1.5", "limit"},
 		{"limit=0", "limit"},
-		{"limit=501", "limit"},
+		{"limit=10001", "limit"},
 	}, false, func(h Handler, c echo.Context) error { return serveListOrders(h)(c, shards.Accessor{}) })
 }

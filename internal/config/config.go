@@ -29,6 +29,10 @@ type Config struct {
 	Cells     []Cell    `json:"cells"`
 	Routes    []Route   `json:"routes"`
 	Deploy    Deploy    `json:"deploy"`
+	// Settings are the service's own settings (#Settings in
+	// schema/settings.cue) as decoded JSON: CUE checks their shape, and
+	// gen/settings decodes them into the service's typed Settings.
+	Settings map[string]any `json:"settings"`
 }
 
 // Service names the generated service.
@@ -490,6 +494,9 @@ type Route struct {
 	Query string `json:"query,omitempty"`
 	// Responses maps a status ("201") to the definition of its JSON body.
 	Responses map[string]string `json:"responses,omitempty"`
+	// Group names the route's group, whose app middleware wraps it
+	// (api.Middleware.Groups); empty for none.
+	Group string `json:"group"`
 }
 
 // Typed reports whether the route declares any schema, so its handler

@@ -100,6 +100,10 @@ func (w *walker) value(t reflect.Type, path string) bool {
 		return true
 	}
 	switch t.Kind() {
+	case reflect.Interface:
+		// Any JSON value: the service's settings, whose shape CUE checks
+		// (#Settings), not Go.
+		return w.skip(tok)
 	case reflect.Struct:
 		if tok != json.Delim('{') {
 			w.fail(label, off, "must be an object; got %s", describeToken(tok))

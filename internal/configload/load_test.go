@@ -2,6 +2,10 @@ package configload
 
 import (
 	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -112,5 +116,39 @@ func TestDeployFilesExampleSpec(t *testing.T) {
 	}
 	if r.Len() != 1 || strings.Join(m.Cells[0].Slots, ",") != "0-16383" || m.Cells[0].URL != "http://127.0.0.1:8080" {
 		t.Errorf("slot map %+v", m)
+	}
+}
+
+// TestLoadAppSettings: a per-cell file's settings reach the loaded config
+// (objects merge field by field), and the boot check holds them to the
+// service's #Settings (schema/settings.cue) and rules (policy/app/): an
+// unknown setting, one out of range and one the service's rule denies
+// are each refused, naming the setting.
+func TestLoadAppSettings(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	load := func(body string) (config.Config, error) {
+		path := filepath.Join(t.TempDir(), "cell.json")
+		if err := os.WriteFile(path, []byte(`{"settings": `+body+`}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Mode Spec: the rules of every mode, without a cell's own.
+		return LoadMode(ctx, Spec, spec.Config(), path, func(string) string { return "" }, log)
+	}
+	cfg, err := load(`{"orders_page_max": 100}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Settings["orders_page_max"] != float64(100) || cfg.Settings["orders_page_default"] != float64(50) {
+		t.Errorf("settings after the per-cell file: %v; want orders_page_max 100 and the spec's orders_page_default 50", cfg.Settings)
+	}
+	for body, want := range map[string]string{
+		`{"bogus": 1}`:           "settings.bogus",
+		`{"orders_page_max": 0}`: "settings.orders_page_max",
+		`{"orders_page_default": 600, "orders_page_max": 500}`: "settings.orders_page_default: 600 is over settings.orders_page_max",
+	} {
+		if _, err := load(body); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("settings %s: %v; want a refusal naming %q", body, err, want)
+		}
 	}
 }

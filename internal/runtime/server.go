@@ -231,9 +231,10 @@ func (s *Server) Logger() *slog.Logger { return s.log }
 func (s *Server) Bulkheads() Bulkheads { return s.bulk }
 
 // Public adds a route that skips tenancy and is never counted; only the
-// per-route HTTP metrics see it.
-func (s *Server) Public(method, path string, h echo.HandlerFunc) {
-	s.echo.Add(method, path, chain(h, s.obs.route(method, path)))
+// per-route HTTP metrics see it. mws (the app's own middleware, mws[0]
+// outermost) run inside the metrics, around h.
+func (s *Server) Public(method, path string, h echo.HandlerFunc, mws ...echo.MiddlewareFunc) {
+	s.echo.Add(method, path, chain(chain(h, mws...), s.obs.route(method, path)))
 }
 
 // TenantHandler serves a tenant route. sh is the request's accessor to
@@ -243,21 +244,24 @@ func (s *Server) Public(method, path string, h echo.HandlerFunc) {
 type TenantHandler = func(c echo.Context, sh shards.Accessor) error
 
 // Tenant adds a route behind the tenant chain: HTTP metrics → tenancy →
-// tenant bulkhead → server admission → the request's shard accessor → h.
-// A tenant of another cell is answered 421 before h.
-func (s *Server) Tenant(method, path string, h TenantHandler) {
-	inner := s.bulk.dbPermits.Shard(s.shards, h)
+// tenant bulkhead → server admission → mws → the request's shard accessor
+// → h. mws are the app's own middleware (mws[0] outermost): they see the
+// request's tenant (internal/tenant) and run while its permits are held, so
+// a refused request never reaches them. A tenant of another cell is
+// answered 421 before h.
+func (s *Server) Tenant(method, path string, h TenantHandler, mws ...echo.MiddlewareFunc) {
+	inner := chain(s.bulk.dbPermits.Shard(s.shards, h), mws...)
 	s.echo.Add(method, path, chain(chain(inner, s.tenantMW...), s.obs.route(method, path)))
 }
 
 // Idempotent adds a tenant route like Tenant whose handler honours an
 // Idempotency-Key header (internal/runtime/idempotency). The config must
 // mark the route idempotent, so that server.idempotency was checked.
-func (s *Server) Idempotent(method, path string, h TenantHandler) {
+func (s *Server) Idempotent(method, path string, h TenantHandler, mws ...echo.MiddlewareFunc) {
 	if s.idem == nil {
 		panic("runtime: " + method + " " + path + " is registered as idempotent but no route of the config is marked idempotent")
 	}
-	s.Tenant(method, path, s.idem.Wrap(method, path, h))
+	s.Tenant(method, path, s.idem.Wrap(method, path, h), mws...)
 }
 
 // Idempotency returns the idempotency keys of the idempotent routes (its

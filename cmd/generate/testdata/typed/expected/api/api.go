@@ -3,11 +3,15 @@
 // Package api declares the service's HTTP surface from the spec's routes:
 // the Handler interface the app implements and Register, which wires each
 // route as public (no tenancy, never counted) or tenant (tenancy and
-// bulkheads first, then the handler gets its Request). Stateless; Register
-// is called once at boot.
+// bulkheads first, then the app's own Middleware, then the handler gets its
+// Request). Stateless; Register is called once at boot.
 package api
 
 import (
+	"fmt"
+	"slices"
+	"sort"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/internal/shards"
@@ -47,25 +51,69 @@ type Handler interface {
 // Router is what Register needs from the server: a way to add a public
 // route and a tenant route. internal/runtime's server implements it.
 type Router interface {
-	// Public adds a route that skips tenancy and is never counted.
-	Public(method, path string, h echo.HandlerFunc)
+	// Public adds a route that skips tenancy and is never counted; mws
+	// wrap h.
+	Public(method, path string, h echo.HandlerFunc, mws ...echo.MiddlewareFunc)
 	// Tenant adds a route behind tenancy, the tenant bulkhead and
-	// admission; h gets the request's accessor to its tenant's shard.
-	Tenant(method, path string, h func(c echo.Context, sh shards.Accessor) error)
-	// Idempotent adds a tenant route that honours an Idempotency-Key
-	// header (the spec's idempotent: true; docs/idempotency.md).
-	Idempotent(method, path string, h func(c echo.Context, sh shards.Accessor) error)
+	// admission; mws run next (the tenant known, its permits held), then h
+	// gets the request's accessor to its tenant's shard.
+	Tenant(method, path string, h func(c echo.Context, sh shards.Accessor) error, mws ...echo.MiddlewareFunc)
+	// Idempotent adds a tenant route like Tenant that honours an
+	// Idempotency-Key header (the spec's idempotent: true;
+	// docs/idempotency.md).
+	Idempotent(method, path string, h func(c echo.Context, sh shards.Accessor) error, mws ...echo.MiddlewareFunc)
 }
 
-// Register adds every spec route to r, served by h. A spec path parameter
-// {name} is registered in Echo's form :name.
-func Register(r Router, h Handler) {
-	r.Public("GET", "/", h.Index)
-	r.Tenant("POST", "/signup", serveSignUp(h))
-	r.Tenant("GET", "/account", serveGetAccount(h))
-	r.Tenant("POST", "/orders", serveCreateOrder(h))
-	r.Tenant("GET", "/orders", serveListOrders(h))
-	r.Tenant("GET", "/orders/:id", serveGetOrder(h))
+// Middleware is the app's own Echo middleware (from app/), wrapped around
+// the spec's routes once, at registration: nothing of it is rebuilt per
+// request. In each list the first entry is outermost.
+type Middleware struct {
+	// Tenant wraps every tenant route, after tenancy, the tenant bulkhead
+	// and admission: the request's tenant is known and a refused request
+	// never reaches it.
+	Tenant []echo.MiddlewareFunc
+	// Groups wraps the routes of a spec route group (routes[].group), public
+	// or tenant, inside Tenant. A key must be one of Groups.
+	Groups map[string][]echo.MiddlewareFunc
+}
+
+// Groups lists the spec's route groups, sorted.
+var Groups = []string{}
+
+// chain is the middleware of one route: Tenant for a tenant route, then
+// its group's.
+func (m Middleware) chain(group string, tenant bool) []echo.MiddlewareFunc {
+	var mws []echo.MiddlewareFunc
+	if tenant {
+		mws = append(mws, m.Tenant...)
+	}
+	if group != "" {
+		mws = append(mws, m.Groups[group]...)
+	}
+	return mws
+}
+
+// Register adds every spec route to r, served by h and wrapped in mw. A
+// spec path parameter {name} is registered in Echo's form :name. It fails,
+// adding nothing, when mw names a group no spec route has.
+func Register(r Router, h Handler, mw Middleware) error {
+	unknown := make([]string, 0, len(mw.Groups))
+	for g := range mw.Groups {
+		if !slices.Contains(Groups, g) {
+			unknown = append(unknown, g)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("api.Middleware.Groups: %q is not the group of any spec route (routes[].group); the spec's groups: %q", unknown, Groups)
+	}
+	r.Public("GET", "/", h.Index, mw.chain("", false)...)
+	r.Tenant("POST", "/signup", serveSignUp(h), mw.chain("", true)...)
+	r.Tenant("GET", "/account", serveGetAccount(h), mw.chain("", true)...)
+	r.Tenant("POST", "/orders", serveCreateOrder(h), mw.chain("", true)...)
+	r.Tenant("GET", "/orders", serveListOrders(h), mw.chain("", true)...)
+	r.Tenant("GET", "/orders/:id", serveGetOrder(h), mw.chain("", true)...)
+	return nil
 }
 
 // Route describes one spec route.
@@ -82,14 +130,16 @@ type Route struct {
 	Public bool
 	// Idempotent routes honour an Idempotency-Key header.
 	Idempotent bool
+	// Group is the route's group ("" for none).
+	Group string
 }
 
 // Routes lists the spec routes in spec order.
 var Routes = []Route{
-	{Method: "GET", Path: "/", EchoPath: "/", Handler: "Index", Public: true, Idempotent: false},
-	{Method: "POST", Path: "/signup", EchoPath: "/signup", Handler: "SignUp", Public: false, Idempotent: false},
-	{Method: "GET", Path: "/account", EchoPath: "/account", Handler: "GetAccount", Public: false, Idempotent: false},
-	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false, Idempotent: false},
-	{Method: "GET", Path: "/orders", EchoPath: "/orders", Handler: "ListOrders", Public: false, Idempotent: false},
-	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false, Idempotent: false},
+	{Method: "GET", Path: "/", EchoPath: "/", Handler: "Index", Public: true, Idempotent: false, Group: ""},
+	{Method: "POST", Path: "/signup", EchoPath: "/signup", Handler: "SignUp", Public: false, Idempotent: false, Group: ""},
+	{Method: "GET", Path: "/account", EchoPath: "/account", Handler: "GetAccount", Public: false, Idempotent: false, Group: ""},
+	{Method: "POST", Path: "/orders", EchoPath: "/orders", Handler: "CreateOrder", Public: false, Idempotent: false, Group: ""},
+	{Method: "GET", Path: "/orders", EchoPath: "/orders", Handler: "ListOrders", Public: false, Idempotent: false, Group: ""},
+	{Method: "GET", Path: "/orders/{id}", EchoPath: "/orders/:id", Handler: "GetOrder", Public: false, Idempotent: false, Group: ""},
 }
