@@ -33,6 +33,7 @@ func enqueueSQL(t *testing.T, pool *pgxpool.Pool, runIn time.Duration, specs ...
 	t.Helper()
 	var kinds, queues, tenants, args []string
 	var maxAttempts []int32
+	var prios []int16
 	var runAts []time.Time
 	now := time.Now()
 	for _, spec := range specs {
@@ -44,10 +45,10 @@ func enqueueSQL(t *testing.T, pool *pgxpool.Pool, runIn time.Duration, specs ...
 		for n := from; n <= to; n++ {
 			kinds, queues, tenants = append(kinds, "plain"), append(queues, "default"), append(tenants, tn)
 			args = append(args, fmt.Sprintf(`{"n": %d}`, n))
-			maxAttempts, runAts = append(maxAttempts, 5), append(runAts, now.Add(runIn))
+			maxAttempts, runAts, prios = append(maxAttempts, 5), append(runAts, now.Add(runIn)), append(prios, 1)
 		}
 	}
-	if _, err := pool.Exec(context.Background(), sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now); err != nil {
+	if _, err := pool.Exec(context.Background(), sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now, prios); err != nil {
 		t.Fatal(err)
 	}
 }

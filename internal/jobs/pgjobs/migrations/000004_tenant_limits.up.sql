@@ -271,10 +271,15 @@ BEGIN
         WHERE l.max_running > 0 AND r.n >= l.max_running;
     END IF;
 
-    IF cardinality(p_cap_kinds) = 0 AND NOT v_tcaps AND NOT (p_fair AND EXISTS (
-           SELECT 1 FROM cellgate_jobs j
+    -- A scalar subquery ordered by vtime walks cellgate_jobs_priority_idx
+    -- (only the jobs of priority after 1). EXISTS would not do: the
+    -- planner drops its ORDER BY, and a plan made while the table was
+    -- empty may then read all of the tenant-priority index.
+    IF cardinality(p_cap_kinds) = 0 AND NOT v_tcaps AND NOT (p_fair AND (
+           SELECT j.vtime FROM cellgate_jobs j
            WHERE j.state = 'available' AND j.vtime IS NOT NULL AND j.priority > 1
-             AND j.queue <> ALL (v_paused))) THEN
+             AND j.queue <> ALL (v_paused)
+           ORDER BY j.vtime LIMIT 1) IS NOT NULL) THEN
         -- No caps and no priorities to honour: lock and claim in one
         -- statement, as in 000002.
         IF p_fair THEN
