@@ -107,7 +107,8 @@ func loadAPI(root cue.Value, routes []config.Route) (*API, error) {
 	// The encoder takes a value whose top-level fields are all
 	// definitions: a new struct holding every definition of the spec (a
 	// named one may refer to the others).
-	defs := root.Context().CompileString("{}")
+	ctx := cuecontext.New() // values of other contexts combine with it
+	defs := ctx.CompileString("{}")
 	it, err := root.Fields(cue.Definitions(true))
 	if err != nil {
 		return nil, err
@@ -124,7 +125,7 @@ func loadAPI(root cue.Value, routes []config.Route) (*API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schemas: CUE's OpenAPI encoder: %w", err)
 	}
-	doc := root.Context().BuildFile(f)
+	doc := ctx.BuildFile(f)
 	if err := doc.Err(); err != nil {
 		return nil, fmt.Errorf("schemas: %w", err)
 	}

@@ -273,5 +273,5 @@ func anyValue(v attribute.Value) *commonpb.AnyValue {
 		s := v.AsStringSlice()
 		return arr(len(s), func(i int) *commonpb.AnyValue { return anyValue(attribute.StringValue(s[i])) })
 	}
-	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.Emit()}}
+	return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.String()}}
 }
