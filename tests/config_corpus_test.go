@@ -250,7 +250,8 @@ func runGenerate(t *testing.T, genBin, file string) ([]byte, string, error) {
 	}
 	dir := t.TempDir()
 	app := "package cellgate\n\nconfig: #Config & " + string(config.Indent(full)) + "\n"
-	for name, src := range map[string]string{"cellgate.cue": schema.Definitions, "app.cue": app} {
+	files := map[string]string{"cellgate.cue": schema.Definitions, "app.cue": app, "types.cue": specTypes(t)}
+	for name, src := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -295,4 +296,22 @@ func runServe(t *testing.T, file string) (string, bool) {
 	pr.Close()
 	_ = cmd.Wait()
 	return buf.String(), accepted
+}
+
+// specTypes is the example spec's schema/app.cue without its config
+// block: the definitions its routes name (#SignUp, #Account...), which a
+// per-cell file's routes name too.
+func specTypes(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("../schema/app.cue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(src)
+	start := strings.Index(s, "\nconfig: ")
+	end := strings.Index(s[max(start, 0):], "\n}\n")
+	if start < 0 || end < 0 {
+		t.Fatal("schema/app.cue has no config: block ending in a line \"}\"")
+	}
+	return s[:start+1] + s[start+end+3:]
 }

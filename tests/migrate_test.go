@@ -154,11 +154,11 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 		"shard-1   app     -/3      behind: 3 pending (000001_accounts.up.sql, 000002_replica_identity.up.sql, 000003_add_nickname.up.sql)",
 		"the app schema is not at one version on every database",
 	} {
-		if !strings.Contains(out, want) {
+		if !strings.Contains(squashSpaces(out), squashSpaces(want)) {
 			t.Errorf("migrate status lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "control   app") {
+	if strings.Contains(squashSpaces(out), "control app") {
 		t.Errorf("the control database got the app's migrations (database.app_migrations defaults to shards):\n%s", out)
 	}
 
@@ -167,13 +167,13 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 	good := buildServer(t, dir, "server-good")
 	if out, err := runServer(t, good, env, "migrate", "-db", "shard-0", "force", "2"); err != nil {
 		t.Fatalf("migrate force 2: %v\n%s", err, out)
-	} else if !strings.Contains(out, "shard-0   app     2/3      behind: 1 pending (000003_add_nickname.up.sql)") {
+	} else if !strings.Contains(squashSpaces(out), squashSpaces("shard-0   app     2/3      behind: 1 pending (000003_add_nickname.up.sql)")) {
 		t.Errorf("migrate force printed:\n%s", out)
 	}
 	c2 := startProcessCell(t, good, env)
 	c2.waitStatus(t, "/readyz", 200, 30*time.Second)
 	out, err = runServer(t, good, env, "migrate", "status")
-	if err != nil || strings.Count(out, "up to date") != 6 { // shard-0, shard-1 app; control, shard-0, shard-1 jobs; control plans
+	if err != nil || strings.Count(out, "up to date") != 8 { // shard-0, shard-1 app; control, shard-0, shard-1 jobs; control plans; shard-0, shard-1 idempotency
 		t.Fatalf("migrate status after repair (%v):\n%s", err, out)
 	}
 }
@@ -183,4 +183,10 @@ func startProcessCell(t testing.TB, bin string, env []string) *cell {
 	t.Helper()
 	addr := freeAddr(t)
 	return startProcess(t, "cell", addr, bin, append([]string{"CELLGATE_ADDRESS=" + addr}, env...))
+}
+
+// squashSpaces folds runs of spaces into one: the status table's columns
+// are as wide as the longest schema name, which the test need not know.
+func squashSpaces(s string) string {
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == ' ' }), " ")
 }

@@ -60,7 +60,7 @@ func renderAPIGo(cfg config.Config, api *API) ([]byte, error) {
 		return nil, err
 	}
 	var imports []string
-	for _, im := range []string{"encoding/json", "errors", "io", "mime", "net/http", "net/url", "reflect", "regexp",
+	for _, im := range []string{"bytes", "encoding/json", "errors", "io", "mime", "net/http", "net/url", "reflect", "regexp",
 		"strconv", "strings", "time", "unicode/utf8", "github.com/labstack/echo/v4",
 		"github.com/cellgate/cellgate/internal/httpguard", "github.com/cellgate/cellgate/internal/shards"} {
 		base := im[strings.LastIndex(im, "/")+1:]
@@ -570,7 +570,14 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 	if !jsonMediaType(r.Header.Get("Content-Type")) {
 		return nil, errUnsupportedMediaType
 	}
-	dec := json.NewDecoder(r.Body)
+	// The body is read whole first, so that a failed read (a body over the
+	// limit, too slow, or a chunked body cut short) goes to the runtime as
+	// the read error it is, never as JSON that does not parse.
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var errs []httpguard.FieldError
 	if err := dec.Decode(w); err != nil {
@@ -595,10 +602,6 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 		}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var se *json.SyntaxError
-		if err != nil && !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, err // a failed read
-		}
 		return nil, errTrailingData
 	}
 	return errs, nil

@@ -3,6 +3,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -494,7 +495,14 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 	if !jsonMediaType(r.Header.Get("Content-Type")) {
 		return nil, errUnsupportedMediaType
 	}
-	dec := json.NewDecoder(r.Body)
+	// The body is read whole first, so that a failed read (a body over the
+	// limit, too slow, or a chunked body cut short) goes to the runtime as
+	// the read error it is, never as JSON that does not parse.
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var errs []httpguard.FieldError
 	if err := dec.Decode(w); err != nil {
@@ -519,10 +527,6 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 		}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var se *json.SyntaxError
-		if err != nil && !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, err // a failed read
-		}
 		return nil, errTrailingData
 	}
 	return errs, nil

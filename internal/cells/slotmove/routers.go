@@ -49,9 +49,19 @@ func (mv *mover) confirmRouter(ctx context.Context, base, want string, drain boo
 	var last routerView
 	var lastErr error
 	for {
-		last, lastErr = readRouter(ctx, mv.http, url)
+		v, err := readRouter(ctx, mv.http, url)
+		if err != nil && ctx.Err() != nil && lastErr != nil {
+			// The deadline cut this read short: report what the router
+			// last answered (a 404 says it is no router), not the cut.
+			err = lastErr
+		}
+		last, lastErr = v, err
 		if lastErr == nil && last.Digest == want && (!drain || last.Older == 0) {
 			return nil
+		}
+		if errors.Is(lastErr, errNoRouter) {
+			// No waiting makes a URL that is no router's into one.
+			return fmt.Errorf("slotmove: router %s: %w", base, lastErr)
 		}
 		t := time.NewTimer(5 * time.Millisecond)
 		select {
@@ -70,6 +80,10 @@ func (mv *mover) confirmRouter(ctx context.Context, base, want string, drain boo
 	}
 }
 
+// errNoRouter marks an answer only a URL that is no router's /readyz gives
+// (404): polling it longer cannot confirm anything.
+var errNoRouter = errors.New("not a router's /readyz (check the router URL)")
+
 func readRouter(ctx context.Context, c *http.Client, url string) (routerView, error) {
 	var v routerView
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -81,6 +95,9 @@ func readRouter(ctx context.Context, c *http.Client, url string) (routerView, er
 		return v, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return v, fmt.Errorf("GET %s: %s: %w", url, resp.Status, errNoRouter)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return v, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
