@@ -23,9 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -98,18 +96,10 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tracing.Shutdown(sctx); err != nil {
-			log.Warn("tracing shutdown", "error", err.Error())
-		}
-	}()
-	traceTenant := false
-	if v := os.Getenv("CELLGATE_TRACE_TENANT"); v != "" {
-		if traceTenant, err = strconv.ParseBool(v); err != nil {
-			return fmt.Errorf("CELLGATE_TRACE_TENANT: want true or false, got %q", v)
-		}
+	defer tracing.Close(log)
+	traceTenant, err := telemetry.TraceTenantFromEnv(os.Getenv)
+	if err != nil {
+		return err
 	}
 	// The registry is made here so the console's counter joins the
 	// router's /metrics.

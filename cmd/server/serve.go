@@ -6,9 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -35,18 +33,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := tracing.Shutdown(sctx); err != nil {
-			log.Warn("tracing shutdown", "error", err.Error())
-		}
-	}()
+	defer tracing.Close(log)
 	access, err := runtime.AccessLogFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
-	traceTenant, err := boolEnv("CELLGATE_TRACE_TENANT")
+	traceTenant, err := telemetry.TraceTenantFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -171,19 +163,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 // cellServiceName is the cell's service.name when OTEL_SERVICE_NAME is
 // unset: the spec's service name.
 func cellServiceName(cfg config.Config) string { return cfg.Service.Name }
-
-// boolEnv reads a true/false variable; unset is false.
-func boolEnv(name string) (bool, error) {
-	v := os.Getenv(name)
-	if v == "" {
-		return false, nil
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return false, fmt.Errorf("%s: want true or false, got %q", name, v)
-	}
-	return b, nil
-}
 
 // serveOpenAPI serves the generated OpenAPI documents (public, never
 // counted): /openapi.json (3.1) and /openapi-3.0.json (3.0.3).

@@ -155,3 +155,17 @@ func TestParseLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTraceTenantFromEnv: unset is off, a boolean is read, anything else
+// is an error naming the variable.
+func TestTraceTenantFromEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "true": true, "0": false} {
+		got, err := telemetry.TraceTenantFromEnv(func(string) string { return v })
+		if err != nil || got != want {
+			t.Errorf("%q: %v, %v; want %v", v, got, err, want)
+		}
+	}
+	if _, err := telemetry.TraceTenantFromEnv(func(string) string { return "yes please" }); err == nil || !strings.Contains(err.Error(), "CELLGATE_TRACE_TENANT") {
+		t.Errorf("a bad value: %v", err)
+	}
+}

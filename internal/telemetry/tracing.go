@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -54,6 +56,30 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	return t.sdk.Shutdown(ctx)
+}
+
+// Close flushes and stops the tracing within 5 s, logging a failure: what
+// a binary defers after FromEnv.
+func (t *Tracing) Close(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("tracing shutdown", "error", err.Error())
+	}
+}
+
+// TraceTenantFromEnv reads CELLGATE_TRACE_TENANT with getenv: whether spans
+// carry the tenant id (opt-in; unset is false).
+func TraceTenantFromEnv(getenv func(string) string) (bool, error) {
+	v := getenv("CELLGATE_TRACE_TENANT")
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("CELLGATE_TRACE_TENANT: want true or false, got %q", v)
+	}
+	return b, nil
 }
 
 // FromEnv builds the process's tracing from the standard variables, read
