@@ -76,7 +76,7 @@ type Server struct {
 	echo     *echo.Echo
 	log      *slog.Logger
 	reg      *prometheus.Registry
-	tenantMW []echo.MiddlewareFunc // tenancy → tenant bulkhead → server admission
+	tenantMW []echo.MiddlewareFunc // tenancy → frozen slots → tenant bulkhead → server admission
 	bulk     Bulkheads
 	shards   *shards.Set
 	obs      *observer
@@ -165,6 +165,9 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("tenancy: %w", err)
 		}
 		s.tenantMW = append(s.tenantMW, mw)
+		if opts.Shards != nil {
+			s.tenantMW = append(s.tenantMW, frozenSlots(opts.Shards))
+		}
 	}
 	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip, opts.OnTenantRejection, opts.Plans)
 	if err != nil {
@@ -244,11 +247,12 @@ func (s *Server) Public(method, path string, h echo.HandlerFunc, mws ...echo.Mid
 type TenantHandler = func(c echo.Context, sh shards.Accessor) error
 
 // Tenant adds a route behind the tenant chain: HTTP metrics → tenancy →
-// tenant bulkhead → server admission → mws → the request's shard accessor
-// → h. mws are the app's own middleware (mws[0] outermost): they see the
-// request's tenant (internal/tenant) and run while its permits are held, so
-// a refused request never reaches them. A tenant of another cell is
-// answered 421 before h.
+// frozen slots → tenant bulkhead → server admission → mws → the request's
+// shard accessor → h. mws are the app's own middleware (mws[0] outermost):
+// they see the request's tenant (internal/tenant) and run while its
+// permits are held, so a refused request never reaches them. A tenant
+// whose slot is frozen for a move between shards (internal/shardmap) is
+// answered 503 slot_moving, and a tenant of another cell 421, before h.
 func (s *Server) Tenant(method, path string, h TenantHandler, mws ...echo.MiddlewareFunc) {
 	inner := chain(s.bulk.dbPermits.Shard(s.shards, h), mws...)
 	s.echo.Add(method, path, chain(chain(inner, s.tenantMW...), s.obs.route(method, path)))

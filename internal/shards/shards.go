@@ -3,8 +3,11 @@
 // shard (the same slot function the cell router uses), and the embedded
 // migrations applied to each.
 //
-// Concurrency: a Set is built once at boot and is then read-only; its pools
-// are safe for concurrent use. Close once, after the server has drained.
+// Concurrency: a Set is built once at boot; its pools are safe for
+// concurrent use. Its shard map starts as database.shards and may be
+// replaced while it serves (Install, fed by internal/shardmap from the
+// control database): each lookup reads the map in force with one atomic
+// load, no lock. Close once, after the server has drained.
 package shards
 
 import (
@@ -13,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -40,6 +44,8 @@ type Set struct {
 	shards     []*Shard // the cell's shards, in spec order
 	byIndex    []*Shard // spec index → shard; nil for another cell's shard
 	slots      *slots.Map
+	names      []string // database.shards' names, in spec order
+	routing    atomic.Pointer[Routing]
 	cell       string
 }
 
@@ -84,6 +90,10 @@ func OpenCellWith(ctx context.Context, db config.Database, cells []config.Cell, 
 		return nil, err
 	}
 	set := &Set{slots: m, cell: cell, byIndex: make([]*Shard, len(db.Shards))}
+	for _, s := range db.Shards {
+		set.names = append(set.names, s.Name)
+	}
+	set.routing.Store(routingOf(m))
 	set.controlDSN, set.control, err = open(ctx, "database.control", db.Control.DSNEnv, db.Control.MaxConns, getenv, o)
 	if err != nil {
 		return nil, err
@@ -135,8 +145,42 @@ func (s *Set) ControlDSN() string { return s.controlDSN }
 // Shards lists the shards in spec order.
 func (s *Set) Shards() []*Shard { return s.shards }
 
-// Slots is the shard slot map.
+// Slots is the shard slot map of the config (database.shards), as at
+// boot; Routing is the map in force.
 func (s *Set) Slots() *slots.Map { return s.slots }
+
+// ShardNames lists database.shards' names in spec order, the other cells'
+// shards included: a Routing's shard indexes point into it.
+func (s *Set) ShardNames() []string { return s.names }
+
+// Routing returns the shard map in force: one atomic load.
+func (s *Set) Routing() *Routing { return s.routing.Load() }
+
+// Install makes r the shard map in force for every lookup that starts
+// after it returns; lookups under way finish on the map they loaded. A
+// shard index outside database.shards is an error naming the slot, and the
+// map in force stays.
+func (s *Set) Install(r *Routing) error {
+	for slot := 0; slot < slots.Count; slot++ {
+		if i := r.Shard(slot); i >= len(s.byIndex) {
+			return fmt.Errorf("shards: routing version %d: slot %d goes to shard index %d, but database.shards has %d", r.Version(), slot, i, len(s.byIndex))
+		}
+	}
+	s.routing.Store(r)
+	return nil
+}
+
+// Frozen reports whether tenant's slot is frozen for a move between shards
+// in the map in force (false for an empty or invalid tenant id). It takes
+// no lock and allocates nothing.
+func (s *Set) Frozen(tenant string) bool {
+	r := s.routing.Load()
+	if !r.AnyFrozen() {
+		return false
+	}
+	slot, err := slots.Slot(tenant)
+	return err == nil && r.Frozen(slot)
+}
 
 // ErrNoTenant is returned when a shard is asked for without a tenant.
 var ErrNoTenant = errors.New("shards: no tenant; shard access needs a tenant route, or a job with a tenant")
@@ -145,13 +189,13 @@ var ErrNoTenant = errors.New("shards: no tenant; shard access needs a tenant rou
 // router sent it to the wrong cell (or the slot map is being changed).
 var ErrOtherCell = errors.New("shards: the tenant's slot belongs to another cell")
 
-// ForTenant returns the tenant's shard and slot.
+// ForTenant returns the tenant's shard and slot in the map in force.
 func (s *Set) ForTenant(tenant string) (*Shard, int, error) {
 	slot, err := slots.Slot(tenant)
 	if err != nil {
 		return nil, 0, ErrNoTenant
 	}
-	sh := s.byIndex[s.slots.Owner(slot)]
+	sh := s.byIndex[s.routing.Load().Shard(slot)]
 	if sh == nil {
 		return nil, slot, ErrOtherCell
 	}

@@ -73,6 +73,11 @@ var (
 	// Nothing was counted; retrying here does not help.
 	ErrTenantOtherCell = NewRejection(http.StatusMisdirectedRequest, 0, "tenant_other_cell",
 		"the tenant belongs to another cell")
+	// ErrSlotMoving: the tenant's slot is frozen in the cell's shard map
+	// while its range moves between two shards (internal/shardmap). The
+	// freeze lasts about a second.
+	ErrSlotMoving = NewRejection(http.StatusServiceUnavailable, 1, "slot_moving",
+		"the tenant's data is being moved to another shard; retry shortly")
 	// ErrTenantQuota: the tenant's funding line and overage allowance are
 	// spent. Retrying does not help until the control plane funds it, so
 	// there is no Retry-After.
