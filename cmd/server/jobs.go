@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/jobs"
@@ -13,6 +14,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/shardmap"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/telemetry"
 )
@@ -72,7 +74,9 @@ func newJobs(ctx context.Context, cfg config.Config, set *shards.Set, w *jobs.Wo
 	if err != nil {
 		return nil, nil, fmt.Errorf("jobs metrics: %w", err)
 	}
-	opts := jobs.Options{Logger: log, Registry: srv.Registry(), Middleware: []jobs.Middleware{work}}
+	// A job of a tenant whose slot is frozen for a move between shards
+	// snoozes instead of running (internal/shardmap).
+	opts := jobs.Options{Logger: log, Registry: srv.Registry(), Middleware: []jobs.Middleware{work, shardmap.JobMiddleware(set, time.Second)}}
 	if ins != nil {
 		opts.InsertMiddleware = []jobs.InsertMiddleware{ins}
 	}

@@ -2,7 +2,7 @@
 // operator tasks.
 //
 //	server [serve] [-config cell.json]   run the cell (the default)
-//	server migrate [-config cell.json] [-db NAME] [-schema app|jobs|plans] [status|up|down N|force V]
+//	server migrate [-config cell.json] [-db NAME] [-schema app|jobs|plans|idempotency|shardmap] [status|up|down N|force V]
 //	                                     each database's migrations: report, apply, roll back, repair (migrate.go)
 //	server check   [-config cell.json]   validate the final config (CUE, start-up rules, policy), then exit
 //	server export  [-config cell.json]   print the final config as JSON (for conftest, opa eval), then exit

@@ -98,7 +98,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"migrate", "down"}, "migrate down needs a number"},
 		{[]string{"migrate", "force", "x"}, "migrate force x: want a number (down: >= 1, force: >= -1)"},
 		{[]string{"migrate", "status", "-nope"}, "flag provided but not defined: -nope"},
-		{[]string{"migrate", "-schema", "nope", "status"}, `migrate: -schema "nope": want app, jobs, plans or idempotency`},
+		{[]string{"migrate", "-schema", "nope", "status"}, `migrate: -schema "nope": want app, jobs, plans, idempotency or shardmap`},
 	} {
 		_, errOut, err := runCLI(t, tc.args...)
 		var ue usageError

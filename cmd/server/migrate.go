@@ -20,6 +20,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime/idempotency"
+	"github.com/cellgate/cellgate/internal/shardmap"
 	"github.com/cellgate/cellgate/internal/shards"
 	cgsql "github.com/cellgate/cellgate/sql"
 )
@@ -36,13 +37,17 @@ const (
 	// cellgate_idempotency_schema_migrations, on every shard when a route
 	// is idempotent.
 	schemaIdempotency = "idempotency"
+	// schemaShardMap is the cell's live shard map
+	// (internal/shardmap/migrations, table
+	// cellgate_shardmap_schema_migrations), on the control database.
+	schemaShardMap = "shardmap"
 )
 
 // migrationTarget is one set of migration files on one database.
 type migrationTarget struct {
 	db     string // "control", "shard-0", …
 	dsn    string
-	schema string // schemaApp, schemaJobs or schemaIdempotency
+	schema string // schemaApp, schemaJobs, schemaTenants, schemaIdempotency or schemaShardMap
 	files  dbmigrate.Files
 }
 
@@ -75,6 +80,9 @@ func migrationTargets(cfg config.Config, set *shards.Set, schemas ...string) []m
 	add(shards.ControlName, set.ControlDSN(), cfg.Database.AppMigrationsOnControl(), true)
 	if want[schemaTenants] && cfg.Tenancy.Enabled {
 		out = append(out, migrationTarget{shards.ControlName, set.ControlDSN(), schemaTenants, plans.Files})
+	}
+	if want[schemaShardMap] {
+		out = append(out, migrationTarget{shards.ControlName, set.ControlDSN(), schemaShardMap, shardmap.Files})
 	}
 	for _, sh := range set.Shards() {
 		add(sh.Name, sh.DSN, cfg.Database.AppMigrationsOnShards(), cfg.Jobs.Postgres.ShardLocal)
@@ -227,7 +235,7 @@ const migrateSynopsis = "[-db NAME] [-schema app|jobs|plans|idempotency] [status
 // before it, the command those after.
 func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 	dbName := fs.String("db", "", "only this database (control, shard-0, …)")
-	schema := fs.String("schema", "", "only this schema: app, jobs, plans or idempotency (default: all for status and up, app for down and force)")
+	schema := fs.String("schema", "", "only this schema: app, jobs, plans, idempotency or shardmap (default: all for status and up, app for down and force)")
 	return func(ctx context.Context, inv invocation) error {
 		rest := inv.args
 		action, n := "up", 0
@@ -257,12 +265,12 @@ func migrateCommand(fs *flag.FlagSet) func(context.Context, invocation) error {
 		if fs.NArg() > 0 {
 			return usageError{msg: fmt.Sprintf("migrate %s: unexpected arguments %q", action, fs.Args())}
 		}
-		schemas := []string{schemaApp, schemaJobs, schemaTenants, schemaIdempotency}
+		schemas := []string{schemaApp, schemaJobs, schemaTenants, schemaIdempotency, schemaShardMap}
 		switch {
 		case slices.Contains(schemas, *schema):
 			schemas = []string{*schema}
 		case *schema != "":
-			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs, plans or idempotency", *schema)}
+			return usageError{msg: fmt.Sprintf("migrate: -schema %q: want app, jobs, plans, idempotency or shardmap", *schema)}
 		case action == "down" || action == "force":
 			schemas = []string{schemaApp}
 		}
@@ -379,7 +387,7 @@ func writeStatus(out io.Writer, rows []statusRow) (bad int) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.target.db, r.target.schema, ver, state)
 	}
 	tw.Flush()
-	for _, s := range []string{schemaApp, schemaJobs, schemaTenants, schemaIdempotency} {
+	for _, s := range []string{schemaApp, schemaJobs, schemaTenants, schemaIdempotency, schemaShardMap} {
 		if len(versions[s]) > 1 {
 			fmt.Fprintf(out, "the %s schema is not at one version on every database: apply or repair the ones above that are not up to date\n", s)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime"
+	"github.com/cellgate/cellgate/internal/shardmap"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/telemetry"
 )
@@ -65,6 +66,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 		tenants = plans.NewStore(set.Control(), cat, plans.Options{Log: log})
 	}
+	// The shard map (docs/cells.md): the set serves database.shards' map
+	// until the watcher has read the control database's record, then
+	// every version written there, live.
+	boot, err := shardmap.FromConfig(cfg.Database)
+	if err != nil {
+		return err
+	}
+	shardMap, err := shardmap.NewWatcher(set.Control(), set, shardmap.Options{Boot: boot, Log: log})
+	if err != nil {
+		return err
+	}
 	// Each tenant request's handler gets the accessor to its tenant's
 	// shard, with the request's database permits.
 	srv, err := runtime.New(cfg, runtime.Options{
@@ -80,6 +92,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := srv.Registry().Register(buildinfo.NewCollector()); err != nil {
 		return fmt.Errorf("build info metric: %w", err)
 	}
+	if err := shardMap.Register(srv.Registry()); err != nil {
+		return fmt.Errorf("shard map metrics: %w", err)
+	}
+	srv.AddReadinessDetail("shard_map", shardMap.Problem)
 
 	workers := jobs.NewWorkers()
 	jobkinds.RegisterWorkers(workers, set, app.NewWorkers(app.WorkerDeps{Log: log}))
@@ -131,7 +147,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	go func() {
 		// The job runtime applies its own migrations as it starts; the
 		// app's must be in place first, since workers use its tables.
-		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp, schemaTenants, schemaIdempotency), log, sleepCtx); err != nil {
+		if err := progress.run(ctx, migrationTargets(cfg, set, schemaApp, schemaTenants, schemaIdempotency, schemaShardMap), log, sleepCtx); err != nil {
 			if ctx.Err() == nil {
 				bm.migrationsFailed.Set(1) // final: a failed file is not retried
 			}
@@ -146,6 +162,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		if tenants != nil {
 			go func() { _ = tenants.Run(ctx) }()
 		}
+		go func() { _ = shardMap.Run(ctx) }()
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
 		}

@@ -39,8 +39,6 @@ type Options struct {
 	// Log receives refused records and connection errors (default
 	// slog.Default()).
 	Log *slog.Logger
-	// Registry receives the watcher's metrics; nil registers none.
-	Registry prometheus.Registerer
 }
 
 // Watcher follows the control database's shard map and installs each good
@@ -104,14 +102,17 @@ func NewWatcher(pool *pgxpool.Pool, set *shards.Set, o Options) (*Watcher, error
 		w.m.loads.WithLabelValues(r)
 	}
 	w.m.current.Set(1)
-	if o.Registry != nil {
-		for _, c := range []prometheus.Collector{w.m.loads, w.m.current, w.m.version, w.m.frozen} {
-			if err := o.Registry.Register(c); err != nil {
-				return nil, fmt.Errorf("shard map metrics: %w", err)
-			}
+	return w, nil
+}
+
+// Register adds the watcher's metrics to reg (the server's registry).
+func (w *Watcher) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{w.m.loads, w.m.current, w.m.version, w.m.frozen} {
+		if err := reg.Register(c); err != nil {
+			return err
 		}
 	}
-	return w, nil
+	return nil
 }
 
 // defaultProcess is "<host>/<pid>/<random>": unique among a cell's
