@@ -103,3 +103,36 @@ func TestOpenCellOpensOnlyItsShards(t *testing.T) {
 		t.Fatalf("unknown cell: %v", err)
 	}
 }
+
+func TestInstallSwapsTheRouting(t *testing.T) {
+	set, err := Open(context.Background(), twoShards(), func(string) string { return "postgres://x@127.0.0.1:1/db" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	// {user1}.following is slot 8106, on shard-0 in the config's map.
+	if set.Routing().Version() != 0 || set.Frozen("{user1}.following") {
+		t.Fatalf("boot routing: version %d", set.Routing().Version())
+	}
+	everything1, err := NewRouting(3, func(int) int { return 1 }, []slots.Range{{Lo: 8106, Hi: 8106}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Install(everything1); err != nil {
+		t.Fatal(err)
+	}
+	sh, _, err := set.ForTenant("{user1}.following")
+	if err != nil || sh.Name != "shard-1" || !set.Frozen("{user1}.following") || set.Frozen("123456789") || set.Frozen("") {
+		t.Fatalf("after install: %v %v", sh, err)
+	}
+	bad, err := NewRouting(4, func(int) int { return 2 }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Install(bad); err == nil || !strings.Contains(err.Error(), "shard index 2") || set.Routing().Version() != 3 {
+		t.Fatalf("install of an index past database.shards: %v (version %d in force)", err, set.Routing().Version())
+	}
+	if _, err := NewRouting(5, func(int) int { return 0 }, []slots.Range{{Lo: 10, Hi: 16384}}); err == nil {
+		t.Fatal("NewRouting took a frozen range past the last slot")
+	}
+}
