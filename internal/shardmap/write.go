@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -144,7 +145,7 @@ func Update(ctx context.Context, db DB, change func(Record) (Record, error)) (in
 			updated_by = `+updatedBy+`, updated_at = now() RETURNING version`, out).Scan(&version); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2::text)`, Channel, version)
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, $2)`, Channel, strconv.FormatInt(version, 10))
 		return err
 	})
 	if err != nil {
@@ -231,23 +232,33 @@ func WaitApplied(ctx context.Context, db DB, version int64, o WaitOptions) error
 	if o.Poll <= 0 {
 		o.Poll = 10 * time.Millisecond
 	}
+	var (
+		seen   bool     // a read succeeded
+		live   int      // live processes at the last read
+		behind []string // those of them behind version
+	)
 	for {
 		ps, err := Applied(ctx, db, o.StaleAfter)
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		var behind []string
-		for _, p := range ps {
-			if p.Version < version {
-				behind = append(behind, fmt.Sprintf("%s at %d", p.ID, p.Version))
+		switch {
+		case err == nil:
+			seen, live, behind = true, len(ps), nil
+			for _, p := range ps {
+				if p.Version < version {
+					behind = append(behind, fmt.Sprintf("%s at %d", p.ID, p.Version))
+				}
 			}
-		}
-		if err == nil && len(ps) > 0 && len(behind) == 0 {
-			return nil
+			if live > 0 && len(behind) == 0 {
+				return nil
+			}
+		case ctx.Err() == nil:
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			if len(ps) == 0 {
+			switch {
+			case !seen:
+				return fmt.Errorf("shard map: waiting for version %d: %w", version, ctx.Err())
+			case live == 0:
 				return fmt.Errorf("shard map: waiting for version %d: no live process of the cell reports a version (%w)", version, ctx.Err())
 			}
 			return fmt.Errorf("shard map: waiting for version %d: %s (%w)", version, strings.Join(behind, ", "), ctx.Err())
