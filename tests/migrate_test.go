@@ -173,7 +173,7 @@ func TestCellMigrationFailureIsRepairable(t *testing.T) {
 	c2 := startProcessCell(t, good, env)
 	c2.waitStatus(t, "/readyz", 200, 30*time.Second)
 	out, err = runServer(t, good, env, "migrate", "status")
-	if err != nil || strings.Count(out, "up to date") != 8 { // shard-0, shard-1 app; control, shard-0, shard-1 jobs; control plans; shard-0, shard-1 idempotency
+	if err != nil || strings.Count(out, "up to date") != 9 { // shard-0, shard-1 app; control, shard-0, shard-1 jobs; control plans; control shardmap; shard-0, shard-1 idempotency
 		t.Fatalf("migrate status after repair (%v):\n%s", err, out)
 	}
 }

@@ -95,6 +95,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := shardMap.Register(srv.Registry()); err != nil {
 		return fmt.Errorf("shard map metrics: %w", err)
 	}
+	srv.AddReadiness("shard_map", shardMap.Ready)
 	srv.AddReadinessDetail("shard_map", shardMap.Problem)
 
 	workers := jobs.NewWorkers()

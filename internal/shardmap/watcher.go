@@ -52,6 +52,7 @@ type Watcher struct {
 	mu      sync.Mutex
 	bad     int64  // the version last refused, 0 when none
 	problem string // why the record in the database is not the map in force
+	synced  bool   // the record has been read (or written) once
 }
 
 type metrics struct {
@@ -138,6 +139,19 @@ func (w *Watcher) Problem() string {
 	return w.problem
 }
 
+// Ready is the /readyz check: an error until the record has been read
+// once, so a process does not take traffic on its config's map when the
+// control database holds another one (the config's map is in force until
+// then).
+func (w *Watcher) Ready(context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.synced {
+		return errors.New("the shard map has not been read from the control database yet")
+	}
+	return nil
+}
+
 // Run follows the record until ctx ends: it writes the boot map when the
 // database holds none, LISTENs on Channel on a connection of its own,
 // installs every good new version, checks the version and beats the
@@ -184,6 +198,9 @@ func (w *Watcher) follow(ctx context.Context) error {
 	if _, _, err := Seed(ctx, c, w.opt.Boot); err != nil {
 		return err
 	}
+	if _, err := AddShards(ctx, c, w.opt.Boot.names()); err != nil {
+		return err
+	}
 	if err := w.sync(ctx, c); err != nil {
 		return err
 	}
@@ -224,10 +241,15 @@ func (w *Watcher) sync(ctx context.Context, db DB) error {
 			return err
 		}
 	}
-	_, err = db.Exec(ctx, `INSERT INTO cellgate_shard_map_applied (process, version, heartbeat) VALUES ($1, $2, now())
+	if _, err := db.Exec(ctx, `INSERT INTO cellgate_shard_map_applied (process, version, heartbeat) VALUES ($1, $2, now())
 		ON CONFLICT (process) DO UPDATE SET version = EXCLUDED.version, heartbeat = EXCLUDED.heartbeat`,
-		w.opt.Process, w.Version())
-	return err
+		w.opt.Process, w.Version()); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.synced = true
+	w.mu.Unlock()
+	return nil
 }
 
 // refused is the version last refused (0: none).

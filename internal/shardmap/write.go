@@ -130,8 +130,8 @@ func Update(ctx context.Context, db DB, change func(Record) (Record, error)) (in
 		if next, err = next.Normalize(); err != nil {
 			return err
 		}
-		if !slices.Equal(next.names(), cur.names()) {
-			return fmt.Errorf("shards: %q, want %q: a change may move slots and freeze them, not add, remove or rename shards", next.names(), cur.names())
+		if n := next.names(); len(n) < len(cur.names()) || !slices.Equal(n[:len(cur.names())], cur.names()) {
+			return fmt.Errorf("shards: %q, want %q first: a change may move slots, freeze them and add shards at the end, not remove, rename or reorder shards", n, cur.names())
 		}
 		out, err := json.Marshal(next)
 		if err != nil {
@@ -155,6 +155,21 @@ func Update(ctx context.Context, db DB, change func(Record) (Record, error)) (in
 		return 0, fmt.Errorf("shard map: %w", err)
 	}
 	return version, nil
+}
+
+// AddShards appends to the record, with no slots, every shard of names it
+// does not list yet, so that ranges can be switched to a shard added to
+// database.shards after the record was first written. Every watcher does
+// this for its config's shards when it connects.
+func AddShards(ctx context.Context, db DB, names []string) (int64, error) {
+	return Update(ctx, db, func(r Record) (Record, error) {
+		for _, n := range names {
+			if !slices.Contains(r.names(), n) {
+				r.Shards = append(r.Shards, ShardSlots{Name: n, Slots: []string{}})
+			}
+		}
+		return r, nil
+	})
 }
 
 // Freeze marks ranges frozen: from the version it returns, every process
