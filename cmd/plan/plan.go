@@ -209,12 +209,34 @@ func slotMoves(old, cur config.Config) ([]string, error) {
 			out = append(out, fmt.Sprintf("slots %s move from cell %s to cell %s: slotmove -map gen/deploy/slotmap.json -layout <layout.json> -slots %s -from %s -to %s",
 				rg, a[lo][0], b[lo][0], rg, a[lo][0], b[lo][0]))
 		}
-		if a[lo][1] != b[lo][1] {
+		switch {
+		case a[lo][1] == b[lo][1]:
+		case a[lo][0] == b[lo][0]:
+			out = append(out, shardMoveSteps(rg, b[lo][0], a[lo][1], b[lo][1]))
+		default:
 			out = append(out, fmt.Sprintf("slots %s move from shard %s to shard %s: copy their tenants' rows before deploying", rg, a[lo][1], b[lo][1]))
 		}
 		lo = hi + 1
 	}
 	return out, nil
+}
+
+// shardMoveSteps is the procedure for a range that changes shard inside
+// one cell. The cell's control database holds its shard map
+// (internal/shardmap), which wins over database.shards once written, so
+// the spec is deployed first (the new shard's pool opens, the range stays
+// where it is) and the map is switched with the range's rows.
+func shardMoveSteps(rg slots.Range, cell, from, to string) string {
+	ranges := fmt.Sprintf("[]slots.Range{{Lo: %d, Hi: %d}}", rg.Lo, rg.Hi)
+	return fmt.Sprintf("slots %s move from shard %s to shard %s in cell %s: no tool moves a range between shards yet; "+
+		"deploy this spec (cell %s keeps serving the range from %s: its control database's shard map wins over database.shards), "+
+		"then with internal/shardmap on cell %s's control database: copy the range's rows from %s to %s; "+
+		"v, _ := shardmap.Freeze(ctx, control, %s); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+
+		"copy the rows written since and verify both sides; "+
+		"v, _ = shardmap.Switch(ctx, control, %s, %q); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+
+		"v, _ = shardmap.Unfreeze(ctx, control, %s); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+
+		"move the range's waiting jobs and delete its rows at %s (docs/cells.md, \"Moving a range between shards\")",
+		rg, from, to, cell, cell, from, cell, from, to, ranges, ranges, to, ranges, from)
 }
 
 // laneChange reports a shuffle-shard change and the share of tenants whose

@@ -70,6 +70,23 @@ func TestPlanKnownActions(t *testing.T) {
 	if has(p.Actions, "slotmove") {
 		t.Errorf("a shard split inside one cell needs no slotmove: %q", p.Actions)
 	}
+	// Until slotmove moves ranges between shards, the plan spells out the
+	// shard map's steps on the cell's control database.
+	for _, step := range []string{
+		"slots 12288-16383 move from shard shard-2 to shard shard-3 in cell cell-2: no tool moves a range between shards yet",
+		"deploy this spec (cell cell-2 keeps serving the range from shard-2",
+		"shardmap.Freeze(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}})",
+		`shardmap.Switch(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}}, "shard-3")`,
+		"shardmap.Unfreeze(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}})",
+		"delete its rows at shard-2",
+	} {
+		if !has(p.Actions, step) {
+			t.Errorf("shard split: no %q in %q", step, p.Actions)
+		}
+	}
+	if has(p.Actions, "copy their tenants' rows before deploying") {
+		t.Errorf("shard split inside one cell: the old advice is still printed: %q", p.Actions)
+	}
 
 	// A DSN variable vanishes with a removed shard.
 	p, _ = Compare(cur, old)

@@ -203,3 +203,35 @@ func TestBadRecordKeepsTheLastGoodMap(t *testing.T) {
 		t.Fatalf("metrics lint: %v %v", problems, err)
 	}
 }
+
+// TestAddShardsAppendsOnly: a shard added to database.shards after the
+// record was written joins it with no slots (once), so a range can be
+// switched to it; a change may not drop or rename a shard.
+func TestAddShardsAppendsOnly(t *testing.T) {
+	ctx := context.Background()
+	pool := controlDB(t)
+	if v, created, err := Seed(ctx, pool, twoShards()); err != nil || !created || v != 1 {
+		t.Fatalf("seed: %d %v %v", v, created, err)
+	}
+	if v, created, err := Seed(ctx, pool, Record{Shards: []ShardSlots{{Name: "x", Slots: []string{"0-16383"}}}}); err != nil || created || v != 1 {
+		t.Fatalf("a second seed must keep the record: %d %v %v", v, created, err)
+	}
+	three := []string{"shard-0", "shard-1", "shard-2"}
+	for round := range 2 { // the second round changes nothing
+		if v, err := AddShards(ctx, pool, three); err != nil || v != 2 {
+			t.Fatalf("add shards (round %d): version %d %v", round, v, err)
+		}
+	}
+	rec, _, err := Read(ctx, pool)
+	if err != nil || len(rec.Shards) != 3 || rec.Shards[2].Name != "shard-2" || len(rec.Shards[2].Slots) != 0 {
+		t.Fatalf("record: %+v %v", rec, err)
+	}
+	_, err = Update(ctx, pool, func(r Record) (Record, error) {
+		r.Shards = r.Shards[1:]
+		r.Shards[0].Slots = []string{"0-16383"}
+		return r, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "not remove, rename or reorder shards") {
+		t.Fatalf("dropping a shard: %v", err)
+	}
+}
