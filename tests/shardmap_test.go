@@ -89,15 +89,15 @@ func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer control.Close()
-	confirm := func(version int64) {
+	confirm := func(version int64, within time.Duration) {
 		t.Helper()
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, within)
 		defer cancel()
 		if err := shardmap.WaitApplied(cctx, control, version, shardmap.WaitOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	confirm(1) // both servers have seeded/read the config's map
+	confirm(1, 10*time.Second) // both servers have read (one has written) the config's map
 
 	shard0, shard1 := dbName(t, env["SM_SHARD0"]), dbName(t, env["SM_SHARD1"])
 	for _, u := range urls {
@@ -131,12 +131,12 @@ func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 		}
 	}
 	t.Logf("both servers refuse the frozen range %v after the freeze", time.Since(start))
-	confirm(v)
+	confirm(v, 2*time.Second)
 
 	if v, err = shardmap.Switch(ctx, control, rg, "shard-1"); err != nil {
 		t.Fatal(err)
 	}
-	confirm(v)
+	confirm(v, 2*time.Second)
 	for _, u := range urls {
 		if code, _, _ := where(t, u, moving); code != http.StatusServiceUnavailable {
 			t.Fatalf("%s: switched but still frozen, got %d", u, code)
@@ -145,7 +145,7 @@ func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 	if v, err = shardmap.Unfreeze(ctx, control, rg); err != nil {
 		t.Fatal(err)
 	}
-	confirm(v)
+	confirm(v, 2*time.Second)
 	for _, u := range urls {
 		if code, body, _ := where(t, u, moving); code != 200 || body != shard1 {
 			t.Fatalf("%s after the move: %d %q, want shard-1 (%s)", u, code, body, shard1)

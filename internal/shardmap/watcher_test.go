@@ -76,7 +76,8 @@ func TestWatchersFollowTheRecord(t *testing.T) {
 	}
 	a, _ := startWatcher(t, pool, "a")
 	b, _ := startWatcher(t, pool, "b")
-	waitFor(t, 2*time.Second, "both watchers load the seeded version 1", func() bool { return a.Version() == 1 && b.Version() == 1 })
+	// Start-up (connect, migrate check, seed) is not what is timed.
+	waitFor(t, 10*time.Second, "both watchers load the seeded version 1", func() bool { return a.Version() == 1 && b.Version() == 1 })
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := WaitApplied(wctx, pool, 1, WaitOptions{}); err != nil {
@@ -139,7 +140,7 @@ func TestWaitAppliedNamesTheProcessBehind(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE cellgate_shard_map_applied SET heartbeat = now() - interval '1 minute' WHERE process = 'gone'`); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	err := WaitApplied(wctx, pool, 4, WaitOptions{})
 	if err == nil || !strings.Contains(err.Error(), "stuck at 3") || strings.Contains(err.Error(), "gone") {
@@ -159,7 +160,7 @@ func TestBadRecordKeepsTheLastGoodMap(t *testing.T) {
 	ctx := context.Background()
 	pool := controlDB(t)
 	w, reg := startWatcher(t, pool, "a")
-	waitFor(t, 2*time.Second, "the seeded version", func() bool { return w.Version() == 1 })
+	waitFor(t, 10*time.Second, "the seeded version", func() bool { return w.Version() == 1 })
 	v, err := Freeze(ctx, pool, []slots.Range{{Lo: 10, Hi: 20}})
 	if err != nil {
 		t.Fatal(err)
