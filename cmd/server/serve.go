@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -140,6 +141,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		defer stopSampler()
 	}
 	srv.AddReadiness("migrations", progress.check)
+	// The shard map's watcher follows the control database once the
+	// migrations are in place, and stops (deleting its heartbeat row)
+	// before the pools close.
+	mapCtx, stopMap := context.WithCancel(ctx)
+	mapDone := make(chan struct{})
+	go func() {
+		defer close(mapDone)
+		for !progress.applied() {
+			if sleepCtx(mapCtx, 50*time.Millisecond) != nil {
+				return
+			}
+		}
+		_ = shardMap.Run(mapCtx)
+	}()
+	defer func() { stopMap(); <-mapDone }()
 	bm, err := newBootMetrics(srv.Registry())
 	if err != nil {
 		return err
@@ -163,7 +179,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		if tenants != nil {
 			go func() { _ = tenants.Run(ctx) }()
 		}
-		go func() { _ = shardMap.Run(ctx) }()
 		if err := jobsRT.Start(ctx); err != nil {
 			log.Error("jobs did not start", "error", err.Error())
 		}
