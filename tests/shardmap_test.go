@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +28,8 @@ import (
 // own pools and shard map watcher) over one control database and two
 // shards. A freeze makes both answer the range's tenant 503 slot_moving
 // within 2 s while another tenant is served; after the switch and the
-// unfreeze both send the tenant's requests to the new shard.
+// unfreeze both send the tenant's requests to the new shard. A request the
+// old map let through holds a drain until it ends.
 func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 	ctx := context.Background()
 	env := map[string]string{
@@ -54,6 +57,9 @@ func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 	moving, other := tenantIn(t, 4096, 8191), tenantIn(t, 0, 4095)
 	rg := []slots.Range{{Lo: 4096, Hi: 8191}}
 
+	// /hold stays in flight until release is closed: a request routed by
+	// the map a freeze replaces.
+	held, release := make(chan struct{}, 1), make(chan struct{})
 	var urls []string
 	for i := range 2 {
 		set, err := shards.Open(ctx, cfg.Database, func(k string) string { return env[k] })
@@ -81,9 +87,19 @@ func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 				}
 				return c.String(http.StatusOK, db)
 			})
+			s.Tenant("GET", "/hold", func(c echo.Context, _ shards.Accessor) error {
+				held <- struct{}{}
+				<-release
+				return c.String(http.StatusOK, "released")
+			})
 		})
 		urls = append(urls, c.url)
 	}
+	// A failing test must not leave /hold blocking the servers' shutdown
+	// (cleanups run last registered first: this one before theirs).
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free)
 	control, err := pgxpool.New(ctx, env["SM_CONTROL"])
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +121,21 @@ func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 			t.Fatalf("%s before the move: %d %q, want shard-0 (%s)", u, code, body, shard0)
 		}
 	}
+
+	// Another tenant's request in flight on server 0 across the freeze.
+	holdDone := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", urls[0]+"/hold", nil)
+		req.Header.Set("X-Tenant-ID", other)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			holdDone <- 0
+			return
+		}
+		resp.Body.Close()
+		holdDone <- resp.StatusCode
+	}()
+	<-held
 
 	v, err := shardmap.Freeze(ctx, control, rg)
 	if err != nil {
@@ -132,6 +163,22 @@ func TestShardMapMoveAcrossTwoServers(t *testing.T) {
 	}
 	t.Logf("both servers refuse the frozen range %v after the freeze", time.Since(start))
 	confirm(v, 2*time.Second)
+	// Every process has the frozen map, but server 0 still runs a request
+	// the old map let through: a drain waits for it, naming the process.
+	dctx, cancelDrain := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelDrain()
+	if err := shardmap.WaitApplied(dctx, control, v, shardmap.WaitOptions{Drain: true}); err == nil || !strings.Contains(err.Error(), "server-0 with 1 requests on older maps") {
+		t.Fatalf("drain with a request of the old map in flight: %v", err)
+	}
+	free()
+	if code := <-holdDone; code != http.StatusOK {
+		t.Fatalf("held request: %d", code)
+	}
+	dctx, cancelDrain = context.WithTimeout(ctx, 2*time.Second)
+	defer cancelDrain()
+	if err := shardmap.WaitApplied(dctx, control, v, shardmap.WaitOptions{Drain: true}); err != nil {
+		t.Fatalf("drain after the held request ended: %v", err)
+	}
 
 	if v, err = shardmap.Switch(ctx, control, rg, "shard-1"); err != nil {
 		t.Fatal(err)

@@ -53,6 +53,7 @@ type Watcher struct {
 	bad     int64  // the version last refused, 0 when none
 	problem string // why the record in the database is not the map in force
 	synced  bool   // the record has been read (or written) once
+	older   int64  // requests on replaced maps at the last heartbeat
 }
 
 type metrics struct {
@@ -205,7 +206,7 @@ func (w *Watcher) follow(ctx context.Context) error {
 		return err
 	}
 	for {
-		wctx, cancel := context.WithTimeout(ctx, w.opt.Resync)
+		wctx, cancel := context.WithTimeout(ctx, w.beat())
 		_, err := c.WaitForNotification(wctx)
 		cancel()
 		switch {
@@ -241,15 +242,34 @@ func (w *Watcher) sync(ctx context.Context, db DB) error {
 			return err
 		}
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO cellgate_shard_map_applied (process, version, heartbeat) VALUES ($1, $2, now())
-		ON CONFLICT (process) DO UPDATE SET version = EXCLUDED.version, heartbeat = EXCLUDED.heartbeat`,
-		w.opt.Process, w.Version()); err != nil {
+	older := w.set.OlderInFlight()
+	if _, err := db.Exec(ctx, `INSERT INTO cellgate_shard_map_applied (process, version, older_in_flight, heartbeat)
+		VALUES ($1, $2, $3, now())
+		ON CONFLICT (process) DO UPDATE SET version = EXCLUDED.version,
+			older_in_flight = EXCLUDED.older_in_flight, heartbeat = EXCLUDED.heartbeat`,
+		w.opt.Process, w.Version(), older); err != nil {
 		return err
 	}
 	w.mu.Lock()
-	w.synced = true
+	w.synced, w.older = true, older
 	w.mu.Unlock()
 	return nil
+}
+
+// drainBeat is the heartbeat period while requests of a replaced map are
+// in flight: a move waiting for them (WaitOptions.Drain) learns they are
+// done within it.
+const drainBeat = 10 * time.Millisecond
+
+// beat is how long to wait for a notification before the next check and
+// heartbeat.
+func (w *Watcher) beat() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.older > 0 {
+		return drainBeat
+	}
+	return w.opt.Resync
 }
 
 // refused is the version last refused (0: none).

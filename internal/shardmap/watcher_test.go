@@ -236,3 +236,35 @@ func TestAddShardsAppendsOnly(t *testing.T) {
 		t.Fatalf("dropping a shard: %v", err)
 	}
 }
+
+// TestWaitAppliedDrainsOlderRequests: a request in flight on the map a
+// freeze replaced holds WaitApplied with Drain (naming the process) but
+// not without; once it ends, the drain completes within a beat.
+func TestWaitAppliedDrainsOlderRequests(t *testing.T) {
+	ctx := context.Background()
+	pool := controlDB(t)
+	w, _ := startWatcher(t, pool, "a")
+	waitFor(t, 10*time.Second, "the seeded version", func() bool { return w.Version() == 1 })
+	old := w.set.Routing()
+	old.Enter()
+	v, err := Freeze(ctx, pool, []slots.Range{{Lo: 0, Hi: 99}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := WaitApplied(wctx, pool, v, WaitOptions{}); err != nil {
+		t.Fatalf("applied without drain: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	if err := WaitApplied(short, pool, v, WaitOptions{Drain: true}); err == nil || !strings.Contains(err.Error(), "a with 1 requests on older maps") {
+		t.Fatalf("drain with a request in flight: %v", err)
+	}
+	old.Leave()
+	start := time.Now()
+	if err := WaitApplied(wctx, pool, v, WaitOptions{Drain: true}); err != nil {
+		t.Fatalf("drain after the request ended: %v", err)
+	}
+	t.Logf("drained %v after the last older request ended", time.Since(start))
+}

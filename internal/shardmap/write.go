@@ -198,6 +198,9 @@ type Process struct {
 	ID string
 	// Version is the map version the process applies.
 	Version int64
+	// OlderInFlight counts the process's requests that started on a map
+	// it has since replaced and have not finished.
+	OlderInFlight int64
 	// Heartbeat is when it last said so.
 	Heartbeat time.Time
 }
@@ -213,14 +216,14 @@ func Applied(ctx context.Context, db DB, staleAfter time.Duration) ([]Process, e
 	if staleAfter <= 0 {
 		staleAfter = DefaultStaleAfter
 	}
-	rows, err := db.Query(ctx, `SELECT process, version, heartbeat FROM cellgate_shard_map_applied
+	rows, err := db.Query(ctx, `SELECT process, version, older_in_flight, heartbeat FROM cellgate_shard_map_applied
 		WHERE heartbeat > now() - $1::interval ORDER BY process`, staleAfter.String())
 	if err != nil {
 		return nil, fmt.Errorf("shard map: applied: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Process, error) {
 		var p Process
-		err := r.Scan(&p.ID, &p.Version, &p.Heartbeat)
+		err := r.Scan(&p.ID, &p.Version, &p.OlderInFlight, &p.Heartbeat)
 		return p, err
 	})
 	if err != nil {
@@ -235,11 +238,18 @@ type WaitOptions struct {
 	StaleAfter time.Duration
 	// Poll is the wait between two reads (default 10ms).
 	Poll time.Duration
+	// Drain also waits until no process has a request in flight that
+	// started on a map older than the one it applies: after a Freeze, no
+	// request routed by the unfrozen map can still write to the source.
+	// A long stream of any tenant holds it back, as it holds back a
+	// router's requests_on_older_maps.
+	Drain bool
 }
 
 // WaitApplied returns once at least one process is live and every live
-// process applies version or a later one. When ctx ends first, the error
-// names the processes still behind and the version each applies. A
+// process applies version or a later one (and, with o.Drain, has no
+// request left from an older map). When ctx ends first, the error names
+// the processes still behind and where each stands. A
 // process whose heartbeat stopped (down, or cut off from the control
 // database) is not waited for: a move must not rely on it for safety (the
 // slot-move tool's fence at the source refuses its late writes).
@@ -258,8 +268,11 @@ func WaitApplied(ctx context.Context, db DB, version int64, o WaitOptions) error
 		case err == nil:
 			seen, live, behind = true, len(ps), nil
 			for _, p := range ps {
-				if p.Version < version {
+				switch {
+				case p.Version < version:
 					behind = append(behind, fmt.Sprintf("%s at %d", p.ID, p.Version))
+				case o.Drain && p.OlderInFlight > 0:
+					behind = append(behind, fmt.Sprintf("%s with %d requests on older maps", p.ID, p.OlderInFlight))
 				}
 			}
 			if live > 0 && len(behind) == 0 {

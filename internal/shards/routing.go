@@ -2,6 +2,7 @@ package shards
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/cellgate/cellgate/internal/slots"
 )
@@ -10,13 +11,27 @@ import (
 // path: each slot's shard (its index in database.shards) and the slots
 // frozen while a range moves between two shards. It is immutable; a Set
 // swaps whole routings atomically (Install), so a lookup is one atomic load
-// and two array reads, with no lock.
+// and two array reads, with no lock. Only its in-flight count changes.
 type Routing struct {
 	version int64
 	owner   [slots.Count]uint16
 	frozen  [slots.Count / 64]uint64
 	nfrozen int
+	// inflight counts the tenant requests that started on this routing
+	// and have not finished (Enter, Leave): once it is replaced, a move
+	// learns when no request routed by it can still write to the old
+	// shard (Set.OlderInFlight). Padded: it is written per request, the
+	// fields above are only read.
+	_        [64]byte
+	inflight atomic.Int64
+	_        [56]byte
 }
+
+// Enter counts a request that started on r; call Leave when it ends.
+func (r *Routing) Enter() { r.inflight.Add(1) }
+
+// Leave ends a request Enter counted.
+func (r *Routing) Leave() { r.inflight.Add(-1) }
 
 // NewRouting compiles a routing at version: owner(slot) is the database.shards
 // index of the shard that holds slot, for every slot 0..MaxSlot; frozen are
@@ -66,6 +81,16 @@ func (r *Routing) Frozen(slot int) bool {
 		return false
 	}
 	return r.frozen[slot>>6]&(1<<(uint(slot)&63)) != 0
+}
+
+// FrozenTenant reports whether tenant's slot is frozen (false for an empty
+// or invalid tenant id). It allocates nothing.
+func (r *Routing) FrozenTenant(tenant string) bool {
+	if r.nfrozen == 0 {
+		return false
+	}
+	slot, err := slots.Slot(tenant)
+	return err == nil && r.Frozen(slot)
 }
 
 // AnyFrozen reports whether any slot is frozen: the request path's fast

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,6 +48,9 @@ type Set struct {
 	names      []string // database.shards' names, in spec order
 	routing    atomic.Pointer[Routing]
 	cell       string
+
+	mu      sync.Mutex
+	retired []*Routing // replaced routings that may still count requests
 }
 
 // Getenv reads an environment variable; tests pass a map's lookup.
@@ -166,20 +170,38 @@ func (s *Set) Install(r *Routing) error {
 			return fmt.Errorf("shards: routing version %d: slot %d goes to shard index %d, but database.shards has %d", r.Version(), slot, i, len(s.byIndex))
 		}
 	}
-	s.routing.Store(r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retired = append(s.retired, s.routing.Swap(r))
 	return nil
+}
+
+// OlderInFlight returns how many requests that started on a replaced
+// routing (Routing.Enter) are still in flight, and forgets the replaced
+// routings that have none. No request starts on a routing once it is
+// replaced, bar one that loaded it an instant before the swap and has not
+// counted itself yet, which a move's fence at the source covers.
+func (s *Set) OlderInFlight() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	keep := s.retired[:0]
+	for _, r := range s.retired {
+		if k := r.inflight.Load(); k > 0 {
+			n += k
+			keep = append(keep, r)
+		}
+	}
+	clear(s.retired[len(keep):])
+	s.retired = keep
+	return n
 }
 
 // Frozen reports whether tenant's slot is frozen for a move between shards
 // in the map in force (false for an empty or invalid tenant id). It takes
 // no lock and allocates nothing.
 func (s *Set) Frozen(tenant string) bool {
-	r := s.routing.Load()
-	if !r.AnyFrozen() {
-		return false
-	}
-	slot, err := slots.Slot(tenant)
-	return err == nil && r.Frozen(slot)
+	return s.routing.Load().FrozenTenant(tenant)
 }
 
 // ErrNoTenant is returned when a shard is asked for without a tenant.

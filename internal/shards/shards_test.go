@@ -118,8 +118,21 @@ func TestInstallSwapsTheRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	boot := set.Routing()
+	boot.Enter() // a request in flight on the boot map
+	set.Routing().Enter()
+	set.Routing().Leave()
 	if err := set.Install(everything1); err != nil {
 		t.Fatal(err)
+	}
+	everything1.Enter() // on the map in force: not an older one
+	if n := set.OlderInFlight(); n != 1 {
+		t.Fatalf("older in flight = %d, want 1", n)
+	}
+	boot.Leave()
+	everything1.Leave()
+	if n := set.OlderInFlight(); n != 0 || len(set.retired) != 0 {
+		t.Fatalf("older in flight = %d (%d maps kept), want 0", n, len(set.retired))
 	}
 	sh, _, err := set.ForTenant("{user1}.following")
 	if err != nil || sh.Name != "shard-1" || !set.Frozen("{user1}.following") || set.Frozen("123456789") || set.Frozen("") {

@@ -9,11 +9,13 @@ CREATE TABLE cellgate_shard_map (
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 
--- One row per running process of the cell: the map version it applies and
--- when it last said so. A slot move waits until every live row reports
--- the version it wrote.
+-- One row per running process of the cell: the map version it applies,
+-- how many of its requests that started on a replaced map are still in
+-- flight, and when it last said so. A slot move waits until every live
+-- row reports the version it wrote (and, when asked, no older request).
 CREATE TABLE cellgate_shard_map_applied (
-    process   text PRIMARY KEY CHECK (process <> ''),
-    version   bigint NOT NULL,
-    heartbeat timestamptz NOT NULL DEFAULT now()
+    process         text PRIMARY KEY CHECK (process <> ''),
+    version         bigint NOT NULL,
+    older_in_flight bigint NOT NULL DEFAULT 0,
+    heartbeat       timestamptz NOT NULL DEFAULT now()
 );
