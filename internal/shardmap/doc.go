@@ -17,9 +17,10 @@
 //
 // The slot-move tool drives a move with Freeze, Switch and Unfreeze, each
 // returning the version it wrote, and WaitApplied, which returns once every
-// live process of the cell has recorded that it applies that version
-// (cellgate_shard_map_applied: one row per process, its version and a
-// heartbeat).
+// live process of the cell has recorded that it applies that version and,
+// with Drain, that none of its requests routed by an older map is left
+// (cellgate_shard_map_applied: one row per process, its version, its
+// requests on older maps and a heartbeat).
 //
 // # Concurrency contract
 //
