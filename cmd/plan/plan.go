@@ -231,7 +231,7 @@ func shardMoveSteps(rg slots.Range, cell, from, to string) string {
 	return fmt.Sprintf("slots %s move from shard %s to shard %s in cell %s: no tool moves a range between shards yet; "+
 		"deploy this spec (cell %s keeps serving the range from %s: its control database's shard map wins over database.shards), "+
 		"then with internal/shardmap on cell %s's control database: copy the range's rows from %s to %s; "+
-		"v, _ := shardmap.Freeze(ctx, control, %s); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+
+		"v, _ := shardmap.Freeze(ctx, control, %s); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{Drain: true}); "+
 		"copy the rows written since and verify both sides; "+
 		"v, _ = shardmap.Switch(ctx, control, %s, %q); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+
 		"v, _ = shardmap.Unfreeze(ctx, control, %s); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+

@@ -75,7 +75,7 @@ func TestPlanKnownActions(t *testing.T) {
 	for _, step := range []string{
 		"slots 12288-16383 move from shard shard-2 to shard shard-3 in cell cell-2: no tool moves a range between shards yet",
 		"deploy this spec (cell cell-2 keeps serving the range from shard-2",
-		"shardmap.Freeze(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}})",
+		"shardmap.Freeze(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}}); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{Drain: true})",
 		`shardmap.Switch(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}}, "shard-3")`,
 		"shardmap.Unfreeze(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}})",
 		"delete its rows at shard-2",
