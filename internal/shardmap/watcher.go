@@ -202,6 +202,11 @@ func (w *Watcher) follow(ctx context.Context) error {
 	if _, err := AddShards(ctx, c, w.opt.Boot.names()); err != nil {
 		return err
 	}
+	// Rows of processes that died without removing theirs (a crash, a
+	// kill) are ignored once stale and deleted here once long gone.
+	if _, err := c.Exec(ctx, `DELETE FROM cellgate_shard_map_applied WHERE heartbeat < now() - interval '1 hour'`); err != nil {
+		return err
+	}
 	if err := w.sync(ctx, c); err != nil {
 		return err
 	}

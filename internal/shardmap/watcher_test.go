@@ -137,7 +137,8 @@ func TestWaitAppliedNamesTheProcessBehind(t *testing.T) {
 	if _, err := pool.Exec(ctx, `INSERT INTO cellgate_shard_map_applied (process, version) VALUES ('stuck', 3), ('gone', 1)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `UPDATE cellgate_shard_map_applied SET heartbeat = now() - interval '1 minute' WHERE process = 'gone'`); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE cellgate_shard_map_applied SET heartbeat = now() - interval '1 minute' WHERE process = 'gone';
+		INSERT INTO cellgate_shard_map_applied (process, version, heartbeat) VALUES ('dead', 1, now() - interval '2 hours')`); err != nil {
 		t.Fatal(err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -148,6 +149,24 @@ func TestWaitAppliedNamesTheProcessBehind(t *testing.T) {
 	}
 	if err := WaitApplied(ctx, pool, 3, WaitOptions{}); err != nil {
 		t.Fatalf("version every live process applies: %v", err)
+	}
+	// A watcher that connects deletes rows gone for over an hour.
+	w, _ := startWatcher(t, pool, "a")
+	waitFor(t, 10*time.Second, "the watcher's first read", func() bool { return w.Ready(ctx) == nil })
+	var ids []string
+	rows, err := pool.Query(ctx, `SELECT process FROM cellgate_shard_map_applied ORDER BY process`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if rows.Err() != nil || strings.Join(ids, " ") != "a gone stuck" {
+		t.Fatalf("processes after a watcher connected: %q %v", ids, rows.Err())
 	}
 }
 
