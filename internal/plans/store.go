@@ -285,6 +285,22 @@ func readTable(ctx context.Context, q querier) (int64, []Row, error) {
 	return version, out, nil
 }
 
+// Apply writes c to tenant's row through the store's pool (the package's
+// Apply over the store's catalog), then reloads the table so this process
+// serves the change at once; the other processes follow their
+// notification. A failed reload is logged, not returned: the write stands
+// and Run or the next resync picks it up.
+func (s *Store) Apply(ctx context.Context, tenant, by string, c Change) (before, after Row, err error) {
+	before, after, err = Apply(ctx, s.pool, s.cat, tenant, by, c)
+	if err != nil {
+		return before, after, err
+	}
+	if err := s.Load(ctx); err != nil {
+		s.opt.Log.Warn("tenant table: reload after a write", "tenant", tenant, "err", err)
+	}
+	return before, after, nil
+}
+
 // Beginner is a pool or a connection that starts transactions.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
