@@ -139,7 +139,7 @@ func TestTenantsViewPlans(t *testing.T) {
 		`<span class="limit" data-field="jobs.weight">weight 8*</span>`,
 		`<span class="limit" data-field="rate_per_second">rate 50 (shadow 20)</span>`,
 		`data-plan="free">free <span class="hint">(default)</span>`,
-		`<td class="limited">rate 3, db 1 / request 2</td>`,
+		`<td class="limited"><span class="refused">refused: rate 3, db 1</span><br><span class="shadow">shadow: request 2</span></td>`,
 		`<td class="n in-flight">2 / 4</td>`, `<td class="n in-flight">2 / 32</td>`,
 	} {
 		if !strings.Contains(page, want) {
