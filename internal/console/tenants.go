@@ -121,7 +121,9 @@ func (c *Console) tenants(ctx context.Context) TenantsReport {
 		if snap != nil {
 			p := tenantPlan(snap, name)
 			r.Plan = &p
-			r.Cap = int64(p.Effective.MaxConcurrentRequests)
+			if c.cfg.InFlight != nil {
+				r.Cap = int64(p.Effective.MaxConcurrentRequests)
+			}
 		}
 		if c.cfg.LimitCounts != nil {
 			if t, ok := c.cfg.LimitCounts.Of(name); ok {
