@@ -49,6 +49,11 @@ type Store struct {
 	watchers []func(*Snapshot)
 
 	loaded atomic.Bool
+
+	// loadMu serializes each read of the table with its install, so a
+	// read that started before a write never installs over the snapshot a
+	// later read took after it (Apply's reload racing Run's resync).
+	loadMu sync.Mutex
 }
 
 // NewStore returns a store over the control database's pool. It holds only
@@ -142,6 +147,8 @@ func (s *Store) Watch(f func(*Snapshot)) {
 // Load reads the whole table and publishes it. On error the snapshot in
 // force stays.
 func (s *Store) Load(ctx context.Context) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
 	version, rows, err := readTable(ctx, s.pool)
 	if err != nil {
 		return err
@@ -228,6 +235,8 @@ func (s *Store) follow(ctx context.Context) error {
 }
 
 func (s *Store) loadOn(ctx context.Context, c *pgx.Conn) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
 	version, rows, err := readTable(ctx, c)
 	if err != nil {
 		return err
