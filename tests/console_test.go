@@ -16,8 +16,11 @@ import (
 // with HTML and /admin/api/jobs with JSON listing the jobs of both shards,
 // each naming its database; without a token both refuse with no data.
 func TestCellConsole(t *testing.T) {
-	const admin = "cell-console-admin-token-0123456789abcdef"
-	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN="+admin, "CELLGATE_OPERATOR_TOKEN=cell-console-operator-token-0123456789abcdef"))
+	const (
+		admin    = "cell-console-admin-token-0123456789abcdef"
+		operator = "cell-console-operator-token-0123456789abcdef"
+	)
+	c := startCell(t, append(cellEnv(t), "CELLGATE_ADMIN_TOKEN="+admin, "CELLGATE_OPERATOR_TOKEN="+operator))
 	c.waitStatus(t, "/readyz", 200, 30*time.Second)
 	for i := range 8 {
 		tenant := fmt.Sprintf("tenant-%d", i)
@@ -94,6 +97,39 @@ func TestCellConsole(t *testing.T) {
 	}
 	if code != 200 || json.Unmarshal([]byte(body), &ser) != nil || len(ser.Cell.Backlog) == 0 {
 		t.Errorf("/admin/api/series = %d %s, want the start-up sample", code, body)
+	}
+
+	// With tenancy on the cell hands the console its tenant table's store:
+	// an operator's override through the API is written, served at once
+	// and shown in the tenants view with the cap it sets.
+	req, _ := http.NewRequest("POST", c.url+"/admin/api/tenants/tenant-0", strings.NewReader(`{"set":{"max_concurrent_requests":{"value":3}}}`))
+	req.Header.Set("Authorization", "Bearer "+operator)
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("operator's override of tenant-0 = %d %s", resp.StatusCode, b)
+		}
+	}
+	code, _, body = get("/admin/api/tenants", admin)
+	var tv struct {
+		Tenants []struct {
+			Tenant string `json:"tenant"`
+			Cap    int64  `json:"cap"`
+			Plan   *struct {
+				Source string `json:"source"`
+				Row    struct {
+					UpdatedBy string `json:"updated_by"`
+				} `json:"row"`
+			} `json:"plan"`
+		} `json:"tenants"`
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &tv) != nil || len(tv.Tenants) != 1 || tv.Tenants[0].Tenant != "tenant-0" ||
+		tv.Tenants[0].Cap != 3 || tv.Tenants[0].Plan == nil || tv.Tenants[0].Plan.Row.UpdatedBy != "console:operator-token" {
+		t.Errorf("/admin/api/tenants after the override = %d %s, want tenant-0 with cap 3 changed by the operator token", code, body)
 	}
 
 	// A browser session lives in the control database: after its logout

@@ -9,9 +9,19 @@ import (
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/runtime"
 	"github.com/cellgate/cellgate/internal/shards"
 )
+
+// consoleFeeds are what the cell's runtime feeds the console: the most
+// refused tenants, the per-tenant limit counts and the tenant table's store
+// (nil with tenancy off).
+type consoleFeeds struct {
+	rejections *console.TopK
+	limited    *console.LimitCounts
+	tenants    *plans.Store
+}
 
 // mountConsole adds the operator console (/admin/ and /admin/api/) when the
 // admin token is set; without it those paths answer 404. The console sees
@@ -23,7 +33,7 @@ import (
 //
 // Its sessions live in the control database (console.PGSessions), so a
 // logout or a token change ends a session in every process of the cell.
-func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, client *jobs.Client, dbs []*pgjobs.DB, rejections *console.TopK, log *slog.Logger) (*console.Console, error) {
+func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, client *jobs.Client, dbs []*pgjobs.DB, feeds consoleFeeds, log *slog.Logger) (*console.Console, error) {
 	admin := os.Getenv(cfg.Server.AdminTokenEnv)
 	if cfg.Server.AdminTokenEnv == "" || admin == "" {
 		return nil, nil
@@ -62,7 +72,9 @@ func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, clien
 		Databases:        databases,
 		Spec:             cfg,
 		Admission:        func() any { return srv.Bulkheads().Report() },
-		Rejections:       rejections,
+		Rejections:       feeds.rejections,
+		LimitCounts:      feeds.limited,
+		Plans:            feeds.tenants,
 		InFlight:         inFlight,
 		Workers:          client.WorkerJobs,
 		Completed:        client.Completed,

@@ -54,8 +54,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer set.Close()
 
-	// The console's top tenants hear every tenant-bulkhead refusal.
+	// The console's top tenants hear every tenant-bulkhead refusal, and
+	// its per-tenant limit counts every plan refusal and shadow refusal.
 	rejections := console.NewTopK(64)
+	limited := console.NewLimitCounts(256)
 	// Tenants' plans and overrides (docs/plans.md): the store starts with
 	// every tenant on the default plan and follows the control database's
 	// tenant table once its migrations are applied.
@@ -81,7 +83,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	// Each tenant request's handler gets the accessor to its tenant's
 	// shard, with the request's database permits.
 	srv, err := runtime.New(cfg, runtime.Options{
-		Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, Shards: set,
+		Logger: log, Getenv: os.Getenv, OnTenantRejection: rejections.Add, OnTenantLimit: limited.Add, Shards: set,
 		Tracing: tracing, TraceTenant: traceTenant, AccessLog: &access, Plans: tenants,
 	})
 	if err != nil {
@@ -125,7 +127,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	serveOpenAPI(srv)
-	cons, err := mountConsole(cfg, srv, set, jobsRT, jobsDBs, rejections, log)
+	cons, err := mountConsole(cfg, srv, set, jobsRT, jobsDBs, consoleFeeds{rejections, limited, tenants}, log)
 	if err != nil {
 		return err
 	}

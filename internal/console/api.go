@@ -42,6 +42,7 @@ func (c *Console) registerAPI(e *echo.Echo) {
 	get(APIPrefix+"tenants", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.tenants(ec.Request().Context()))
 	}))
+	post(APIPrefix+"tenants/:tenant", c.api(RoleOperator, c.apiTenantChange))
 	get(APIPrefix+"admission", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.admission())
 	}))

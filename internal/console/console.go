@@ -13,6 +13,7 @@ import (
 	"github.com/cellgate/cellgate/internal/console/consoleauth"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+	"github.com/cellgate/cellgate/internal/plans"
 )
 
 // Database is one jobs database as the console reads and changes it. A
@@ -98,7 +99,18 @@ type Config struct {
 	// InFlight returns a tenant's requests in flight and its cap (0 = no
 	// cap), read without a lock from the tenant request engine
 	// (admission.Engine.InFlightOf); nil leaves them out of the tenants view.
+	// With Plans the cap shown is the tenant's plan's, not this one.
 	InFlight func(tenant string) (inFlight, limit int64)
+	// Plans is the cell's tenant table over the spec's plans (the store
+	// the runtime enforces); the tenants view shows each tenant's plan and
+	// limits from it and the operator role changes them through it
+	// (Store.Apply, as `server tenants set` does). nil (tenancy off): no
+	// plans are shown and changing one answers 501.
+	Plans *plans.Store
+	// LimitCounts holds each tenant's refusals and shadow refusals per
+	// resource (fed by runtime.Options.OnTenantLimit); nil leaves them out
+	// of the tenants view.
+	LimitCounts *LimitCounts
 	// Workers appends to dst the job each worker runs now (0 = idle), in
 	// worker order (jobs.Client.WorkerJobs); nil leaves the lanes without
 	// busy counts.

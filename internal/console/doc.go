@@ -4,8 +4,10 @@
 // admission report, the slot map and the job lanes.
 //
 // Two tokens guard it: the admin token (server.admin_token_env) reads, the
-// operator token (server.operator_token_env) also acts on jobs and pauses
-// and resumes queues (where the backend can: jobs.QueuePauser). Scripts
+// operator token (server.operator_token_env) also acts on jobs, pauses
+// and resumes queues (where the backend can: jobs.QueuePauser) and changes
+// tenants' plans and overrides through the tenant table's store
+// (Config.Plans). Scripts
 // send "Authorization: Bearer <token>"; a browser trades the token for a
 // session at /admin/login (consoleauth), kept in the cell's control
 // database (PGSessions, with its own migrations), so a logout ends it in
@@ -14,7 +16,8 @@
 // client address comes from trusted proxies only, and every answer is
 // marked no-store, nosniff and no-referrer. A bulk action first answers
 // the count it would touch and a confirmation its second call presents.
-// Each action writes one audit log line naming the token or the session.
+// Each action writes one audit log line naming the token or the session
+// (a tenant change also its row before and after).
 //
 // Reads fan out to the databases at once, each under its own timeout
 // (Config.DatabaseTimeout): a database that is down or slow makes the
@@ -32,6 +35,8 @@
 // Concurrency: a Console is safe for concurrent use; its configuration is
 // fixed after New, every request works on its own values, the count cache
 // and the bulk actions guard their own state, and the series the sampler
-// writes are under a lock the pages take to copy them. The databases'
-// methods must be safe for concurrent use (a *pgjobs.DB is).
+// writes are under a lock the pages take to copy them; TopK and
+// LimitCounts guard their own maps, and the plans store is safe for
+// concurrent use. The databases' methods must be safe for concurrent use
+// (a *pgjobs.DB is).
 package console

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync"
 	"time"
 
@@ -54,6 +55,8 @@ func parseTemplates() error {
 				return d.Round(time.Second).String()
 			},
 			"pct": func(f float64) string { return fmt.Sprintf("%.1f %%", 100*f) },
+			// num prints a limit as the tenant table holds it (2, 0.5).
+			"num": func(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) },
 			// pathEscape makes a value one path segment: html/template
 			// leaves percent escapes in a URL as they are, so a queue
 			// named "a/b" or "50%" reaches the handler as itself.
@@ -112,6 +115,9 @@ var flashes = map[string]string{
 	"retry":   "The job will run again.",
 	"cancel":  "The job is cancelled.",
 	"delete":  "The job is deleted.",
+
+	"tenant-saved":     "The tenant's plan and overrides are saved; every process of the cell applies them within 2 seconds.",
+	"tenant-unchanged": "Nothing changed: the form matched the tenant's row.",
 }
 
 // flash is the message of a request's ?flash= code ("" for none).
@@ -197,8 +203,11 @@ func (c *Console) registerUI(e *echo.Echo) {
 		return c.render(ec, v)
 	}))
 	get(Prefix+"tenants", c.page(RoleReader, func(ec echo.Context, w who) error {
-		return c.render(ec, c.view(w, "tenants", "Tenants", map[string]any{"Report": c.tenants(ec.Request().Context()), "Charts": c.tenantCharts()}))
+		v := c.view(w, "tenants", "Tenants", map[string]any{"Report": c.tenants(ec.Request().Context()), "Charts": c.tenantCharts()})
+		v.Flash = flash(ec)
+		return c.render(ec, v)
 	}))
+	post(Prefix+"tenants", c.page(RoleOperator, c.tenantChangePage))
 	// Anything else below /admin/ is a 404 that says nothing, with the
 	// console's headers like every other answer.
 	e.Any(Prefix+"*", withHeaders(func(echo.Context) error { return echo.ErrNotFound }))

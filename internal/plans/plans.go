@@ -376,6 +376,32 @@ func (s *Snapshot) Resolve(tenant, claim string) Effective {
 	return e
 }
 
+// Source is where a tenant's plan comes from.
+type Source string
+
+// The sources of a plan, strongest first (an override replaces one field,
+// not the plan: Effective.Overridden says which).
+const (
+	// SourceClaim: a verified token named the plan (Store.ObserveClaim).
+	SourceClaim Source = "claim"
+	// SourceTable: the tenant's row in the tenant table names it.
+	SourceTable Source = "table"
+	// SourceDefault: nothing names one; the spec's default_plan applies.
+	SourceDefault Source = "default"
+)
+
+// PlanSource says where Resolve(tenant, "") takes tenant's plan from: a
+// plan claim this process has seen, the tenant table, or the default.
+func (s *Snapshot) PlanSource(tenant string) Source {
+	if _, ok := s.claims[tenant]; ok {
+		return SourceClaim
+	}
+	if r, ok := s.tenants[tenant]; ok && r.plan >= 0 {
+		return SourceTable
+	}
+	return SourceDefault
+}
+
 // withClaims returns a copy of s that resolves tenants without a claim of
 // their own to the plans in claims (tenant → catalog index).
 func (s *Snapshot) withClaims(claims map[string]int) *Snapshot {

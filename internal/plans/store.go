@@ -49,6 +49,11 @@ type Store struct {
 	watchers []func(*Snapshot)
 
 	loaded atomic.Bool
+
+	// loadMu serializes each read of the table with its install, so a
+	// read that started before a write never installs over the snapshot a
+	// later read took after it (Apply's reload racing Run's resync).
+	loadMu sync.Mutex
 }
 
 // NewStore returns a store over the control database's pool. It holds only
@@ -142,6 +147,8 @@ func (s *Store) Watch(f func(*Snapshot)) {
 // Load reads the whole table and publishes it. On error the snapshot in
 // force stays.
 func (s *Store) Load(ctx context.Context) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
 	version, rows, err := readTable(ctx, s.pool)
 	if err != nil {
 		return err
@@ -228,6 +235,8 @@ func (s *Store) follow(ctx context.Context) error {
 }
 
 func (s *Store) loadOn(ctx context.Context, c *pgx.Conn) error {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
 	version, rows, err := readTable(ctx, c)
 	if err != nil {
 		return err
@@ -283,6 +292,22 @@ func readTable(ctx context.Context, q querier) (int64, []Row, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
 	return version, out, nil
+}
+
+// Apply writes c to tenant's row through the store's pool (the package's
+// Apply over the store's catalog), then reloads the table so this process
+// serves the change at once; the other processes follow their
+// notification. A failed reload is logged, not returned: the write stands
+// and Run or the next resync picks it up.
+func (s *Store) Apply(ctx context.Context, tenant, by string, c Change) (before, after Row, err error) {
+	before, after, err = Apply(ctx, s.pool, s.cat, tenant, by, c)
+	if err != nil {
+		return before, after, err
+	}
+	if err := s.Load(ctx); err != nil {
+		s.opt.Log.Warn("tenant table: reload after a write", "tenant", tenant, "err", err)
+	}
+	return before, after, nil
 }
 
 // Beginner is a pool or a connection that starts transactions.

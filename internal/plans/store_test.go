@@ -217,3 +217,31 @@ func TestSlotColumnMatchesSlotOf(t *testing.T) {
 }
 
 func slotOf(key string) (int, error) { return slots.Slot(key) }
+
+// TestStoreApplyAndPlanSource: Store.Apply writes like Apply and the store
+// serves the change at once, without Run; PlanSource names the default,
+// the table, then an observed claim.
+func TestStoreApplyAndPlanSource(t *testing.T) {
+	_, pool := controlDB(t)
+	s := NewStore(pool, catalog(t), Options{Log: quiet})
+	if got := s.Snapshot().PlanSource("acme"); got != SourceDefault {
+		t.Fatalf("no row: source %s, want default", got)
+	}
+	before, after, err := s.Apply(context.Background(), "acme", "test", Change{Plan: ptr("pro")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Plan != "" || after.Plan != "pro" || after.UpdatedBy != "test" {
+		t.Fatalf("before %+v after %+v", before, after)
+	}
+	if e := s.Resolve("acme", ""); e.Plan != "pro" || s.Snapshot().PlanSource("acme") != SourceTable {
+		t.Fatalf("right after Apply: plan %s from %s, want pro from the table", e.Plan, s.Snapshot().PlanSource("acme"))
+	}
+	if _, _, err := s.Apply(context.Background(), "acme", "test", Change{Plan: ptr("gold")}); err == nil {
+		t.Fatal("Apply took an unknown plan")
+	}
+	s.ObserveClaim("acme", "enterprise")
+	if got := s.Snapshot().PlanSource("acme"); got != SourceClaim {
+		t.Fatalf("after a claim: source %s, want claim", got)
+	}
+}

@@ -110,13 +110,15 @@ func validateCaps(cfg config.Config) error {
 // bulkhead (when tenancy is on and a per-tenant request limit is set), then
 // server admission. The database permits are bound later, by the step that
 // builds the request's shard accessor (Server.Tenant). skip selects the public paths, which are never counted;
-// onReject (may be nil) hears the tenant of every tenant-bulkhead refusal.
+// onReject (may be nil) hears the tenant of every tenant-bulkhead refusal;
+// onLimit (may be nil; plans only) every plan refusal and shadow refusal
+// with its tenant and resource (bulkhead.PlanConfig.OnLimit).
 //
 // With store, the engines take each tenant's limits from its plan and
 // overrides (admission.Config.Limits), refresh them on every change the
 // store publishes, and exist whenever tenancy is on, so that a tenant table
 // change from "no limit" to a cap needs no restart.
-func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middleware.Skipper, onReject func(string), store *plans.Store) (Bulkheads, []echo.MiddlewareFunc, error) {
+func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middleware.Skipper, onReject func(string), onLimit func(string, string, bool), store *plans.Store) (Bulkheads, []echo.MiddlewareFunc, error) {
 	var b Bulkheads
 	if err := validateCaps(cfg); err != nil {
 		return b, nil, err
@@ -181,9 +183,9 @@ func buildBulkheads(cfg config.Config, reg prometheus.Registerer, skip middlewar
 		}
 		b.shadow, b.plan = shadow, pm
 		if b.dbPermits != nil {
-			b.dbPermits.WithPlans(bulkhead.PlanConfig{Store: store, Metrics: pm})
+			b.dbPermits.WithPlans(bulkhead.PlanConfig{Store: store, Metrics: pm, OnLimit: onLimit})
 		}
-		pc = bulkhead.PlanConfig{Store: store, Metrics: pm, ShadowRate: shadow}
+		pc = bulkhead.PlanConfig{Store: store, Metrics: pm, ShadowRate: shadow, OnLimit: onLimit}
 		req, db := b.Requests, b.DB
 		store.Watch(func(*plans.Snapshot) {
 			req.Refresh()

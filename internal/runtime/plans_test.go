@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -59,6 +60,12 @@ type plannedServer struct {
 
 func newPlannedServer(t *testing.T, cfg config.Config, pool *pgxpool.Pool, cat *plans.Catalog) *plannedServer {
 	t.Helper()
+	return newPlannedServerWith(t, cfg, pool, cat, nil)
+}
+
+// newPlannedServerWith is newPlannedServer with Options.OnTenantLimit.
+func newPlannedServerWith(t *testing.T, cfg config.Config, pool *pgxpool.Pool, cat *plans.Catalog, onLimit func(string, string, bool)) *plannedServer {
+	t.Helper()
 	store := plans.NewStore(pool, cat, plans.Options{Log: discardLogger()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -72,7 +79,7 @@ func newPlannedServer(t *testing.T, cfg config.Config, pool *pgxpool.Pool, cat *
 		time.Sleep(10 * time.Millisecond)
 	}
 	reg := newRegistry()
-	s, err := New(cfg, Options{Logger: discardLogger(), Registry: reg, Getenv: func(string) string { return "" }, Plans: store})
+	s, err := New(cfg, Options{Logger: discardLogger(), Registry: reg, Getenv: func(string) string { return "" }, Plans: store, OnTenantLimit: onLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,5 +344,67 @@ func TestPlansDBPermitsPerPlan(t *testing.T) {
 		if got := testutil.ToFloat64(p.s.bulk.plan.Refusals.WithLabelValues("db", c.plan)); got != c.want {
 			t.Errorf("refusals{db,%s} = %v, want %v", c.plan, got, c.want)
 		}
+	}
+}
+
+// TestPlansOnTenantLimit: Options.OnTenantLimit hears each plan refusal
+// and each shadow refusal with its tenant and resource (the console's
+// per-tenant counts), as the per-plan counters count them.
+func TestPlansOnTenantLimit(t *testing.T) {
+	cfg, pool, _ := plansCell(t)
+	cfg.Tenancy.Plans[1].MaxDBConnections = 2
+	cat, err := plans.NewCatalog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := plans.Apply(context.Background(), pool, cat, "acme", "test", plans.Change{Plan: ptr("pro"),
+		Set: map[plans.Field]plans.Override{plans.MaxConcurrentRequests: {Value: 1, Enforce: false}, plans.MaxDBConnections: {Value: 1, Enforce: false}}}); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		events = map[string]int{}
+	)
+	p := newPlannedServerWith(t, cfg, pool, cat, func(tenant, resource string, shadow bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		events[fmt.Sprintf("%s/%s/%v", tenant, resource, shadow)]++
+	})
+	// initech is on free (1 request): its second request is refused.
+	refusedFree, waitFree := p.hold(t, "initech", 2)
+	// acme is on pro (3) with a shadow cap of 1: nothing refused, counted.
+	refusedPro, waitPro := p.hold(t, "acme", 3)
+	close(p.release)
+	waitFree()
+	waitPro()
+	acme := p.s.bulk.dbPermits.Bind("acme")
+	defer acme.End()
+	var held []func()
+	for range 3 {
+		if permit, err := acme.Acquire(); err == nil {
+			held = append(held, permit.Release)
+		}
+	}
+	for _, r := range held {
+		r()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{
+		"initech/request/false": refusedFree,
+		"acme/request/true":     int(testutil.ToFloat64(p.s.bulk.plan.Shadow.WithLabelValues("request", "pro"))),
+		"acme/db/false":         1,
+		"acme/db/true":          1,
+	}
+	if refusedFree != 1 || refusedPro != 0 || want["acme/request/true"] < 1 {
+		t.Fatalf("refused free %d (want 1), pro %d (want 0), shadow %d (want > 0)", refusedFree, refusedPro, want["acme/request/true"])
+	}
+	for k, n := range want {
+		if events[k] != n {
+			t.Errorf("events[%s] = %d, want %d (all: %v)", k, events[k], n, events)
+		}
+	}
+	if len(events) != len(want) {
+		t.Errorf("events = %v, want only %v", events, want)
 	}
 }

@@ -49,6 +49,12 @@ type Options struct {
 	// OnTenantRejection, when set, hears the tenant of every request the
 	// tenant bulkhead refuses (the operator console's top tenants).
 	OnTenantRejection func(tenant string)
+	// OnTenantLimit, when set with Plans, hears the tenant and resource
+	// (request, rate, quota, db) of every refusal by a tenant's plan
+	// limits (shadow false) and of every request a shadow override would
+	// have refused (shadow true): the operator console's per-tenant
+	// counts, which metrics (per plan, never per tenant) do not give.
+	OnTenantLimit func(tenant, resource string, shadow bool)
 	// Shards are the cell's databases: each tenant request's handler gets
 	// the accessor to its tenant's shard, with the request's database
 	// permits. nil: the accessors fail every checkout with
@@ -169,7 +175,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 			s.tenantMW = append(s.tenantMW, frozenSlots(opts.Shards))
 		}
 	}
-	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip, opts.OnTenantRejection, opts.Plans)
+	bulk, mws, err := buildBulkheads(cfg, opts.Registry, skip, opts.OnTenantRejection, opts.OnTenantLimit, opts.Plans)
 	if err != nil {
 		return nil, err
 	}

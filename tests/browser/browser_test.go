@@ -16,10 +16,12 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/console/consoletest"
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+	"github.com/cellgate/cellgate/internal/plans"
 )
 
 // shots is where the screenshots go: a temporary directory unless
@@ -117,7 +119,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		now       = time.Now().Add(-6 * time.Minute)
 		completed atomic.Uint64
 	)
-	env := consoletest.New(t, consoletest.Options{Configure: func(c *console.Config) {
+	// Two plans: the default's cap is the 8 the page shows; initech is on
+	// pro in the tenant table.
+	env := consoletest.New(t, consoletest.Options{Plans: []config.Plan{
+		{Name: "standard", MaxConcurrentRequests: 8, MaxDBConnections: 2, RatePerSecond: 20, Burst: 40, Jobs: config.PlanJobs{MaxConcurrent: 2, Weight: 1}},
+		{Name: "pro", MaxConcurrentRequests: 32, MaxDBConnections: 4, RatePerSecond: 50, Burst: 100, Jobs: config.PlanJobs{MaxConcurrent: 4, Weight: 4}},
+	}, Configure: func(c *console.Config) {
 		c.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		c.Completed = completed.Load
 		c.InFlight = func(tenant string) (int64, int64) { return int64(len(tenant) % 4), 8 }
@@ -137,9 +144,19 @@ func TestConsoleInBrowser(t *testing.T) {
 	)[0]
 	env.Seed("control", consoletest.Job{Kind: "nightly_report", Queue: "maintenance", State: pgjobs.StateCompleted, Attempt: 1, Age: 10 * time.Minute})
 
+	pro := "pro"
+	if _, _, err := env.Plans.Apply(context.Background(), "initech", "test", plans.Change{Plan: &pro,
+		Set: map[plans.Field]plans.Override{plans.RatePerSecond: {Value: 10, Enforce: false}}}); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 36 {
 		for k := range 1 + i%7 {
-			env.Rejections.Add([]string{"initech", "initech", "acme", "umbrella", "initech"}[(i+k)%5])
+			tenant := []string{"initech", "initech", "acme", "umbrella", "initech"}[(i+k)%5]
+			env.Rejections.Add(tenant)
+			env.LimitCounts.Add(tenant, []string{console.ResourceRequest, console.ResourceRate}[k%2], false)
+			if tenant == "initech" {
+				env.LimitCounts.Add(tenant, console.ResourceRate, true)
+			}
 		}
 		if i%4 == 0 {
 			env.Seed("shard-1", consoletest.Job{Kind: "send_welcome", Tenant: "umbrella", State: pgjobs.StateCompleted, Attempt: 1})
@@ -275,8 +292,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	if !strings.HasPrefix(strings.TrimSpace(table), "initech") {
 		t.Errorf("tenants table should start with initech, the most refused:\n%s", table)
 	}
-	if !strings.Contains(table, "/ 8") {
-		t.Errorf("tenants table lacks in flight against the cap of 8:\n%s", table)
+	if !strings.Contains(table, "/ 8") || !strings.Contains(table, "/ 32") {
+		t.Errorf("tenants table lacks in flight against the plans' caps of 8 and 32:\n%s", table)
 	}
 	if tenantLines != 3 {
 		t.Errorf("refusals chart has %d tenants, want initech, acme and umbrella", tenantLines)

@@ -26,6 +26,7 @@ import (
 	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
+	"github.com/cellgate/cellgate/internal/plans"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
 
@@ -47,6 +48,11 @@ type Env struct {
 	Audit *Log
 	// Rejections feeds the tenants view (as the bulkhead does in a cell).
 	Rejections *console.TopK
+	// Plans is the tenant table's store the console reads and changes,
+	// and LimitCounts its per-tenant refusal counts (feed them as the
+	// runtime does); both nil unless Options.Plans is set.
+	Plans       *plans.Store
+	LimitCounts *console.LimitCounts
 
 	tb    testing.TB
 	cfg   console.Config
@@ -82,6 +88,11 @@ type Options struct {
 	Slow bool
 	// DatabaseTimeout is the console's per-database timeout (0 = 1s).
 	DatabaseTimeout time.Duration
+	// Plans, when set, are the cell's tenant plans (tenancy.plans, the
+	// first the default): the tenant table is migrated into the control
+	// database and a running plans.Store over it is the console's
+	// Config.Plans (Env.Plans), with a LimitCounts (Env.LimitCounts).
+	Plans []config.Plan
 	// Configure, when set, changes the console's Config last (a clock,
 	// the functions cmd/server hands over, the spec's jobs block).
 	Configure func(*console.Config)
@@ -129,12 +140,41 @@ func New(tb testing.TB, o Options) *Env {
 		// Sessions in the control database, as in a cell.
 		Sessions: console.NewPGSessions(e.pools["control"], e.dsns["control"], console.DefaultSessionIdle),
 	}
+	if len(o.Plans) > 0 {
+		cfg.Spec.Tenancy.Enabled = true
+		cfg.Spec.Tenancy.Plans, cfg.Spec.Tenancy.DefaultPlan = o.Plans, o.Plans[0].Name
+		e.Plans = e.runPlans(cfg.Spec)
+		e.LimitCounts = console.NewLimitCounts(64)
+		cfg.Plans, cfg.LimitCounts = e.Plans, e.LimitCounts
+	}
 	if o.Configure != nil {
 		o.Configure(&cfg)
 	}
 	e.cfg = cfg
 	e.Console, e.URL = e.serve(cfg)
 	return e
+}
+
+// runPlans migrates the tenant table into the control database and runs a
+// store over it until the test ends, as cmd/server does.
+func (e *Env) runPlans(spec config.Config) *plans.Store {
+	ctx := context.Background()
+	if err := plans.Migrate(ctx, e.dsns["control"]); err != nil {
+		e.tb.Fatalf("tenant table migrations: %v", err)
+	}
+	cat, err := plans.NewCatalog(spec)
+	if err != nil {
+		e.tb.Fatal(err)
+	}
+	st := plans.NewStore(e.pools["control"], cat, plans.Options{Log: slog.New(slog.DiscardHandler)})
+	if err := st.Load(ctx); err != nil {
+		e.tb.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = st.Run(rctx) }()
+	e.tb.Cleanup(func() { cancel(); <-done })
+	return st
 }
 
 // serve starts a console with cfg behind an httptest server.

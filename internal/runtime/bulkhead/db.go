@@ -106,6 +106,7 @@ func (b *DBBinding) Acquire() (admission.Permit, error) {
 			e := pc.Store.Resolve(b.tenant, "")
 			if v, ok := e.HasShadow(plans.MaxDBConnections); ok && v > 0 && float64(b.permits.engine.InFlightOf(b.tenant)) > v {
 				pc.Metrics.Shadow.WithLabelValues("db", e.Plan).Inc()
+				pc.onLimit(b.tenant, "db", true)
 			}
 		}
 		return p, nil
@@ -115,6 +116,7 @@ func (b *DBBinding) Acquire() (admission.Permit, error) {
 	}
 	if pc.Store != nil && pc.Metrics != nil {
 		pc.Metrics.Refusals.WithLabelValues("db", pc.Store.Resolve(b.tenant, "").Plan).Inc()
+		pc.onLimit(b.tenant, "db", false)
 	}
 	if o == admission.RejectedCapacity {
 		return admission.Permit{}, ErrTenantCapacity

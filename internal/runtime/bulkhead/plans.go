@@ -88,6 +88,20 @@ type PlanConfig struct {
 	Metrics *PlanMetrics
 	// ShadowRate checks shadow rate overrides; nil: none are counted.
 	ShadowRate *admission.Engine
+	// OnLimit, when set, hears the tenant and resource (request, rate,
+	// quota, db) of every refusal the plan's limits make (shadow false)
+	// and of every request a shadow override would have refused (shadow
+	// true), for the operator console's per-tenant counts in bounded
+	// memory; the metrics stay per plan. It runs on the request's
+	// goroutine, only on those events.
+	OnLimit func(tenant, resource string, shadow bool)
+}
+
+// onLimit tells OnLimit of one event, when it is set.
+func (p PlanConfig) onLimit(tenant, resource string, shadow bool) {
+	if p.OnLimit != nil {
+		p.OnLimit(tenant, resource, shadow)
+	}
 }
 
 // NewShadowRateEngine returns the engine that checks shadow rate
@@ -113,8 +127,8 @@ func rateHeaders(c echo.Context, plan string, l plans.Limits, retryAfter int) {
 	h.Set("RateLimit", fmt.Sprintf("%s;r=0;t=%d", name, retryAfter))
 }
 
-// planReject answers a refusal of a tenant on plan e.
-func (m *tenantMW) planReject(c echo.Context, e plans.Effective, o admission.Outcome) error {
+// planReject answers a refusal of tenant id on plan e.
+func (m *tenantMW) planReject(c echo.Context, id string, e plans.Effective, o admission.Outcome) error {
 	resource := "request"
 	switch o {
 	case admission.RejectedRate:
@@ -125,6 +139,7 @@ func (m *tenantMW) planReject(c echo.Context, e plans.Effective, o admission.Out
 	if m.cfg.Plans.Metrics != nil {
 		m.cfg.Plans.Metrics.Refusals.WithLabelValues(resource, e.Plan).Inc()
 	}
+	m.cfg.Plans.onLimit(id, resource, false)
 	if o == admission.RejectedRate {
 		r := RateRejection(e.Limits.RatePerSecond)
 		rateHeaders(c, e.Plan, e.Limits, r.RetryAfter)
@@ -143,6 +158,7 @@ func (m *tenantMW) shadow(id string) {
 	}
 	if v, ok := e.HasShadow(plans.MaxConcurrentRequests); ok && v > 0 && float64(m.cfg.Requests.InFlightOf(id)) > v {
 		p.Metrics.Shadow.WithLabelValues("request", e.Plan).Inc()
+		p.onLimit(id, "request", true)
 	}
 	if p.ShadowRate != nil {
 		_, okRate := e.HasShadow(plans.RatePerSecond)
@@ -152,6 +168,7 @@ func (m *tenantMW) shadow(id string) {
 			sp.Release()
 			if o == admission.RejectedRate {
 				p.Metrics.Shadow.WithLabelValues("rate", e.Plan).Inc()
+				p.onLimit(id, "rate", true)
 			}
 		}
 	}

@@ -86,7 +86,7 @@ func (m *tenantMW) serve(c echo.Context, next echo.HandlerFunc) error {
 				m.cfg.OnReject(id)
 			}
 			if m.cfg.Plans.Store != nil {
-				return m.planReject(c, m.cfg.Plans.Store.Resolve(id, ""), o)
+				return m.planReject(c, id, m.cfg.Plans.Store.Resolve(id, ""), o)
 			}
 			return m.reject(c, o)
 		}
