@@ -155,7 +155,7 @@ WHERE j.id = moved.id AND j.state = 'available' AND j.vtime IS NOT NULL`
 
 // sqlRefill places held jobs of the tenants $1 up to their caps (all of a
 // tenant without a cap): see cellgate_jobs_refill in migration 000008.
-const sqlRefill = `SELECT cellgate_jobs_refill($1::text[], $2)`
+const sqlRefill = `SELECT cellgate_jobs_refill($1::text[], NULL, $2)`
 
 // limitsLoop brings every tenant's row up to date with the source every
 // Config.LimitsEvery, for tenants that enqueue nothing after a change.

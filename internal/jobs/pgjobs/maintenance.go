@@ -453,7 +453,7 @@ WITH RECURSIVE t AS (
             WHERE j.state = 'available' AND j.held AND j.tenant > t.tenant
             ORDER BY j.tenant LIMIT 1)
     FROM t WHERE t.tenant IS NOT NULL)
-SELECT cellgate_jobs_refill(ARRAY(SELECT tenant FROM t WHERE tenant IS NOT NULL), $1)`
+SELECT cellgate_jobs_refill(ARRAY(SELECT tenant FROM t WHERE tenant IS NOT NULL), NULL, $1)`
 
 // sqlRescue makes jobs whose heartbeat is older than $2 available again at
 // once, or fails them if that was their last attempt; the attempt stays

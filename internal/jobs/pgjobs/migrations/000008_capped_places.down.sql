@@ -415,7 +415,7 @@ BEGIN
 END;
 $$;
 
-DROP FUNCTION cellgate_jobs_refill(text[], timestamptz);
+DROP FUNCTION cellgate_jobs_refill(text[], integer[], timestamptz);
 DROP FUNCTION cellgate_jobs_places(text[], timestamptz[], timestamptz);
 DROP INDEX cellgate_jobs_unplaced_idx;
 DROP INDEX cellgate_jobs_held_idx;

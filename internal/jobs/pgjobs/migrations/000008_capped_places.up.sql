@@ -32,7 +32,10 @@ CREATE INDEX cellgate_jobs_unplaced_idx ON cellgate_jobs (run_at, id)
 -- returns 0 (never a place: places start one step after 0) for a ready job
 -- of a capped tenant that already holds max_running placed waiting jobs,
 -- or has held jobs (which go first), counting the earlier jobs of the same
--- call. The count reads at most max_running entries of tenant_vtime_idx.
+-- call. The count reads tenant_vtime_idx backwards: a tenant's waiting
+-- places are its last ones, and the entries of its claimed jobs (dead until
+-- the next vacuum) its first, so a tenant holding its places costs
+-- max_running entries.
 CREATE FUNCTION cellgate_jobs_places(
     p_tenants text[],
     p_run_ats timestamptz[],
@@ -54,15 +57,19 @@ BEGIN
     LEFT JOIN LATERAL (SELECT greatest(720720 / lim.weight, 1)::bigint AS step, nullif(lim.max_running, 0) AS cap
                        FROM cellgate_jobs_tenant_limits lim
                        WHERE lim.tenant = u.tenant) s ON u.ready
-    LEFT JOIN LATERAL (SELECT CASE WHEN EXISTS (SELECT 1 FROM cellgate_jobs y
-                                                WHERE y.state = 'available' AND y.held AND y.tenant = u.tenant)
-                                   THEN 0
-                                   ELSE s.cap - (SELECT count(*) FROM (
-                                                     SELECT 1 FROM cellgate_jobs x
-                                                     WHERE x.state = 'available' AND x.vtime IS NOT NULL
-                                                       AND x.tenant = u.tenant
-                                                     LIMIT s.cap) c)
-                              END AS room) r ON s.cap IS NOT NULL
+    -- The CASE keeps a tenant without a cap from reading anything here (a
+    -- LEFT JOIN's condition does not stop a lateral subquery running).
+    CROSS JOIN LATERAL (SELECT CASE WHEN s.cap IS NULL THEN NULL
+                                    WHEN EXISTS (SELECT 1 FROM cellgate_jobs y
+                                                 WHERE y.state = 'available' AND y.held AND y.tenant = u.tenant)
+                                    THEN 0
+                                    ELSE s.cap - (SELECT count(*) FROM (
+                                                      SELECT 1 FROM cellgate_jobs x
+                                                      WHERE x.state = 'available' AND x.vtime IS NOT NULL
+                                                        AND x.tenant = u.tenant
+                                                      ORDER BY x.vtime DESC
+                                                      LIMIT s.cap) c)
+                               END AS room) r
     -- vtime > head bounds the backward scan, as in 000001.
     LEFT JOIN LATERAL (SELECT x.vtime AS last FROM cellgate_jobs x
                        WHERE x.state = 'available' AND x.vtime IS NOT NULL AND x.tenant = u.tenant
@@ -74,13 +81,16 @@ END;
 $$;
 
 -- cellgate_jobs_refill places held jobs of p_tenants, best priority first,
--- then oldest: for a capped tenant as many as it lacks of max_running
--- placed waiting jobs, for a tenant without a cap (any more) all of them.
--- It returns how many it placed. Callers that may run at once for one
--- tenant hold its lock (class 1667723884), as claims do, or accept a few
--- places more than the cap (the limits writer, the maintenance leader).
+-- then oldest: p_counts[i] of tenant i's (a fair claim passes how many of
+-- its placed jobs it took), or, with p_counts NULL, for a capped tenant as
+-- many as it lacks of max_running placed waiting jobs and for a tenant
+-- without a cap (any more) all of them. It returns how many it placed.
+-- Callers that may run at once for one tenant hold its lock (class
+-- 1667723884), as claims do, or accept a few places more than the cap (the
+-- limits writer, the maintenance leader).
 CREATE FUNCTION cellgate_jobs_refill(
     p_tenants text[],
+    p_counts  integer[],
     p_now     timestamptz
 ) RETURNS integer LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off SET enable_bitmapscan = off SET enable_hashjoin = off SET enable_mergejoin = off
@@ -93,17 +103,19 @@ DECLARE
 BEGIN
     SELECT array_agg(h.tid ORDER BY t.tenant, h.priority, h.id), array_agg(t.tenant ORDER BY t.tenant, h.priority, h.id)
     INTO v_tids, v_tenants
-    FROM (SELECT DISTINCT x.tenant FROM unnest(p_tenants) AS x(tenant)) t
+    FROM (SELECT x.tenant, x.n FROM unnest(p_tenants, p_counts) AS x(tenant, n)) t
     LEFT JOIN cellgate_jobs_tenant_limits l ON l.tenant = t.tenant AND l.max_running > 0
     CROSS JOIN LATERAL (
         SELECT j.ctid AS tid, j.priority, j.id FROM cellgate_jobs j
         WHERE j.state = 'available' AND j.held AND j.tenant = t.tenant
         ORDER BY j.tenant, j.priority, j.id
-        LIMIT CASE WHEN l.max_running IS NOT NULL
+        LIMIT CASE WHEN t.n IS NOT NULL THEN t.n
+                   WHEN l.max_running IS NOT NULL
                    THEN greatest(l.max_running - (SELECT count(*) FROM (
                                                       SELECT 1 FROM cellgate_jobs x
                                                       WHERE x.state = 'available' AND x.vtime IS NOT NULL
                                                         AND x.tenant = t.tenant
+                                                      ORDER BY x.vtime DESC
                                                       LIMIT l.max_running) c), 0)
               END
         FOR UPDATE SKIP LOCKED) h;
@@ -364,15 +376,22 @@ BEGIN
               LIMIT p_limit
               FOR UPDATE SKIP LOCKED) s;
     ELSIF p_fair THEN
-        -- The window's last place, read once: a window in an IN (...)
-        -- subquery may be planned as a semi join that reads it again for
-        -- every row.
-        SELECT max(x.vtime) INTO v_horizon
-        FROM (SELECT w.vtime FROM cellgate_jobs w
-              WHERE w.state = 'available' AND w.vtime IS NOT NULL
-                AND w.queue <> ALL (v_paused)
-              ORDER BY w.vtime, w.id
-              LIMIT p_lookahead) x;
+        IF cardinality(v_full) = 0 THEN
+            -- Only tenants at their caps: each holds at most max_running
+            -- places, so the scan steps over that many of each, no window
+            -- needed (reading one cost a heap fetch per job in it).
+            v_horizon := 9223372036854775807;
+        ELSE
+            -- The window's last place, read once: a window in an IN (...)
+            -- subquery may be planned as a semi join that reads it again
+            -- for every row.
+            SELECT max(x.vtime) INTO v_horizon
+            FROM (SELECT w.vtime FROM cellgate_jobs w
+                  WHERE w.state = 'available' AND w.vtime IS NOT NULL
+                    AND w.queue <> ALL (v_paused)
+                  ORDER BY w.vtime, w.id
+                  LIMIT p_lookahead) x;
+        END IF;
         SELECT array_agg(s.id ORDER BY s.vtime, s.id), array_agg(s.ctid ORDER BY s.vtime, s.id),
                array_agg(s.kind ORDER BY s.vtime, s.id), array_agg(s.tenant ORDER BY s.vtime, s.id),
                array_agg(s.priority ORDER BY s.vtime, s.id), array_agg(s.vtime ORDER BY s.vtime, s.id)
@@ -501,6 +520,8 @@ BEGIN
         SELECT coalesce(array_agg(l.tenant), '{}') INTO v_capped
         FROM cellgate_jobs_tenant_limits l
         WHERE l.tenant = ANY (v_tenants) AND l.max_running > 0;
+    END IF;
+    IF cardinality(v_capped) > 0 THEN
         PERFORM pg_advisory_xact_lock(1667723884, k.key)
         FROM (SELECT DISTINCT hashtext(c.tenant) AS key FROM unnest(v_capped) AS c(tenant)
               ORDER BY 1) k;
@@ -515,7 +536,7 @@ BEGIN
               LEFT JOIN cellgate_jobs_tenant_limits l ON l.tenant = c.tenant AND l.max_running > 0
               LEFT JOIN (SELECT j.tenant, count(*) AS n FROM cellgate_jobs j
                          WHERE j.state = 'running' AND j.attempt > 0 AND j.tenant <> ''
-                           AND j.tenant = ANY (v_tenants)
+                           AND j.tenant = ANY (v_capped)
                          GROUP BY j.tenant) r ON r.tenant = c.tenant) x;
     END IF;
 
@@ -544,10 +565,12 @@ BEGIN
     -- The capped tenants that had a job claimed take places for their
     -- next held jobs (a new statement: it sees the claimed jobs running).
     IF cardinality(v_capped) > 0 THEN
-        PERFORM cellgate_jobs_refill(
-            ARRAY(SELECT DISTINCT u.tenant FROM unnest(v_ids, v_tenants) AS u(id, tenant)
-                  WHERE u.id IS NOT NULL AND u.tenant = ANY (v_capped)),
-            p_now);
+        PERFORM cellgate_jobs_refill(r.tenants, CASE WHEN p_fair THEN r.counts END, p_now)
+        FROM (SELECT array_agg(c.tenant) AS tenants, array_agg(c.n)::integer[] AS counts
+              FROM (SELECT u.tenant, count(*) AS n FROM unnest(v_ids, v_tenants) AS u(id, tenant)
+                    WHERE u.id IS NOT NULL AND u.tenant = ANY (v_capped)
+                    GROUP BY u.tenant) c) r
+        WHERE r.tenants IS NOT NULL;
     END IF;
 END;
 $$;
