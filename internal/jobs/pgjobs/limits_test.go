@@ -18,10 +18,10 @@ func (m staticLimits) JobLimits(t string) (int, int) {
 }
 
 // TestLimitsRowsAndReplacing: a tenant's first enqueue writes its limits
-// row and places its jobs one weight-step apart, up to its cap of 3 (the
-// other 2 are held); a change to weight 4 without a cap written by
-// SyncLimits re-places its waiting backlog with the new step and places
-// the held jobs after it.
+// row and places its jobs one weight-step apart, up to the 32 places a
+// capped tenant holds (the other 8 of its 40 are held); a change to weight
+// 4 without a cap written by SyncLimits re-places its waiting backlog with
+// the new step and places the held jobs after it.
 func TestLimitsRowsAndReplacing(t *testing.T) {
 	pool := newSchema(t, newDB(t), 4)
 	lim := staticLimits{"A": {3, 2}}
@@ -31,7 +31,7 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 	}
 	db := be.Control()
 	ctx := context.Background()
-	ps := make([]jobs.InsertParams, 5)
+	ps := make([]jobs.InsertParams, 40)
 	for i := range ps {
 		ps[i] = jobs.InsertParams{Kind: "bench_noop", Queue: jobs.DefaultQueue, Tenant: "A", EncodedArgs: []byte(`{"n":1}`), MaxAttempts: 1}
 	}
@@ -67,8 +67,8 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 		}
 		return placed, held
 	}
-	if p, h := placedHeld(); p != 3 || h != 2 {
-		t.Fatalf("with a cap of 3, %d of A's 5 jobs placed and %d held, want 3 and 2", p, h)
+	if p, h := placedHeld(); p != 32 || h != 8 {
+		t.Fatalf("with a cap of 3, %d of A's 40 jobs placed and %d held, want 32 and 8", p, h)
 	}
 	for _, d := range steps() {
 		if d != 720720/2 {
@@ -85,8 +85,8 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 	if mr != 0 || w != 4 {
 		t.Fatalf("A's row after the change = (%d, %d), want (0, 4)", mr, w)
 	}
-	if p, h := placedHeld(); p != 5 || h != 0 {
-		t.Fatalf("without a cap, %d of A's 5 jobs placed and %d held, want 5 and 0", p, h)
+	if p, h := placedHeld(); p != 40 || h != 0 {
+		t.Fatalf("without a cap, %d of A's 40 jobs placed and %d held, want 40 and 0", p, h)
 	}
 	for _, d := range steps() {
 		if d != 720720/4 {

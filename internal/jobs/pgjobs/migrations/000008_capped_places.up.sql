@@ -54,7 +54,8 @@ BEGIN
     CROSS JOIN (SELECT t.tenant, t.run_at <= p_now AS ready, t.o,
                        count(*) FILTER (WHERE t.run_at <= p_now) OVER (PARTITION BY t.tenant ORDER BY t.o) - 1 AS k
                 FROM unnest(p_tenants, p_run_ats) WITH ORDINALITY AS t(tenant, run_at, o)) u
-    LEFT JOIN LATERAL (SELECT greatest(720720 / lim.weight, 1)::bigint AS step, nullif(lim.max_running, 0) AS cap
+    LEFT JOIN LATERAL (SELECT greatest(720720 / lim.weight, 1)::bigint AS step,
+                              CASE WHEN lim.max_running > 0 THEN greatest(lim.max_running, 32) END AS cap
                        FROM cellgate_jobs_tenant_limits lim
                        WHERE lim.tenant = u.tenant) s ON u.ready
     -- The CASE keeps a tenant without a cap from reading anything here (a
@@ -66,7 +67,7 @@ BEGIN
                                     ELSE s.cap - (SELECT count(*) FROM (
                                                       SELECT 1 FROM cellgate_jobs x
                                                       WHERE x.state = 'available' AND x.vtime IS NOT NULL
-                                                        AND x.tenant = u.tenant
+                                                        AND x.tenant = u.tenant AND x.vtime > h.head
                                                       ORDER BY x.vtime DESC
                                                       LIMIT s.cap) c)
                                END AS room) r
@@ -111,12 +112,12 @@ BEGIN
         ORDER BY j.tenant, j.priority, j.id
         LIMIT CASE WHEN t.n IS NOT NULL THEN t.n
                    WHEN l.max_running IS NOT NULL
-                   THEN greatest(l.max_running - (SELECT count(*) FROM (
+                   THEN greatest(greatest(l.max_running, 32) - (SELECT count(*) FROM (
                                                       SELECT 1 FROM cellgate_jobs x
                                                       WHERE x.state = 'available' AND x.vtime IS NOT NULL
                                                         AND x.tenant = t.tenant
                                                       ORDER BY x.vtime DESC
-                                                      LIMIT l.max_running) c), 0)
+                                                      LIMIT greatest(l.max_running, 32)) c), 0)
               END
         FOR UPDATE SKIP LOCKED) h;
     IF v_tids IS NULL THEN
@@ -564,7 +565,8 @@ BEGIN
 
     -- The capped tenants that had a job claimed take places for their
     -- next held jobs (a new statement: it sees the claimed jobs running).
-    IF cardinality(v_capped) > 0 THEN
+    IF cardinality(v_capped) > 0
+       AND EXISTS (SELECT 1 FROM cellgate_jobs h WHERE h.state = 'available' AND h.held) THEN
         PERFORM cellgate_jobs_refill(r.tenants, CASE WHEN p_fair THEN r.counts END, p_now)
         FROM (SELECT array_agg(c.tenant) AS tenants, array_agg(c.n)::integer[] AS counts
               FROM (SELECT u.tenant, count(*) AS n FROM unnest(v_ids, v_tenants) AS u(id, tenant)
