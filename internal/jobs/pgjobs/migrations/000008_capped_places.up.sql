@@ -244,6 +244,7 @@ DECLARE
     v_fullt    text[] := '{}';
     v_tcaps    boolean;
     v_capped   text[] := '{}';
+    v_fullq    bigint := 0;
     v_paused   text[];
     v_ids      bigint[];
     v_tids     tid[];
@@ -296,10 +297,11 @@ BEGIN
     END IF;
 
     -- The tenants at their cap: from the running jobs (few), each checked
-    -- against its limits row.
+    -- against its limits row; and how many places they hold at most.
     v_tcaps := EXISTS (SELECT 1 FROM cellgate_jobs_tenant_limits l WHERE l.max_running > 0);
     IF v_tcaps THEN
-        SELECT coalesce(array_agg(r.tenant), '{}') INTO v_fullt
+        SELECT coalesce(array_agg(r.tenant), '{}'), coalesce(sum(greatest(l.max_running, 32)), 0)
+        INTO v_fullt, v_fullq
         FROM (SELECT j.tenant, count(*) AS n FROM cellgate_jobs j
               WHERE j.state = 'running' AND j.attempt > 0 AND j.tenant <> ''
               GROUP BY j.tenant) r
@@ -377,10 +379,12 @@ BEGIN
               LIMIT p_limit
               FOR UPDATE SKIP LOCKED) s;
     ELSIF p_fair THEN
-        IF cardinality(v_full) = 0 THEN
-            -- Only tenants at their caps: each holds at most max_running
-            -- places, so the scan steps over that many of each, no window
-            -- needed (reading one cost a heap fetch per job in it).
+        IF cardinality(v_full) = 0 AND v_fullq <= p_lookahead THEN
+            -- Only tenants at their caps, which hold at most
+            -- greatest(max_running, 32) places each (held jobs), and no
+            -- more than p_lookahead together: the scan steps over no more
+            -- than the window would, so no window (reading it costs a heap
+            -- fetch per job in it).
             v_horizon := 9223372036854775807;
         ELSE
             -- The window's last place, read once: a window in an IN (...)
