@@ -28,14 +28,13 @@ DROP INDEX cellgate_jobs_unplaced_idx;
 CREATE INDEX cellgate_jobs_unplaced_idx ON cellgate_jobs (run_at, id)
     WHERE state = 'available' AND vtime IS NULL AND NOT held;
 
--- cellgate_jobs_places is cellgate_jobs_vtimes (000004) with holds: it
--- returns 0 (never a place: places start one step after 0) for a ready job
--- of a capped tenant that already holds max_running placed waiting jobs,
--- or has held jobs (which go first), counting the earlier jobs of the same
--- call. The count reads tenant_vtime_idx backwards: a tenant's waiting
--- places are its last ones, and the entries of its claimed jobs (dead until
--- the next vacuum) its first, so a tenant holding its places costs
--- max_running entries.
+-- cellgate_jobs_places is cellgate_jobs_vtimes (000004) with holds. A
+-- capped tenant's quota is greatest(max_running, 32) places. It returns 0
+-- (never a place: places start one step after 0) for a ready job of a
+-- capped tenant whose place would be more than its quota of its own steps
+-- after the head (it holds that many places already), or that has held
+-- jobs (they go first). The first test costs no read: a tenant's places
+-- after the head are one step apart, so the place says how many it holds.
 CREATE FUNCTION cellgate_jobs_places(
     p_tenants text[],
     p_run_ats timestamptz[],
@@ -46,8 +45,8 @@ DECLARE
     v_out bigint[];
 BEGIN
     SELECT array_agg(CASE WHEN NOT u.ready THEN NULL
-                          WHEN r.room IS NOT NULL AND u.k >= r.room THEN 0
-                          ELSE greatest(coalesce(l.last, 0), h.head) + (u.k + 1) * coalesce(s.step, 720720)
+                          WHEN r.held THEN 0
+                          ELSE p.place
                      END ORDER BY u.o)
     INTO v_out
     FROM (SELECT coalesce((SELECT hd.vtime FROM cellgate_jobs_head hd), 0) AS head) h
@@ -55,28 +54,24 @@ BEGIN
                        count(*) FILTER (WHERE t.run_at <= p_now) OVER (PARTITION BY t.tenant ORDER BY t.o) - 1 AS k
                 FROM unnest(p_tenants, p_run_ats) WITH ORDINALITY AS t(tenant, run_at, o)) u
     LEFT JOIN LATERAL (SELECT greatest(720720 / lim.weight, 1)::bigint AS step,
-                              CASE WHEN lim.max_running > 0 THEN greatest(lim.max_running, 32) END AS cap
+                              CASE WHEN lim.max_running > 0 THEN greatest(lim.max_running, 32) END AS quota
                        FROM cellgate_jobs_tenant_limits lim
                        WHERE lim.tenant = u.tenant) s ON u.ready
-    -- The CASE keeps a tenant without a cap from reading anything here (a
-    -- LEFT JOIN's condition does not stop a lateral subquery running).
-    CROSS JOIN LATERAL (SELECT CASE WHEN s.cap IS NULL THEN NULL
-                                    WHEN EXISTS (SELECT 1 FROM cellgate_jobs y
-                                                 WHERE y.state = 'available' AND y.held AND y.tenant = u.tenant)
-                                    THEN 0
-                                    ELSE s.cap - (SELECT count(*) FROM (
-                                                      SELECT 1 FROM cellgate_jobs x
-                                                      WHERE x.state = 'available' AND x.vtime IS NOT NULL
-                                                        AND x.tenant = u.tenant AND x.vtime > h.head
-                                                      ORDER BY x.vtime DESC
-                                                      LIMIT s.cap) c)
-                               END AS room) r
     -- vtime > head bounds the backward scan, as in 000001.
     LEFT JOIN LATERAL (SELECT x.vtime AS last FROM cellgate_jobs x
                        WHERE x.state = 'available' AND x.vtime IS NOT NULL AND x.tenant = u.tenant
                          AND x.vtime > h.head
                        ORDER BY x.vtime DESC
-                       LIMIT 1) l ON u.ready;
+                       LIMIT 1) l ON u.ready
+    CROSS JOIN LATERAL (SELECT greatest(coalesce(l.last, 0), h.head) + (u.k + 1) * coalesce(s.step, 720720) AS place) p
+    -- The CASE keeps a tenant without a cap, or over its quota, from
+    -- reading anything here (a LEFT JOIN's condition does not stop a
+    -- lateral subquery running).
+    CROSS JOIN LATERAL (SELECT CASE WHEN s.quota IS NULL THEN false
+                                    WHEN p.place > h.head + s.quota * s.step THEN true
+                                    ELSE EXISTS (SELECT 1 FROM cellgate_jobs y
+                                                 WHERE y.state = 'available' AND y.held AND y.tenant = u.tenant)
+                               END AS held) r;
     RETURN v_out;
 END;
 $$;
