@@ -1,4 +1,4 @@
--- Capped tenants hold at most max_running places (docs/jobs-postgres.md,
+-- Capped tenants hold at most a quota of places (docs/jobs-postgres.md,
 -- "Tenant caps, weights and priorities").
 --
 -- Before this, every ready job got its place in the fair order at enqueue.
@@ -8,14 +8,14 @@
 -- every claim read it (up to CapLookahead jobs) before reaching another
 -- tenant's job, or claimed nothing when the lookahead was all of it.
 --
--- Now a ready job of a tenant with a cap is placed only while the tenant
--- holds fewer than max_running placed waiting jobs; otherwise it is held
--- (held, with no place). A claim that takes a capped tenant's jobs places
--- that many of its held jobs, best priority first, then oldest, each one
--- step after the later of the tenant's last place and the head: a capped
--- tenant joins the round being served again, like a tenant that had
--- nothing waiting, and a claim steps over at most max_running jobs of each
--- tenant at its cap.
+-- Now a ready job of a tenant with a cap is placed only within the
+-- tenant's quota, greatest(max_running, 32) places (see
+-- cellgate_jobs_places); otherwise it is held (held, with no place). A
+-- claim that takes k of a capped tenant's jobs places k of its held jobs,
+-- best priority first, then oldest, each one step after the later of the
+-- tenant's last place and the head: a capped tenant joins the round being
+-- served again, like a tenant that had nothing waiting, and a claim steps
+-- over at most a quota of places of each tenant at its cap.
 ALTER TABLE cellgate_jobs ADD COLUMN held boolean NOT NULL DEFAULT false;
 
 -- Held jobs wait in their tenant's line: by priority, then id.
@@ -79,8 +79,10 @@ $$;
 -- cellgate_jobs_refill places held jobs of p_tenants, best priority first,
 -- then oldest: p_counts[i] of tenant i's (a fair claim passes how many of
 -- its placed jobs it took), or, with p_counts NULL, for a capped tenant as
--- many as it lacks of max_running placed waiting jobs and for a tenant
--- without a cap (any more) all of them. It returns how many it placed.
+-- many as it lacks of its quota of placed waiting jobs (counted, reading
+-- the dead entries of its claimed jobs too: the limits writer and the
+-- maintenance leader only) and for a tenant without a cap (any more) all
+-- of them. It returns how many it placed.
 -- Callers that may run at once for one tenant hold its lock (class
 -- 1667723884), as claims do, or accept a few places more than the cap (the
 -- limits writer, the maintenance leader).
@@ -201,13 +203,18 @@ BEGIN
 END;
 $$;
 
--- cellgate_jobs_claim, as in 000004 (its comment says what it does), with
--- held jobs: the placing step leaves them out (a due job of a capped
--- tenant holding its places is held instead of placed), and a claim that
--- took jobs of capped tenants refills their places (cellgate_jobs_refill)
--- while it holds their locks. Claims commit durably (no
--- synchronous_commit = off): a claim lost in a crash would run its jobs
--- without the table knowing.
+-- cellgate_jobs_claim, as in 000004 (its comment says what it does), with:
+--   - held jobs: the placing step leaves them out (a due job of a capped
+--     tenant holding its quota is held instead of placed), and a claim
+--     that took jobs of capped tenants refills their places
+--     (cellgate_jobs_refill) while it holds their locks;
+--   - no lookahead window while only tenants are at their caps and their
+--     quotas together are within p_lookahead;
+--   - tenants' locks tried, not waited for (a busy tenant is left out);
+--   - the head row updated last, so concurrent fair claims wait for it
+--     the shortest time;
+--   - a durable commit (no synchronous_commit = off): a claim lost in a
+--     crash would leave jobs running that the table says wait.
 CREATE OR REPLACE FUNCTION cellgate_jobs_claim(
     p_now        timestamptz,
     p_limit      integer,
@@ -240,6 +247,7 @@ DECLARE
     v_tcaps    boolean;
     v_capped   text[] := '{}';
     v_fullq    bigint := 0;
+    v_busy     text[] := '{}';
     v_paused   text[];
     v_ids      bigint[];
     v_tids     tid[];
@@ -511,27 +519,31 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Tenants' caps: the capped tenants among the candidates are locked
-    -- after the kinds' locks, in the order of the lock keys (two tenants
-    -- may share a key), so claimers never deadlock; then one count, whose
-    -- fresh snapshot sees every job claimed by the claims that held the
-    -- locks before, keeps each tenant's first candidates up to its room.
+    -- Tenants' caps: each capped tenant among the candidates is locked
+    -- if its lock is free (pg_try_advisory_xact_lock: no wait, so no
+    -- deadlock with the kinds' locks either); a tenant whose lock another
+    -- claim holds is left out of this claim (that claim is taking its
+    -- room), instead of this claim waiting for the other's commit with its
+    -- candidates locked. Then one count, whose fresh snapshot sees every
+    -- job claimed by the claims that held the locks before, keeps each
+    -- locked tenant's first candidates up to its room.
     IF v_tcaps THEN
         SELECT coalesce(array_agg(l.tenant), '{}') INTO v_capped
         FROM cellgate_jobs_tenant_limits l
         WHERE l.tenant = ANY (v_tenants) AND l.max_running > 0;
     END IF;
     IF cardinality(v_capped) > 0 THEN
-        PERFORM pg_advisory_xact_lock(1667723884, k.key)
-        FROM (SELECT DISTINCT hashtext(c.tenant) AS key FROM unnest(v_capped) AS c(tenant)
-              ORDER BY 1) k;
+        SELECT coalesce(array_agg(k.tenant) FILTER (WHERE NOT k.got), '{}') INTO v_busy
+        FROM (SELECT c.tenant, pg_try_advisory_xact_lock(1667723884, hashtext(c.tenant)) AS got
+              FROM unnest(v_capped) AS c(tenant)) k;
         SELECT array_agg(CASE WHEN x.keep THEN x.id END ORDER BY x.i),
                array_agg(CASE WHEN x.keep THEN x.tid END ORDER BY x.i)
         INTO v_ids, v_tids
         FROM (SELECT c.i, c.id, c.tid,
                      l.max_running IS NULL
-                     OR row_number() OVER (PARTITION BY c.tenant, c.id IS NULL ORDER BY c.i)
-                        <= l.max_running - coalesce(r.n, 0) AS keep
+                     OR (c.tenant <> ALL (v_busy)
+                         AND row_number() OVER (PARTITION BY c.tenant, c.id IS NULL ORDER BY c.i)
+                             <= l.max_running - coalesce(r.n, 0)) AS keep
               FROM unnest(v_ids, v_tids, v_tenants) WITH ORDINALITY AS c(id, tid, tenant, i)
               LEFT JOIN cellgate_jobs_tenant_limits l ON l.tenant = c.tenant AND l.max_running > 0
               LEFT JOIN (SELECT j.tenant, count(*) AS n FROM cellgate_jobs j
@@ -540,18 +552,10 @@ BEGIN
                          GROUP BY j.tenant) r ON r.tenant = c.tenant) x;
     END IF;
 
-    IF p_fair THEN
-        -- The head is the highest place claimed: the candidates' places
-        -- (a job claimed in another's place took that place).
-        UPDATE cellgate_jobs_head hd SET vtime = m.vtime
-        FROM (SELECT max(u.vtime) AS vtime FROM unnest(v_ids, v_vtimes) AS u(id, vtime)
-              WHERE u.id IS NOT NULL) m
-        WHERE m.vtime > hd.vtime;
-        IF cardinality(v_mv_tids) > 0 THEN
-            UPDATE cellgate_jobs j SET vtime = m.vtime
-            FROM unnest(v_mv_tids, v_mv_vt, v_mv_for) AS m(tid, vtime, bid)
-            WHERE j.ctid = m.tid AND m.bid = ANY (v_ids);
-        END IF;
+    IF p_fair AND cardinality(v_mv_tids) > 0 THEN
+        UPDATE cellgate_jobs j SET vtime = m.vtime
+        FROM unnest(v_mv_tids, v_mv_vt, v_mv_for) AS m(tid, vtime, bid)
+        WHERE j.ctid = m.tid AND m.bid = ANY (v_ids);
     END IF;
 
     RETURN QUERY
@@ -561,6 +565,17 @@ BEGIN
     WHERE j.ctid = ANY (v_tids)
     RETURNING j.id, j.kind, j.queue, j.tenant::text, j.args, j.attempt, j.max_attempts, j.created_at,
               array_position(v_ids, j.id);
+
+    -- The head is the highest place claimed: the candidates' places (a job
+    -- claimed in another's place took that place). Its row is every fair
+    -- claim's, so it is updated as late as possible: a concurrent claim
+    -- waits for it from here to this claim's commit.
+    IF p_fair THEN
+        UPDATE cellgate_jobs_head hd SET vtime = m.vtime
+        FROM (SELECT max(u.vtime) AS vtime FROM unnest(v_ids, v_vtimes) AS u(id, vtime)
+              WHERE u.id IS NOT NULL) m
+        WHERE m.vtime > hd.vtime;
+    END IF;
 
     -- The capped tenants that had a job claimed take places for their
     -- next held jobs (a new statement: it sees the claimed jobs running).
