@@ -12,9 +12,19 @@ GO=${GO:-go}
 mkdir -p bin
 : >bin/plans.out
 
+# The PostgreSQL job backend's figures (docs/jobs-postgres.md, "Tenant caps,
+# weights and priorities") need the local PostgreSQL; PLANS_SECONDS (default
+# 10) is each one's measured window, and the continuous benchmark's rounds
+# (PGJOBS_BENCH_SECONDS) follow it unless set.
+if [[ -n ${PLANS_SECONDS:-} && -z ${PGJOBS_BENCH_SECONDS:-} ]]; then
+  export PGJOBS_BENCH_SECONDS=$PLANS_SECONDS
+fi
 FIGURES=(
   "./internal/admission -run ^$ -bench ^BenchmarkAdmissionPlans$ -benchmem -count 5"
   "./internal/runtime -run ^(TestPlansLiveChange|TestPlansShadowOverride)$ -v -count 1"
+  "./internal/jobs/pgjobs -run ^$ -bench ^BenchmarkPlansCapViolations$ -benchtime 1x"
+  "./internal/jobs/pgjobs -run ^$ -bench ^BenchmarkPlansFairCapsOverFIFO$ -benchtime 1x"
+  "./internal/jobs/pgjobs -run ^$ -bench ^BenchmarkPlansWeightedShare$ -benchtime 1x"
 )
 
 for f in "${FIGURES[@]}"; do

@@ -549,40 +549,7 @@ func TestClaimCostIgnoresBacklog(t *testing.T) {
 	ctx := context.Background()
 	buffers := func(pool *pgxpool.Pool, fair bool) int {
 		t.Helper()
-		var plan []string
-		rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
-SELECT * FROM cellgate_jobs_claim(now(), 32, $1, '{}', '{}', 256, 'test', '{}', '{}', 256)`, fair)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		total := 0
-		for _, line := range plan {
-			if i := strings.Index(line, "Buffers: shared"); i >= 0 {
-				for _, f := range strings.Fields(line[i+len("Buffers: shared"):]) {
-					var n int
-					if _, err := fmt.Sscanf(f, "hit=%d", &n); err == nil {
-						total += n
-					} else if _, err := fmt.Sscanf(f, "read=%d", &n); err == nil {
-						total += n
-					}
-				}
-				break // the top node's counts include the function's statements
-			}
-		}
-		if total == 0 {
-			t.Fatalf("no buffer counts in the plan:\n%s", strings.Join(plan, "\n"))
-		}
-		return total
+		return claimBuffers(t, pool, fair)
 	}
 	cost := map[int][2]int{}
 	for _, backlog := range []int{1000, 100000} {
@@ -623,5 +590,117 @@ SELECT count(*) FROM cellgate_jobs_insert_many(
 		if small, big := cost[1000][i], cost[100000][i]; big > 2*small+50 {
 			t.Errorf("%s claim touches %d buffers with a 100,000-job backlog, %d with 1,000: it grows with the backlog", mode, big, small)
 		}
+	}
+}
+
+// claimBuffers claims up to 32 jobs (fair or FIFO) under EXPLAIN (ANALYZE,
+// BUFFERS) and returns the shared buffers the claim touched, its nested
+// statements included.
+func claimBuffers(t *testing.T, pool *pgxpool.Pool, fair bool) int {
+	t.Helper()
+	ctx := context.Background()
+	var plan []string
+	rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
+SELECT * FROM cellgate_jobs_claim(now(), 32, $1, '{}', '{}', 256, 'test', '{}', '{}', 256)`, fair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, line := range plan {
+		if i := strings.Index(line, "Buffers: shared"); i >= 0 {
+			for _, f := range strings.Fields(line[i+len("Buffers: shared"):]) {
+				var n int
+				if _, err := fmt.Sscanf(f, "hit=%d", &n); err == nil {
+					total += n
+				} else if _, err := fmt.Sscanf(f, "read=%d", &n); err == nil {
+					total += n
+				}
+			}
+			break // the top node's counts include the function's statements
+		}
+	}
+	if total == 0 {
+		t.Fatalf("no buffer counts in the plan:\n%s", strings.Join(plan, "\n"))
+	}
+	return total
+}
+
+// TestClaimStepsOverCappedBacklog: a tenant at its cap whose backlog was
+// enqueued before the head of the fair order moved on (others' jobs were
+// claimed meanwhile) neither blocks the other tenants' jobs nor makes the
+// claim read its backlog: with 1,000 or 20,000 of its jobs waiting, a fair
+// claim of 32 takes 32 jobs of the others and touches about as many
+// buffers. (Before migration 000008 every place of the backlog stayed in
+// front of the head: the claim's lookahead was all of it and it claimed
+// nothing.)
+func TestClaimStepsOverCappedBacklog(t *testing.T) {
+	dsn := newDB(t)
+	ctx := context.Background()
+	cost := map[int]int{}
+	for _, backlog := range []int{1000, 20000} {
+		pool := newSchema(t, dsn, 1)
+		if _, err := pool.Exec(ctx, `INSERT INTO cellgate_jobs_tenant_limits VALUES ('capped', 2, 1, now())`); err != nil {
+			t.Fatal(err)
+		}
+		// The capped tenant's backlog, enqueued as the backend does.
+		if _, err := pool.Exec(ctx, `
+SELECT count(*) FROM cellgate_jobs_insert_many(
+    array_fill('k'::text, ARRAY[$1::int]), array_fill('default'::text, ARRAY[$1::int]),
+    array_fill('capped'::text, ARRAY[$1::int]), array_fill('{}'::text, ARRAY[$1::int]),
+    array_fill(5, ARRAY[$1::int]), array_fill(now() - interval '1 minute', ARRAY[$1::int]), now(),
+    array_fill(1::smallint, ARRAY[$1::int]))`, backlog); err != nil {
+			t.Fatal(err)
+		}
+		// Its first two places are the first of the order: claiming two
+		// puts it at its cap.
+		var capped int
+		if err := pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE job_tenant = 'capped')
+FROM cellgate_jobs_claim(now(), 2, true, '{}', '{}', 256, 'test', '{}', '{}', 256)`).Scan(&capped); err != nil {
+			t.Fatal(err)
+		}
+		if capped != 2 {
+			t.Fatalf("backlog %d: the first claim of 2 took %d of the capped tenant's jobs, want 2", backlog, capped)
+		}
+		// Other tenants' jobs were served meanwhile, as many rounds as the
+		// backlog is long: the head is past all of its places. Then 200
+		// jobs of 4 other tenants join after it.
+		if _, err := pool.Exec(ctx, `UPDATE cellgate_jobs_head SET vtime = ($1::bigint + 1) * 720720`, backlog); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `
+SELECT count(*) FROM cellgate_jobs_insert_many(
+    array_fill('k'::text, ARRAY[200]), array_fill('default'::text, ARRAY[200]),
+    ARRAY(SELECT 'other-' || g % 4 FROM generate_series(1, 200) g), array_fill('{}'::text, ARRAY[200]),
+    array_fill(5, ARRAY[200]), array_fill(now() - interval '1 minute', ARRAY[200]), now(),
+    array_fill(1::smallint, ARRAY[200]))`); err != nil {
+			t.Fatal(err)
+		}
+		claimBuffers(t, pool, true) // first claims touch the new pages' hint bits
+		cost[backlog] = claimBuffers(t, pool, true)
+		var running, others int
+		if err := pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE tenant = 'capped'), count(*) FILTER (WHERE tenant <> 'capped')
+FROM cellgate_jobs WHERE state = 'running'`).Scan(&running, &others); err != nil {
+			t.Fatal(err)
+		}
+		if running != 2 || others != 64 {
+			t.Fatalf("backlog %d: after two claims of 32, %d of the capped tenant's jobs and %d of the others' run, want 2 and 64",
+				backlog, running, others)
+		}
+	}
+	t.Logf("buffers per fair claim of 32 beside a capped tenant's backlog: 1,000: %d, 20,000: %d", cost[1000], cost[20000])
+	if small, big := cost[1000], cost[20000]; big > 2*small+50 {
+		t.Errorf("a fair claim touches %d buffers beside a 20,000-job capped backlog, %d beside 1,000: it reads the backlog", big, small)
 	}
 }

@@ -99,14 +99,19 @@ func (b *DB) ensureTenant(ctx context.Context, tenant string) error {
 	return nil
 }
 
-// writeLimits upserts the limits of tenants (vals in the same order) and
-// re-places the waiting jobs of each tenant whose weight changed.
+// writeLimits upserts the limits of tenants (vals in the same order),
+// re-places the waiting jobs of each tenant whose weight changed, and
+// places the held jobs a raised or removed cap leaves room for.
 func (b *DB) writeLimits(ctx context.Context, tenants []string, vals []tenantLimits) error {
 	caps, weights := make([]int32, len(vals)), make([]int32, len(vals))
 	for i, v := range vals {
 		caps[i], weights[i] = v.maxRunning, v.weight
 	}
-	if _, err := b.pool.Exec(ctx, sqlWriteLimits, tenants, caps, weights, b.now()); err != nil {
+	now := b.now()
+	if _, err := b.pool.Exec(ctx, sqlWriteLimits, tenants, caps, weights, now); err != nil {
+		return err
+	}
+	if _, err := b.pool.Exec(ctx, sqlRefill, tenants, now); err != nil {
 		return err
 	}
 	for i, t := range tenants {
@@ -147,6 +152,10 @@ moved AS (
 UPDATE cellgate_jobs j SET vtime = moved.vtime
 FROM moved
 WHERE j.id = moved.id AND j.state = 'available' AND j.vtime IS NOT NULL`
+
+// sqlRefill places held jobs of the tenants $1 up to their caps (all of a
+// tenant without a cap): see cellgate_jobs_refill in migration 000008.
+const sqlRefill = `SELECT cellgate_jobs_refill($1::text[], NULL, $2)`
 
 // limitsLoop brings every tenant's row up to date with the source every
 // Config.LimitsEvery, for tenants that enqueue nothing after a change.

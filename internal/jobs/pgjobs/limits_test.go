@@ -18,8 +18,10 @@ func (m staticLimits) JobLimits(t string) (int, int) {
 }
 
 // TestLimitsRowsAndReplacing: a tenant's first enqueue writes its limits
-// row and places its jobs one weight-step apart; a weight change written
-// by SyncLimits re-places its waiting backlog with the new step.
+// row and places its jobs one weight-step apart, up to the 32 places a
+// capped tenant holds (the other 8 of its 40 are held); a change to weight
+// 4 without a cap written by SyncLimits re-places its waiting backlog with
+// the new step and places the held jobs after it.
 func TestLimitsRowsAndReplacing(t *testing.T) {
 	pool := newSchema(t, newDB(t), 4)
 	lim := staticLimits{"A": {3, 2}}
@@ -29,7 +31,7 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 	}
 	db := be.Control()
 	ctx := context.Background()
-	ps := make([]jobs.InsertParams, 5)
+	ps := make([]jobs.InsertParams, 40)
 	for i := range ps {
 		ps[i] = jobs.InsertParams{Kind: "bench_noop", Queue: jobs.DefaultQueue, Tenant: "A", EncodedArgs: []byte(`{"n":1}`), MaxAttempts: 1}
 	}
@@ -44,7 +46,7 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 		t.Fatalf("A's row = (%d, %d), want (3, 2)", mr, w)
 	}
 	steps := func() []int64 {
-		rows, err := pool.Query(ctx, `SELECT vtime - lag(vtime) OVER (ORDER BY vtime) FROM cellgate_jobs ORDER BY vtime OFFSET 1`)
+		rows, err := pool.Query(ctx, `SELECT vtime - lag(vtime) OVER (ORDER BY vtime) FROM cellgate_jobs WHERE vtime IS NOT NULL ORDER BY vtime OFFSET 1`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,6 +60,15 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 			out = append(out, d)
 		}
 		return out
+	}
+	placedHeld := func() (placed, held int) {
+		if err := pool.QueryRow(ctx, `SELECT count(vtime), count(*) FILTER (WHERE held) FROM cellgate_jobs`).Scan(&placed, &held); err != nil {
+			t.Fatal(err)
+		}
+		return placed, held
+	}
+	if p, h := placedHeld(); p != 32 || h != 8 {
+		t.Fatalf("with a cap of 3, %d of A's 40 jobs placed and %d held, want 32 and 8", p, h)
 	}
 	for _, d := range steps() {
 		if d != 720720/2 {
@@ -73,6 +84,9 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 	}
 	if mr != 0 || w != 4 {
 		t.Fatalf("A's row after the change = (%d, %d), want (0, 4)", mr, w)
+	}
+	if p, h := placedHeld(); p != 40 || h != 0 {
+		t.Fatalf("without a cap, %d of A's 40 jobs placed and %d held, want 40 and 0", p, h)
 	}
 	for _, d := range steps() {
 		if d != 720720/4 {

@@ -24,6 +24,9 @@ type MaintenanceReport struct {
 	// RescuedFailed is the number of stuck jobs failed because they had used
 	// their last attempt.
 	RescuedFailed int
+	// Placed is the number of held jobs of capped tenants the pass placed
+	// in the fair order (see sqlRefillHeld).
+	Placed int
 	// Deleted is the number of finished jobs deleted by retention.
 	Deleted int
 	// Vacuumed is whether the pass vacuumed the table (Config.VacuumDeadRows).
@@ -341,6 +344,14 @@ func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Maintenance
 		signal(b.wake)
 	}
 
+	if err := conn.QueryRow(ctx, sqlRefillHeld, now).Scan(&rep.Placed); err != nil {
+		setErr(fmt.Errorf("pgjobs: placing held jobs on %s: %w", b.name, err))
+	} else if rep.Placed > 0 {
+		_, err := conn.Exec(ctx, sqlNotify)
+		setErr(err)
+		signal(b.wake)
+	}
+
 	if vacuum {
 		var err error
 		rep.Vacuumed, err = b.vacuum(ctx, conn)
@@ -427,6 +438,22 @@ WITH h AS (
 SELECT count(*)::int,
        coalesce(array_agg(h.id) FILTER (WHERE EXISTS (SELECT FROM cellgate_jobs_cancel_requests c WHERE c.job_id = h.id)), '{}')
 FROM h`
+
+// sqlRefillHeld places the held jobs of every tenant that has room for
+// them (cellgate_jobs_refill). Claims refill the tenants whose jobs they
+// take; this covers a tenant whose placed jobs went another way (cancelled,
+// deleted) or whose cap changed while it had nothing placed. The tenants
+// with held jobs are found by a skip scan of cellgate_jobs_held_idx: one
+// descent per tenant, not one per held job.
+const sqlRefillHeld = `
+WITH RECURSIVE t AS (
+    (SELECT tenant FROM cellgate_jobs WHERE state = 'available' AND held ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.tenant FROM cellgate_jobs j
+            WHERE j.state = 'available' AND j.held AND j.tenant > t.tenant
+            ORDER BY j.tenant LIMIT 1)
+    FROM t WHERE t.tenant IS NOT NULL)
+SELECT cellgate_jobs_refill(ARRAY(SELECT tenant FROM t WHERE tenant IS NOT NULL), NULL, $1)`
 
 // sqlRescue makes jobs whose heartbeat is older than $2 available again at
 // once, or fails them if that was their last attempt; the attempt stays

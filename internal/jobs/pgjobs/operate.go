@@ -137,17 +137,18 @@ func (b *DB) operateOne(ctx context.Context, act Act, id jobs.JobID) error {
 	return ErrJobState
 }
 
-// vtime NULL: the job is placed in the fair order again when a fair claim
-// first sees it due, as after a backoff.
+// vtime NULL and held false: the job is placed in the fair order again (or
+// held, if its tenant holds its places) when a fair claim first sees it
+// due, as after a backoff.
 const sqlRetryJobs = `
 UPDATE cellgate_jobs
-SET state = 'available', run_at = $2, finished_at = NULL, vtime = NULL,
+SET state = 'available', run_at = $2, finished_at = NULL, vtime = NULL, held = false,
     max_attempts = greatest(max_attempts, attempt + 1)
 WHERE id = ANY ($1::bigint[]) AND state IN ('available', 'completed', 'failed')`
 
 const sqlCancelJobs = `
 UPDATE cellgate_jobs
-SET state = 'failed', finished_at = $2, vtime = NULL,
+SET state = 'failed', finished_at = $2, vtime = NULL, held = false,
     errors = errors || jsonb_build_object('attempt', attempt, 'at', $2::timestamptz, 'error', 'cancelled by an operator')
 WHERE id = ANY ($1::bigint[]) AND state = 'available'`
 

@@ -163,7 +163,7 @@ func (b *DB) noteCancel(id jobs.JobID) {
 const sqlCancel = `
 WITH w AS (
     UPDATE cellgate_jobs
-    SET state = 'failed', finished_at = $2, vtime = NULL,
+    SET state = 'failed', finished_at = $2, vtime = NULL, held = false,
         errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $2::timestamptz, 'error', 'cancelled'))
     WHERE id = $1 AND state = 'available'
     RETURNING id),
