@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -102,7 +103,11 @@ type routeObs struct {
 	// ns before which the bucket takes no new exemplar (exemplarEvery).
 	exemplarNext [len(durationBuckets) + 1]atomic.Int64
 	name         string
-	startOpts    []trace.SpanStartOption
+	// baseAttrs are the span's method, route and cell; endAttrs caches,
+	// per status, baseAttrs with http.response.status_code, so a span's
+	// attributes are one slice set once, at its end.
+	baseAttrs []attribute.KeyValue
+	endAttrs  [600]atomic.Pointer[[]attribute.KeyValue]
 }
 
 // exemplarEvery is how often a route's duration bucket takes a new trace
@@ -120,12 +125,32 @@ func (o *observer) newRoute(method, path string) *routeObs {
 	}
 	r.obs = m.duration.WithLabelValues(path, method)
 	r.exemplars, _ = r.obs.(prometheus.ExemplarObserver)
-	attrs := []attribute.KeyValue{attribute.String("http.request.method", method), attribute.String("http.route", path)}
+	r.baseAttrs = []attribute.KeyValue{attribute.String("http.request.method", method), attribute.String("http.route", path)}
 	if o.cell != "" {
-		attrs = append(attrs, attribute.String("cellgate.cell", o.cell))
+		r.baseAttrs = append(r.baseAttrs, attribute.String("cellgate.cell", o.cell))
 	}
-	r.startOpts = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...)}
+	r.baseAttrs = slices.Clip(r.baseAttrs)
 	return r
+}
+
+// serverSpan is the only start option of a route's span. Its attributes
+// are all set at the end (spanAttrs): start attributes would cost the SDK
+// a copy into the start config and a second growth of the span's slice
+// per request, and no sampler FromEnv builds reads attributes.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
+// spanAttrs returns the route's span attributes for an answer of status,
+// built on the status's first answer and shared read-only after.
+func (r *routeObs) spanAttrs(status int) []attribute.KeyValue {
+	if status < 0 || status >= len(r.endAttrs) {
+		return append(r.baseAttrs, telemetry.StatusCodeAttr(status)...)
+	}
+	if p := r.endAttrs[status].Load(); p != nil {
+		return *p
+	}
+	a := append(r.baseAttrs, telemetry.StatusCodeAttr(status)...)
+	r.endAttrs[status].Store(&a)
+	return a
 }
 
 // startSpan starts the route's server span, continuing a caller's trace
@@ -136,7 +161,7 @@ func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagati
 	if len(req.Header["Traceparent"]) > 0 {
 		ctx = prop.Extract(ctx, propagation.HeaderCarrier(req.Header))
 	}
-	ctx, span := tracer.Start(ctx, r.name, r.startOpts...)
+	ctx, span := tracer.Start(ctx, r.name, serverSpan...)
 	c.SetRequest(req.WithContext(ctx))
 	return span
 }
@@ -163,7 +188,7 @@ func (r *routeObs) observe(span trace.Span, start time.Time, d time.Duration) {
 func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status int, d time.Duration, err error) {
 	rej, refused := rejectionOf(err)
 	if span != nil {
-		o.endSpan(c, span, status, rej)
+		o.endSpan(c, span, r.spanAttrs(status), status, rej)
 	}
 	if !refused && (o.access.Off || !o.access.Writes(status) || !o.log.Enabled(context.Background(), o.access.Level)) {
 		return
@@ -193,11 +218,11 @@ func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status i
 		slog.String("tenant", ten), slog.String("cell", o.cell))
 }
 
-// endSpan sets the span's status attribute (from a table shared by every
-// route, so no slice is built per request), the opt-in tenant, the
-// refusal event and the error status, and ends it.
-func (o *observer) endSpan(c echo.Context, span trace.Span, status int, rej *bulkhead.Rejection) {
-	span.SetAttributes(telemetry.StatusCodeAttr(status)...)
+// endSpan sets the span's attributes (the route's, built once per
+// status), the opt-in tenant, the refusal event and the error status, and
+// ends it.
+func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.KeyValue, status int, rej *bulkhead.Rejection) {
+	span.SetAttributes(attrs...)
 	if o.traceTenant {
 		if ten, _ := tenant.From(c.Request().Context()); ten != "" {
 			span.SetAttributes(attribute.String("cellgate.tenant", ten))
