@@ -49,10 +49,11 @@ const (
 )
 
 // route returns the middleware for one route. Its series, span name and
-// span start options are bound at registration, so without tracing and
+// span attributes are bound at registration, so without tracing and
 // access log a request pays two clock reads, one counter increment and one
 // histogram observation, with no label lookup; with tracing it adds the
-// SDK's span and nothing built per request but the status attribute.
+// SDK's span, the request's copy carrying it, and nothing built per
+// request of its own.
 func (o *observer) route(method, path string) echo.MiddlewareFunc {
 	r := o.newRoute(method, path)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -117,6 +118,7 @@ type routeObs struct {
 // exemplar's labels, string and timestamp on every traced request.
 const exemplarEvery = time.Second
 
+// newRoute binds a route's series and span name and attributes.
 func (o *observer) newRoute(method, path string) *routeObs {
 	m := o.metrics
 	r := &routeObs{method: method, path: path, name: method + " " + path}
