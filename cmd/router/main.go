@@ -101,6 +101,12 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The access log takes the cells' variables (CELLGATE_ACCESS_LOG,
+	// CELLGATE_ACCESS_LOG_SAMPLE).
+	access, err := telemetry.AccessLogFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
 	// The registry is made here so the console's counter joins the
 	// router's /metrics.
 	reg := prometheus.NewRegistry()
@@ -124,6 +130,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			OIDC: oidc,
 		}),
 		Proxy: router.ProxyConfig{
+			AccessLog:             &access,
 			HealthInterval:        *hInterval,
 			HealthTimeout:         *hTimeout,
 			FailAfter:             *failAfter,

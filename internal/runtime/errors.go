@@ -32,6 +32,9 @@ var errNoTenant = bulkhead.NewRejection(http.StatusUnauthorized, 0, "tenant_miss
 // rejectionOf returns the refusal err carries: a bulkhead's own, or the
 // one a shard error maps to.
 func rejectionOf(err error) (*bulkhead.Rejection, bool) {
+	if err == nil {
+		return nil, false // before rej escapes to errors.As: no allocation
+	}
 	var rej *bulkhead.Rejection
 	switch {
 	case errors.As(err, &rej):

@@ -22,7 +22,7 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cellgate_http_request_duration_seconds",
 			Help:    "Time from routing to the handler's return (a stream counts whole), by route pattern and method.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+			Buckets: durationBuckets[:],
 		}, []string{"route", "method"}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration} {
@@ -32,6 +32,10 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	}
 	return m, nil
 }
+
+// durationBuckets are the request duration histogram's upper bounds, in
+// seconds (the route's exemplar limiter keeps one clock per bucket).
+var durationBuckets = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 // statusClasses are the code label values, indexed by status/100; index
 // gone is "499", a request whose client went away (see clientGone).

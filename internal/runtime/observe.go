@@ -3,9 +3,10 @@ package runtime
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"strconv"
+	"slices"
+	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -16,21 +17,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellgate/cellgate/internal/requestid"
+	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 	"github.com/cellgate/cellgate/internal/telemetry"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
 
 // AccessLog configures the access log: one line per request of a spec
-// route (probes and unrouted paths have none).
-type AccessLog struct {
-	// Off writes no access log.
-	Off bool
-	// Level is the lines' level (a logger above it writes none).
-	Level slog.Level
-	// Sample is the share of lines written, in (0, 1]; 0 means 1. A
-	// request answered 5xx is always written.
-	Sample float64
-}
+// route (probes and unrouted paths have none). See telemetry.AccessLog.
+type AccessLog = telemetry.AccessLog
 
 // observer is the per-route observation: the server span, the request
 // metrics (with the trace id as an exemplar), the access log line and the
@@ -54,33 +48,20 @@ const (
 	refusalEvery = 10 * time.Second
 )
 
-// route returns the middleware for one route. Its series are bound at
-// registration, so without tracing and access log a request pays two
-// clock reads, one counter increment and one histogram observation, with
-// no label lookup.
+// route returns the middleware for one route. Its series, span name and
+// span attributes are bound at registration, so without tracing and
+// access log a request pays two clock reads, one counter increment and one
+// histogram observation, with no label lookup; with tracing it adds the
+// SDK's span, the request's copy carrying it, and nothing built per
+// request of its own.
 func (o *observer) route(method, path string) echo.MiddlewareFunc {
-	m := o.metrics
-	var counts [len(statusClasses)]prometheus.Counter
-	for i, class := range statusClasses {
-		counts[i] = m.requests.WithLabelValues(path, method, class)
-	}
-	obs := m.duration.WithLabelValues(path, method)
-	exemplars, _ := obs.(prometheus.ExemplarObserver)
-	name := method + " " + path
-	startAttrs := trace.WithAttributes(attribute.String("http.request.method", method), attribute.String("http.route", path))
+	r := o.newRoute(method, path)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) (err error) {
 			start := time.Now()
 			var span trace.Span
 			if o.tracer != nil {
-				req := c.Request()
-				ctx := req.Context()
-				if len(req.Header["Traceparent"]) > 0 {
-					// A caller's trace (the router's): continue it.
-					ctx = o.prop.Extract(ctx, propagation.HeaderCarrier(req.Header))
-				}
-				ctx, span = o.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), startAttrs)
-				c.SetRequest(req.WithContext(ctx))
+				span = r.startSpan(c, o.tracer, o.prop)
 			}
 			returned := false
 			defer func() {
@@ -99,15 +80,11 @@ func (o *observer) route(method, path string) echo.MiddlewareFunc {
 				if returned && err != nil && !c.Response().Committed && clientGone(c, err) {
 					i, status = gone, 499
 				}
-				counts[i].Inc()
+				r.counts[i].Inc()
 				d := time.Since(start)
-				if span != nil && exemplars != nil && span.SpanContext().IsSampled() {
-					exemplars.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": span.SpanContext().TraceID().String()})
-				} else {
-					obs.Observe(d.Seconds())
-				}
+				r.observe(span, start, d)
 				if span != nil || !o.access.Off {
-					o.finish(c, span, path, method, status, d, err)
+					o.finish(c, span, r, status, d, err)
 				}
 			}()
 			err = next(c)
@@ -117,38 +94,109 @@ func (o *observer) route(method, path string) echo.MiddlewareFunc {
 	}
 }
 
+// routeObs is what one route's observation binds at registration.
+type routeObs struct {
+	method, path string
+	counts       [len(statusClasses)]prometheus.Counter
+	obs          prometheus.Observer
+	exemplars    prometheus.ExemplarObserver // nil: the histogram takes none
+	// exemplarNext is, per duration bucket (+Inf last), the Unix time in
+	// ns before which the bucket takes no new exemplar (exemplarEvery).
+	exemplarNext [len(durationBuckets) + 1]atomic.Int64
+	name         string
+	// baseAttrs are the span's method, route and cell; endAttrs caches,
+	// per status, baseAttrs with http.response.status_code, so a span's
+	// attributes are one slice set once, at its end.
+	baseAttrs []attribute.KeyValue
+	endAttrs  [600]atomic.Pointer[[]attribute.KeyValue]
+}
+
+// exemplarEvery is how often a route's duration bucket takes a new trace
+// id exemplar. A histogram keeps one exemplar per bucket, and a scrape
+// (every 15 s or more) sees only the last, so one a second per bucket
+// loses nothing a dashboard shows, while one per request would cost the
+// exemplar's labels, string and timestamp on every traced request.
+const exemplarEvery = time.Second
+
+// newRoute binds a route's series and span name and attributes.
+func (o *observer) newRoute(method, path string) *routeObs {
+	m := o.metrics
+	r := &routeObs{method: method, path: path, name: method + " " + path}
+	for i, class := range statusClasses {
+		r.counts[i] = m.requests.WithLabelValues(path, method, class)
+	}
+	r.obs = m.duration.WithLabelValues(path, method)
+	r.exemplars, _ = r.obs.(prometheus.ExemplarObserver)
+	r.baseAttrs = []attribute.KeyValue{attribute.String("http.request.method", method), attribute.String("http.route", path)}
+	if o.cell != "" {
+		r.baseAttrs = append(r.baseAttrs, attribute.String("cellgate.cell", o.cell))
+	}
+	r.baseAttrs = slices.Clip(r.baseAttrs)
+	return r
+}
+
+// serverSpan is the only start option of a route's span. Its attributes
+// are all set at the end (spanAttrs): start attributes would cost the SDK
+// a copy into the start config and a second growth of the span's slice
+// per request, and no sampler FromEnv builds reads attributes.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
+// spanAttrs returns the route's span attributes for an answer of status,
+// built on the status's first answer and shared read-only after.
+func (r *routeObs) spanAttrs(status int) []attribute.KeyValue {
+	if status < 0 || status >= len(r.endAttrs) {
+		return append(r.baseAttrs, telemetry.StatusCodeAttr(status)...)
+	}
+	if p := r.endAttrs[status].Load(); p != nil {
+		return *p
+	}
+	a := append(r.baseAttrs, telemetry.StatusCodeAttr(status)...)
+	r.endAttrs[status].Store(&a)
+	return a
+}
+
+// startSpan starts the route's server span, continuing a caller's trace
+// (the router's), and puts it in the request's context.
+func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagation.TextMapPropagator) trace.Span {
+	req := c.Request()
+	ctx := req.Context()
+	if len(req.Header["Traceparent"]) > 0 {
+		ctx = prop.Extract(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	ctx, span := tracer.Start(ctx, r.name, serverSpan...)
+	c.SetRequest(req.WithContext(ctx))
+	return span
+}
+
+// observe records the request's duration, with the trace id as an
+// exemplar when the span is sampled and its bucket is due one.
+func (r *routeObs) observe(span trace.Span, start time.Time, d time.Duration) {
+	secs := d.Seconds()
+	if span == nil || r.exemplars == nil || !span.SpanContext().IsSampled() {
+		r.obs.Observe(secs)
+		return
+	}
+	next := &r.exemplarNext[sort.SearchFloat64s(durationBuckets[:], secs)]
+	now := start.UnixNano() + int64(d)
+	if due := next.Load(); now < due || !next.CompareAndSwap(due, now+int64(exemplarEvery)) {
+		r.obs.Observe(secs)
+		return
+	}
+	r.exemplars.ObserveWithExemplar(secs, prometheus.Labels{"trace_id": span.SpanContext().TraceID().String()})
+}
+
 // finish ends the span and writes the access log and refusal lines: the
 // part of a request's observation that tracing or the access log asks for.
-func (o *observer) finish(c echo.Context, span trace.Span, path, method string, status int, d time.Duration, err error) {
-	ctx := c.Request().Context()
-	ten, _ := tenant.From(ctx)
+func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status int, d time.Duration, err error) {
 	rej, refused := rejectionOf(err)
 	if span != nil {
-		attrs := make([]attribute.KeyValue, 1, 3)
-		attrs[0] = attribute.Int("http.response.status_code", status)
-		if o.cell != "" {
-			attrs = append(attrs, attribute.String("cellgate.cell", o.cell))
-		}
-		if o.traceTenant && ten != "" {
-			attrs = append(attrs, attribute.String("cellgate.tenant", ten))
-		}
-		span.SetAttributes(attrs...)
-		if refused {
-			span.AddEvent("refused", trace.WithAttributes(
-				attribute.String("cellgate.refusal.code", rej.Code), attribute.Int("http.response.status_code", rej.Status)))
-		}
-		switch {
-		case status == 499:
-			span.SetStatus(codes.Error, "client went away")
-		case status >= 500:
-			msg := http.StatusText(status)
-			if refused {
-				msg = rej.Code
-			}
-			span.SetStatus(codes.Error, msg)
-		}
-		defer span.End()
+		o.endSpan(c, span, r.spanAttrs(status), status, rej)
 	}
+	if !refused && (o.access.Off || !o.access.Writes(status) || !o.log.Enabled(context.Background(), o.access.Level)) {
+		return
+	}
+	ctx := c.Request().Context()
+	ten, _ := tenant.From(ctx)
 	id := c.Response().Header().Get(requestid.Header)
 	traceID := ""
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
@@ -157,22 +205,46 @@ func (o *observer) finish(c echo.Context, span trace.Span, path, method string, 
 	if refused {
 		if ok, held := o.refusals.AllowAt(rej.Code, time.Now()); ok {
 			o.log.LogAttrs(context.Background(), slog.LevelWarn, "request refused",
-				slog.String("code", rej.Code), slog.Int("status", rej.Status), slog.String("route", path),
+				slog.String("code", rej.Code), slog.Int("status", rej.Status), slog.String("route", r.path),
 				slog.String("tenant", ten), slog.String("request_id", id), slog.String("trace_id", traceID),
 				slog.Int("held_back", held))
 		}
-	}
-	if o.access.Off || (status < 500 && o.access.Sample > 0 && o.access.Sample < 1 && rand.Float64() >= o.access.Sample) {
-		return
-	}
-	if !o.log.Enabled(ctx, o.access.Level) {
-		return
+		if o.access.Off || !o.access.Writes(status) || !o.log.Enabled(ctx, o.access.Level) {
+			return
+		}
 	}
 	o.log.LogAttrs(context.Background(), o.access.Level, "request",
-		slog.String("method", method), slog.String("route", path), slog.Int("status", status),
+		slog.String("method", r.method), slog.String("route", r.path), slog.Int("status", status),
 		slog.Float64("duration_seconds", d.Seconds()), slog.Int64("bytes", c.Response().Size),
 		slog.String("request_id", id), slog.String("trace_id", traceID),
 		slog.String("tenant", ten), slog.String("cell", o.cell))
+}
+
+// endSpan sets the span's attributes (the route's, built once per
+// status), the opt-in tenant, the refusal event and the error status, and
+// ends it.
+func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.KeyValue, status int, rej *bulkhead.Rejection) {
+	span.SetAttributes(attrs...)
+	if o.traceTenant {
+		if ten, _ := tenant.From(c.Request().Context()); ten != "" {
+			span.SetAttributes(attribute.String("cellgate.tenant", ten))
+		}
+	}
+	if rej != nil {
+		span.AddEvent("refused", trace.WithAttributes(
+			attribute.String("cellgate.refusal.code", rej.Code), attribute.Int("http.response.status_code", rej.Status)))
+	}
+	switch {
+	case status == 499:
+		span.SetStatus(codes.Error, "client went away")
+	case status >= 500:
+		msg := http.StatusText(status)
+		if rej != nil {
+			msg = rej.Code
+		}
+		span.SetStatus(codes.Error, msg)
+	}
+	span.End()
 }
 
 // Logger is the request-scoped logger of a route's handler: the server's
@@ -211,29 +283,7 @@ type echoLogger struct {
 
 // AccessLogFromEnv reads CELLGATE_ACCESS_LOG (off, or the lines' level:
 // debug, info, warn; default info) and CELLGATE_ACCESS_LOG_SAMPLE (the
-// share of lines written, in (0, 1]; default 1).
+// share of lines written, in (0, 1]; default 1): telemetry.AccessLogFromEnv.
 func AccessLogFromEnv(getenv func(string) string) (AccessLog, error) {
-	a := AccessLog{Level: slog.LevelInfo, Sample: 1}
-	switch v := getenv("CELLGATE_ACCESS_LOG"); v {
-	case "off", "none":
-		a.Off = true
-	default:
-		l, err := telemetry.ParseLevel("CELLGATE_ACCESS_LOG", v)
-		if err != nil {
-			return a, err
-		}
-		a.Level = l
-	}
-	if v := getenv("CELLGATE_ACCESS_LOG_SAMPLE"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || f > 1 {
-			return a, &configError{name: "CELLGATE_ACCESS_LOG_SAMPLE", msg: "want a share in (0, 1], got " + strconv.Quote(v)}
-		}
-		a.Sample = f
-	}
-	return a, nil
+	return telemetry.AccessLogFromEnv(getenv)
 }
-
-type configError struct{ name, msg string }
-
-func (e *configError) Error() string { return e.name + ": " + e.msg }

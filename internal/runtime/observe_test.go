@@ -2,16 +2,21 @@ package runtime
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/telemetry"
@@ -98,5 +103,55 @@ func TestServerSpanAccessLogAndLogger(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), `"msg":"request refused"`); n != refusalLines {
 		t.Errorf("%d refusal lines for %d refusals, want %d", n, refusalLines+3, refusalLines)
+	}
+}
+
+// TestExemplarOncePerBucketPerInterval: a sampled request's trace id
+// becomes its duration bucket's exemplar at most once per exemplarEvery;
+// another bucket has its own clock, and after the interval the bucket
+// takes the next request's id.
+func TestExemplarOncePerBucketPerInterval(t *testing.T) {
+	m, err := newHTTPMetrics(newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &observer{metrics: m}
+	r := o.newRoute("GET", "/x")
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	span := func() trace.Span {
+		_, s := tp.Tracer("t").Start(context.Background(), "x")
+		return s
+	}
+	exemplars := func() map[float64]string {
+		var pb dto.Metric
+		if err := r.obs.(prometheus.Metric).Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		got := map[float64]string{}
+		for _, b := range pb.GetHistogram().GetBucket() {
+			if e := b.GetExemplar(); e != nil {
+				got[b.GetUpperBound()] = e.GetLabel()[0].GetValue()
+			}
+		}
+		return got
+	}
+	t0 := time.Unix(1_000, 0)
+	first, second, slow, later := span(), span(), span(), span()
+	r.observe(first, t0, 500*time.Microsecond)
+	r.observe(second, t0.Add(time.Millisecond), 500*time.Microsecond)
+	r.observe(slow, t0.Add(time.Millisecond), 2*time.Second)
+	got := exemplars()
+	if got[.001] != first.SpanContext().TraceID().String() || got[2.5] != slow.SpanContext().TraceID().String() || len(got) != 2 {
+		t.Fatalf("exemplars %v, want the first request's in 0.001 and the slow one's in 2.5", got)
+	}
+	r.observe(later, t0.Add(exemplarEvery), 500*time.Microsecond)
+	if got := exemplars(); got[.001] != later.SpanContext().TraceID().String() {
+		t.Fatalf("after %s the bucket kept %s", exemplarEvery, got[.001])
+	}
+	r.observe(nil, t0.Add(3*exemplarEvery), 500*time.Microsecond) // tracing off: no exemplar, still counted
+	var pb dto.Metric
+	_ = r.obs.(prometheus.Metric).Write(&pb)
+	if n := pb.GetHistogram().GetSampleCount(); n != 5 {
+		t.Fatalf("%d observations, want 5", n)
 	}
 }

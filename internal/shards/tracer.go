@@ -2,6 +2,7 @@ package shards
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,14 @@ import (
 // top of each query) or else the statement's first word, with the
 // database's name. A query with no span around it (the job runtime's
 // polling, maintenance) makes none, so background work costs nothing.
+//
+// It is also pgx's BatchTracer: a batch (SendBatch) is one client span,
+// not one per queued query, since the queries travel in one round trip.
+// The span is named "BATCH" and the statement name when every query of
+// the batch has the same one ("BATCH InsertJob"), and carries the batch
+// size (db.operation.batch.size), the distinct statement names in queue
+// order (cellgate.db.statements), the rows the queries returned or
+// affected, and a "query failed" event per failed query.
 type QueryTracer struct {
 	tracer trace.Tracer
 	attrs  []attribute.KeyValue
@@ -58,6 +67,70 @@ func (t *QueryTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.T
 	}
 	span.End()
 }
+
+// batchSpan is the state of one traced batch, in its context.
+type batchSpan struct {
+	span trace.Span
+	rows int64
+}
+
+// batchKey holds a *batchSpan in the context TraceBatchStart returns.
+type batchKey struct{}
+
+// TraceBatchStart starts the batch's span when ctx holds one.
+func (t *QueryTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() || data.Batch == nil {
+		return ctx
+	}
+	names := make([]string, 0, 1)
+	for _, q := range data.Batch.QueuedQueries {
+		name, _ := StatementName(q.SQL)
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	spanName := "BATCH"
+	if len(names) == 1 {
+		spanName += " " + names[0]
+	}
+	ctx, span := t.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.attrs...),
+		trace.WithAttributes(attribute.String("db.operation.name", "BATCH"),
+			attribute.Int("db.operation.batch.size", data.Batch.Len()),
+			attribute.StringSlice("cellgate.db.statements", names)))
+	return context.WithValue(ctx, batchKey{}, &batchSpan{span: span})
+}
+
+// TraceBatchQuery adds a queued query's rows to the batch's span, or an
+// event naming it when it failed.
+func (t *QueryTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	b, ok := ctx.Value(batchKey{}).(*batchSpan)
+	if !ok {
+		return
+	}
+	if data.Err != nil {
+		name, _ := StatementName(data.SQL)
+		b.span.AddEvent("query failed", trace.WithAttributes(
+			attribute.String("cellgate.db.statement", name), attribute.String("exception.message", data.Err.Error())))
+		return
+	}
+	b.rows += data.CommandTag.RowsAffected()
+}
+
+// TraceBatchEnd ends the batch's span with its error and row count.
+func (t *QueryTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	b, ok := ctx.Value(batchKey{}).(*batchSpan)
+	if !ok {
+		return
+	}
+	if data.Err != nil {
+		b.span.RecordError(data.Err)
+		b.span.SetStatus(codes.Error, data.Err.Error())
+	}
+	b.span.SetAttributes(attribute.Int64("db.response.returned_rows", b.rows))
+	b.span.End()
+}
+
+var _ pgx.BatchTracer = (*QueryTracer)(nil)
 
 // StatementName is a query's span name and operation: sqlc's statement
 // name and the SQL's first word after the comment lines, or the first

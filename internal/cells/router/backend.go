@@ -224,7 +224,7 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 				prob = httpguard.ErrBodyTooSlow
 			}
 			b.count(prob.Status)
-			refusedSpan(r, prob)
+			refusedSpan(w, r, prob)
 			prob.Write(w, head)
 			return
 		}
@@ -237,6 +237,9 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 		b.clientFaults.Add(1)
 		b.count(statusClientGone)
 		spanStatus(r, statusClientGone, "client went away")
+		if a := accessOf(w); a != nil {
+			a.status = statusClientGone
+		}
 		panic(http.ErrAbortHandler)
 	}
 	var op *net.OpError
@@ -246,7 +249,7 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 		b.errDial.Add(1)
 		b.eject(false, err)
 		b.count(http.StatusServiceUnavailable)
-		refusedSpan(r, b.probDown)
+		refusedSpan(w, r, b.probDown)
 		setRequestID(w, r)
 		b.probDown.Write(w, head)
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
@@ -255,6 +258,7 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 		spanStatus(r, http.StatusGatewayTimeout, err.Error())
 		b.failedRequest(err)
 		setRequestID(w, r)
+		answered(w, b.probTimeout)
 		b.probTimeout.Write(w, head)
 	default:
 		b.errOther.Add(1)
@@ -262,6 +266,7 @@ func (b *backend) onError(w http.ResponseWriter, r *http.Request, err error) {
 		spanStatus(r, http.StatusBadGateway, err.Error())
 		b.failedRequest(err)
 		setRequestID(w, r)
+		answered(w, b.probFailed)
 		b.probFailed.Write(w, head)
 	}
 }
@@ -282,7 +287,7 @@ func (b *backend) failedRequest(err error) {
 // 503).
 func (b *backend) refuse(w http.ResponseWriter, r *http.Request, prob *httpguard.Problem) {
 	b.count(prob.Status)
-	refusedSpan(r, prob)
+	refusedSpan(w, r, prob)
 	setRequestID(w, r)
 	w.Header()[b.p.cellHeader] = b.nameValue
 	if r.ContentLength != 0 {

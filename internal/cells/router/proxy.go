@@ -108,6 +108,11 @@ type ProxyConfig struct {
 	// CellHeader is the response header naming the cell that served (or
 	// refused) the request. Default: X-Cellgate-Cell.
 	CellHeader string
+	// AccessLog configures the router's access log: a line per request it
+	// routes or refuses (method, cell, slot, status, refusal code,
+	// duration, bytes, request id, trace id, tenant) written to Logger.
+	// nil or Off: none, and requests are not wrapped to observe them.
+	AccessLog *telemetry.AccessLog
 	// Logger receives state changes (a cell going down or up) and upstream
 	// errors. Default: slog.Default().
 	Logger *slog.Logger
@@ -440,6 +445,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if span != nil {
 		defer span.End()
 	}
+	if a := p.startAccess(w); a != nil {
+		defer p.logAccess(a, r, time.Now())
+		w = a
+	}
 	if p.refused(w, r) {
 		return
 	}
@@ -454,10 +463,16 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			b = t.backends[t.r.IndexForSlot(slot)]
 			frozen = t.r.Frozen(slot)
 			p.routedSpan(span, b, slot, tenant)
+			if a, ok := w.(*accessWriter); ok {
+				a.slot, a.tenant = slot, tenant
+			}
 		}
 	}
 	if b == nil && !frozen {
 		b = t.pickUp()
+	}
+	if a, ok := w.(*accessWriter); ok && b != nil {
+		a.cell = b.name
 	}
 	switch {
 	case frozen:
@@ -465,7 +480,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.refuse(w, r, errCellMoving)
 	case b == nil:
 		p.m.noCell.Add(1)
-		refusedSpan(r, p.noCell)
+		refusedSpan(w, r, p.noCell)
 		setRequestID(w, r)
 		p.noCell.Write(w, r.Method == http.MethodHead)
 	case !b.up.Load():
@@ -518,7 +533,7 @@ func (p *Proxy) refused(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	p.m.badRequests.Add(1)
-	refusedSpan(r, prob)
+	refusedSpan(w, r, prob)
 	setRequestID(w, r)
 	httpguard.CloseAfter(w)
 	prob.Write(w, r.Method == http.MethodHead)

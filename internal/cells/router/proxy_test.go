@@ -116,7 +116,9 @@ func newFixture(tb testing.TB, cfg ProxyConfig) *fixture {
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = time.Hour // tests drive checks with CheckNow
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+	}
 	p, err := NewProxy(cfg, x, r, reg)
 	if err != nil {
 		tb.Fatal(err)

@@ -42,10 +42,11 @@ func (p *Proxy) routedSpan(span trace.Span, b *backend, slot int, tenant string)
 	}
 }
 
-// refusedSpan records a refusal on r's span: an event naming the refusal
-// code, and the span's status. A request without a recording span costs
-// a context look-up on the refusal path only.
-func refusedSpan(r *http.Request, prob *httpguard.Problem) {
+// refusedSpan records a refusal on r's span (an event naming the refusal
+// code, and the span's status) and on w's access line. A request without
+// a recording span costs a context look-up on the refusal path only.
+func refusedSpan(w http.ResponseWriter, r *http.Request, prob *httpguard.Problem) {
+	answered(w, prob)
 	span := trace.SpanFromContext(r.Context())
 	if !span.IsRecording() {
 		return
