@@ -209,6 +209,26 @@ func (v OrderList) validate(path, in string, errs *[]httpguard.FieldError) {
 	}
 }
 
+// OrderRef names an order: the path parameters of GET /orders/{id}.
+type OrderRef struct {
+	// id is the order's id.
+	ID int64 `json:"id"`
+}
+
+// Validate checks v against #OrderRef's constraints: every failing field, or nil.
+func (v *OrderRef) Validate() []httpguard.FieldError {
+	var errs []httpguard.FieldError
+	v.validate("", "body", &errs)
+	return errs
+}
+
+// validate adds v's failures to errs; path is v's own path ("" at the top).
+func (v *OrderRef) validate(path, in string, errs *[]httpguard.FieldError) {
+	if v.ID <= 0 {
+		*errs = append(*errs, httpguard.FieldError{Field: join(path, "id"), In: in, Reason: "must be greater than 0"})
+	}
+}
+
 // SignUp is the body of POST /signup.
 type SignUp struct {
 	// email is the account's address: at most 254 characters, the longest
@@ -364,6 +384,27 @@ func DecodeListOrdersQuery(q url.Values) (ListOrdersQuery, error) {
 	return v, nil
 }
 
+// DecodeOrderRefPath reads #OrderRef from the route's path parameters: every
+// malformed or failing parameter is in the *httpguard.Problem (400
+// invalid_request) it returns.
+func DecodeOrderRefPath(c echo.Context) (OrderRef, error) {
+	var v OrderRef
+	var errs []httpguard.FieldError
+	in := "path"
+	if x, err := strconv.ParseInt(c.Param("id"), 10, 64); err != nil {
+		errs = append(errs, httpguard.FieldError{Field: "id", In: in, Reason: "must be an integer"})
+	} else {
+		if x <= 0 {
+			errs = append(errs, httpguard.FieldError{Field: "id", In: in, Reason: "must be greater than 0"})
+		}
+		v.ID = x
+	}
+	if errs != nil {
+		return v, httpguard.InvalidRequest(errs)
+	}
+	return v, nil
+}
+
 // DecodeSignUp reads #SignUp from r's JSON body. A body that is not JSON, or
 // has unknown fields, values of the wrong type, missing required fields
 // or failed constraints is refused with an *httpguard.Problem (415
@@ -466,7 +507,11 @@ func serveListOrders(h Handler) func(c echo.Context, sh shards.Accessor) error {
 // serveGetOrder decodes and validates GET /orders/{id}'s input, then calls h.GetOrder.
 func serveGetOrder(h Handler) func(c echo.Context, sh shards.Accessor) error {
 	return func(c echo.Context, sh shards.Accessor) error {
-		out, err := h.GetOrder(c, Request{Tenant: sh.Tenant(), Shard: sh})
+		params, err := DecodeOrderRefPath(c)
+		if err != nil {
+			return err
+		}
+		out, err := h.GetOrder(c, Request{Tenant: sh.Tenant(), Shard: sh}, params)
 		if err != nil {
 			return err
 		}
