@@ -159,6 +159,8 @@ func TestIdempotentRetryAfterCellKilledBetweenCommitAndAnswer(t *testing.T) {
 		if r.err == nil {
 			t.Fatalf("the killed cell's client got an answer: %d", r.resp.StatusCode)
 		}
+		// Go's transport may retry a keyed POST once on a new connection
+		// when its connection breaks: refused then, by the dead cell.
 		t.Logf("the first try, as the client saw it: %v", r.err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the client of the killed cell is still waiting")
