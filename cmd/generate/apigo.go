@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cellgate/cellgate/internal/config"
 )
@@ -330,7 +331,9 @@ func (g *goWriter) checks(s *Schema, x, path string, inValue bool) string {
 			if *s.MinLength == 1 {
 				fail(x+` == ""`, "must not be empty")
 			} else {
-				fail(fmt.Sprintf("utf8.RuneCountInString(%s) < %d", x, *s.MinLength), fmt.Sprintf("must be at least %d characters", *s.MinLength))
+				// A rune is at most 4 bytes (utf8.UTFMax): count only a
+				// string short enough to have too few.
+				fail(fmt.Sprintf("len(%s) < %d && utf8.RuneCountInString(%s) < %d", x, *s.MinLength*utf8.UTFMax, x, *s.MinLength), fmt.Sprintf("must be at least %d characters", *s.MinLength))
 			}
 		}
 		if s.MaxLength != nil {
@@ -616,7 +619,7 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 	// The body is read whole first, so that a failed read (a body over the
 	// limit, too slow, or a chunked body cut short) goes to the runtime as
 	// the read error it is, never as JSON that does not parse.
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -648,6 +651,29 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 		return nil, errTrailingData
 	}
 	return errs, nil
+}
+
+// smallBody is the largest declared length read into a buffer of exactly
+// that size; a longer or chunked body grows its buffer as it is read, so
+// a false Content-Length never allocates more than this up front.
+const smallBody = 64 << 10
+
+// readBody reads r's body whole: into a buffer of its declared length
+// when that is small (the usual JSON request: no buffer growth), else as
+// io.ReadAll does. A read error (too large, too slow, cut short) is
+// returned as it is.
+func readBody(r *http.Request) ([]byte, error) {
+	if n := r.ContentLength; n > 0 && n <= smallBody {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, data); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // shorter than its Content-Length
+			}
+			return nil, err
+		}
+		return data, nil
+	}
+	return io.ReadAll(r.Body)
 }
 
 // jsonMediaType reports whether ct is application/json or

@@ -247,7 +247,7 @@ func (v *SignUp) Validate() []httpguard.FieldError {
 
 // validate adds v's failures to errs; path is v's own path ("" at the top).
 func (v *SignUp) validate(path, in string, errs *[]httpguard.FieldError) {
-	if utf8.RuneCountInString(v.Email) < 3 {
+	if len(v.Email) < 12 && utf8.RuneCountInString(v.Email) < 3 {
 		*errs = append(*errs, httpguard.FieldError{Field: join(path, "email"), In: in, Reason: "must be at least 3 characters"})
 	}
 	if len(v.Email) > 254 && utf8.RuneCountInString(v.Email) > 254 {
@@ -276,7 +276,7 @@ func (w *signUpWire) value(p, in string, errs *[]httpguard.FieldError) (v SignUp
 		*errs = append(*errs, httpguard.FieldError{Field: join(p, "email"), In: in, Reason: "is required"})
 	} else {
 		x := (*w.Email)
-		if utf8.RuneCountInString(x) < 3 {
+		if len(x) < 12 && utf8.RuneCountInString(x) < 3 {
 			*errs = append(*errs, httpguard.FieldError{Field: join(p, "email"), In: in, Reason: "must be at least 3 characters"})
 		}
 		if len(x) > 254 && utf8.RuneCountInString(x) > 254 {
@@ -543,7 +543,7 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 	// The body is read whole first, so that a failed read (a body over the
 	// limit, too slow, or a chunked body cut short) goes to the runtime as
 	// the read error it is, never as JSON that does not parse.
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -575,6 +575,29 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 		return nil, errTrailingData
 	}
 	return errs, nil
+}
+
+// smallBody is the largest declared length read into a buffer of exactly
+// that size; a longer or chunked body grows its buffer as it is read, so
+// a false Content-Length never allocates more than this up front.
+const smallBody = 64 << 10
+
+// readBody reads r's body whole: into a buffer of its declared length
+// when that is small (the usual JSON request: no buffer growth), else as
+// io.ReadAll does. A read error (too large, too slow, cut short) is
+// returned as it is.
+func readBody(r *http.Request) ([]byte, error) {
+	if n := r.ContentLength; n > 0 && n <= smallBody {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, data); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // shorter than its Content-Length
+			}
+			return nil, err
+		}
+		return data, nil
+	}
+	return io.ReadAll(r.Body)
 }
 
 // jsonMediaType reports whether ct is application/json or
