@@ -11,7 +11,7 @@ TOOL  := $(GO) tool -modfile=tools/go.mod
 # The image's name in the archive `make image` writes (podman load tags it so).
 IMAGE_REF ?= localhost/cellgate:dev
 
-.PHONY: all help arch test-deps new upgrade upgrade-check generate gen-if-needed check drift vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console bench-plans bench-slotmove cells plan fuzz image podman clean
+.PHONY: all help arch test-deps new upgrade upgrade-check generate gen-if-needed check drift apiclient vet vet-bench policy tidy staticcheck sqlc-vet fmt-check opa-check conftest build run devdb-stop test test-deploy screenshots bench bench-peers bench-console bench-plans bench-slotmove cells plan fuzz image podman clean
 
 # The policy and schema CLIs, pinned in tools/policy/go.mod (go tool runs
 # them from the module cache; nothing is installed by hand).
@@ -44,12 +44,18 @@ gen-if-needed:
 	  $(MAKE) --no-print-directory generate; \
 	fi
 
-## check: template-owned files as recorded (upgrade-check; a no-op in the template itself), import rules, drift check of gen/ and its input stamp, policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet, cue fmt / opa fmt, opa check and opa test, conftest
+## check: template-owned files as recorded (upgrade-check; a no-op in the template itself), import rules, drift check of gen/, its input stamp and the generated API client (tests/apiclient), policy tests, go vet + gofmt (service and bench/), go mod tidy, staticcheck, sqlc vet, cue fmt / opa fmt, opa check and opa test, conftest
 check: upgrade-check arch drift policy vet vet-bench tidy staticcheck sqlc-vet fmt-check opa-check conftest
 
 drift:
 	$(GO) run ./cmd/generate -check
 	scripts/genstamp.sh verify
+	@cd tests/apiclient && $(GO) tool oapi-codegen -generate types,client -package client ../../gen/openapi-3.0.json | diff -u client/client.go - >/dev/null \
+	  || { echo "tests/apiclient/client/client.go is not what oapi-codegen writes from gen/openapi-3.0.json: run make apiclient"; exit 1; }
+
+## apiclient: regenerate tests/apiclient/client (oapi-codegen, pinned in tests/apiclient/go.mod) from gen/openapi-3.0.json
+apiclient:
+	cd tests/apiclient/client && $(GO) generate ./...
 
 ## arch: the import rules of docs/architecture.md against `go list -deps` (builds no binary)
 arch:
@@ -62,13 +68,14 @@ vet:
 	$(GO) vet ./...
 	cd tools/image && $(GO) vet ./...
 	cd tests/browser && $(GO) vet ./...
+	cd tests/apiclient && $(GO) vet ./...
 	cd deploytest && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 # go.mod and go.sum of the service and of tools/ are what `go mod tidy` writes.
 tidy:
 	$(GO) mod tidy -diff
-	for m in tools tools/policy tools/image bench deploytest tests/browser; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
+	for m in tools tools/policy tools/image bench deploytest tests/browser tests/apiclient; do (cd $$m && $(GO) mod tidy -diff) || exit 1; done
 
 staticcheck:
 	$(TOOL) staticcheck ./...
@@ -146,6 +153,7 @@ devdb-stop:
 test: test-deps test-deploy
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 	cd tests/browser && $(GO) test -count=1 -timeout 5m ./...
+	cd tests/apiclient && $(GO) test -count=1 -timeout 5m ./...
 	cd tools/image && $(GO) test -race -count=1 -timeout 10m ./...
 
 ## screenshots: the console's browser test, writing the screenshots docs/console.md shows

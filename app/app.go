@@ -195,16 +195,14 @@ func (a *App) ListOrders(c echo.Context, r api.Request, query api.ListOrdersQuer
 	return out, nil
 }
 
-// GetOrder reads one order by the {id} path parameter of GET /orders/{id}.
-func (a *App) GetOrder(c echo.Context, r api.Request) (api.Order, error) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return api.Order{}, echo.NewHTTPError(http.StatusBadRequest, "path parameter id must be a positive integer")
-	}
+// GetOrder reads one order by the {id} path parameter of GET /orders/{id}
+// (typed and validated by the spec's #OrderRef before it runs).
+func (a *App) GetOrder(c echo.Context, r api.Request, params api.OrderRef) (api.Order, error) {
 	ctx, sh := c.Request().Context(), r.Shard
 	var o db.Order
-	err = sh.Conn(ctx, func(conn *pgxpool.Conn) error {
-		o, err = db.New(conn).GetOrder(ctx, db.GetOrderParams{TenantID: r.Tenant, ID: id})
+	err := sh.Conn(ctx, func(conn *pgxpool.Conn) error {
+		var err error
+		o, err = db.New(conn).GetOrder(ctx, db.GetOrderParams{TenantID: r.Tenant, ID: params.ID})
 		return err
 	})
 	if err != nil {

@@ -207,7 +207,7 @@ func TestNewcomerExtendsTheTemplate(t *testing.T) {
 	start := time.Now()
 	dir := scratchCopy(t)
 
-	editFile(t, dir, "schema/app.cue", `handler: "GetOrder", responses: "200": "Order"},`, `handler: "GetOrder", responses: "200": "Order"},`+newcomerRoutes)
+	editFile(t, dir, "schema/app.cue", `handler: "GetOrder", params: "OrderRef", responses: "200": "Order"},`, `handler: "GetOrder", params: "OrderRef", responses: "200": "Order"},`+newcomerRoutes)
 	editFile(t, dir, "schema/app.cue", `unique_by: ["account_id"]
 		}]`, `unique_by: ["account_id"]
 		}`+newcomerKind)

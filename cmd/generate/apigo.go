@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/cellgate/cellgate/internal/config"
 )
@@ -34,6 +35,9 @@ func renderAPIGo(cfg config.Config, api *API) ([]byte, error) {
 		g.typeDecl(s)
 	}
 	for _, r := range cfg.Routes {
+		if r.Params != "" {
+			g.pathDecoder(api.Lookup(r.Params))
+		}
 		if r.Query != "" {
 			g.queryDecoder(api.Lookup(r.Query))
 		}
@@ -327,7 +331,9 @@ func (g *goWriter) checks(s *Schema, x, path string, inValue bool) string {
 			if *s.MinLength == 1 {
 				fail(x+` == ""`, "must not be empty")
 			} else {
-				fail(fmt.Sprintf("utf8.RuneCountInString(%s) < %d", x, *s.MinLength), fmt.Sprintf("must be at least %d characters", *s.MinLength))
+				// A rune is at most 4 bytes (utf8.UTFMax): count only a
+				// string short enough to have too few.
+				fail(fmt.Sprintf("len(%s) < %d && utf8.RuneCountInString(%s) < %d", x, *s.MinLength*utf8.UTFMax, x, *s.MinLength), fmt.Sprintf("must be at least %d characters", *s.MinLength))
 			}
 		}
 		if s.MaxLength != nil {
@@ -429,36 +435,69 @@ func (g *goWriter) queryDecoder(s *Schema) {
 	g.p("\t\tdefault:\n\t\t\terrs = append(errs, httpguard.FieldError{Field: k, In: \"query\", Reason: \"is not a parameter of this route\"})\n\t\t}\n\t}\n")
 	g.p("\tin := \"query\"\n")
 	for _, pr := range s.Props {
-		f := goField(pr.Name)
-		path := strconv.Quote(pr.Name)
-		g.p("\tif vs := q[%q]; len(vs) == 0 {\n", pr.Name)
+		g.scalarParam(pr, fmt.Sprintf("vs := q[%q]; len(vs) == 0", pr.Name), "vs[0]")
+	}
+	g.p("\tif errs != nil {\n\t\treturn v, httpguard.InvalidRequest(errs)\n\t}\n\treturn v, nil\n}\n\n")
+}
+
+// scalarParam writes the statements reading parameter pr into v.<field>:
+// absent (when absent is a Go condition; "" when it cannot be) takes the
+// default or is "is required", raw is the Go expression of its text,
+// parsed to the field's type and checked against its constraints.
+func (g *goWriter) scalarParam(pr *Prop, absent, raw string) {
+	f := goField(pr.Name)
+	path := strconv.Quote(pr.Name)
+	if absent != "" {
+		g.p("\tif %s {\n", absent)
 		switch {
 		case pr.Schema.Default != nil:
 			g.p("\t\tv.%s = %s\n", f, g.literal(pr.Schema, pr.Schema.Default, pr.Optional()))
 		case pr.Required:
 			g.p("\t\terrs = append(errs, httpguard.FieldError{Field: %s, In: in, Reason: \"is required\"})\n", path)
 		}
-		var parse, word string
-		switch pr.Schema.Type {
-		case "string":
-			parse = "x, err := vs[0], error(nil)"
-		case "integer":
-			parse, word = "x, err := strconv.ParseInt(vs[0], 10, 64)", "an integer"
-		case "number":
-			parse, word = "x, err := strconv.ParseFloat(vs[0], 64)", "a number"
-		case "boolean":
-			parse, word = "x, err := strconv.ParseBool(vs[0])", "true or false"
-		}
-		g.p("\t} else if %s; err != nil {\n", parse)
-		g.p("\t\terrs = append(errs, httpguard.FieldError{Field: %s, In: in, Reason: %q})\n", path, "must be "+word)
-		g.p("\t} else {\n")
-		g.p("%s", strings.ReplaceAll(g.checks(pr.Schema, "x", path, false), "*errs = append(*errs", "errs = append(errs"))
-		if pr.Optional() {
-			g.p("\t\tv.%s = &x\n", f)
-		} else {
-			g.p("\t\tv.%s = x\n", f)
-		}
-		g.p("\t}\n")
+		g.p("\t} else ")
+	} else {
+		g.p("\t")
+	}
+	var parse, word string
+	switch pr.Schema.Type {
+	case "string":
+		parse = "x, err := " + raw + ", error(nil)"
+	case "integer":
+		parse, word = "x, err := strconv.ParseInt("+raw+", 10, 64)", "an integer"
+	case "number":
+		parse, word = "x, err := strconv.ParseFloat("+raw+", 64)", "a number"
+	case "boolean":
+		parse, word = "x, err := strconv.ParseBool("+raw+")", "true or false"
+	}
+	g.p("if %s; err != nil {\n", parse)
+	g.p("\t\terrs = append(errs, httpguard.FieldError{Field: %s, In: in, Reason: %q})\n", path, "must be "+word)
+	g.p("\t} else {\n")
+	g.p("%s", strings.ReplaceAll(g.checks(pr.Schema, "x", path, false), "*errs = append(*errs", "errs = append(errs"))
+	if pr.Optional() {
+		g.p("\t\tv.%s = &x\n", f)
+	} else {
+		g.p("\t\tv.%s = x\n", f)
+	}
+	g.p("\t}\n")
+}
+
+// pathDecoder writes Decode<P>Path, which reads a route's path
+// parameters (checkParams made them the path's {names}, all required).
+func (g *goWriter) pathDecoder(s *Schema) {
+	if g.bodyDone == nil {
+		g.bodyDone = map[string]bool{}
+	}
+	if g.bodyDone["path:"+s.Name] {
+		return
+	}
+	g.bodyDone["path:"+s.Name] = true
+	g.p("// Decode%sPath reads #%s from the route's path parameters: every\n", s.Name, s.Name)
+	g.p("// malformed or failing parameter is in the *httpguard.Problem (400\n// invalid_request) it returns.\n")
+	g.p("func Decode%sPath(c echo.Context) (%s, error) {\n\tvar v %s\n\tvar errs []httpguard.FieldError\n", s.Name, s.Name, s.Name)
+	g.p("\tin := \"path\"\n")
+	for _, pr := range s.Props {
+		g.scalarParam(pr, "", fmt.Sprintf("c.Param(%q)", pr.Name))
 	}
 	g.p("\tif errs != nil {\n\t\treturn v, httpguard.InvalidRequest(errs)\n\t}\n\treturn v, nil\n}\n\n")
 }
@@ -499,6 +538,10 @@ func (g *goWriter) serve(r config.Route) {
 	if !r.Public {
 		args = append(args, "Request{Tenant: sh.Tenant(), Shard: sh}")
 	}
+	if r.Params != "" {
+		g.p("\t\tparams, err := Decode%sPath(c)\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}\n", r.Params)
+		args = append(args, "params")
+	}
 	if r.Query != "" {
 		g.p("\t\tquery, err := Decode%s(c.QueryParams())\n\t\tif err != nil {\n\t\t\treturn err\n\t\t}\n", r.Query)
 		args = append(args, "query")
@@ -534,6 +577,9 @@ func handlerSignature(r config.Route) string {
 	params := []string{"c echo.Context"}
 	if !r.Public {
 		params = append(params, "r Request")
+	}
+	if r.Params != "" {
+		params = append(params, "params "+r.Params)
 	}
 	if r.Query != "" {
 		params = append(params, "query "+r.Query)
@@ -573,7 +619,7 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 	// The body is read whole first, so that a failed read (a body over the
 	// limit, too slow, or a chunked body cut short) goes to the runtime as
 	// the read error it is, never as JSON that does not parse.
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -605,6 +651,29 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 		return nil, errTrailingData
 	}
 	return errs, nil
+}
+
+// smallBody is the largest declared length read into a buffer of exactly
+// that size; a longer or chunked body grows its buffer as it is read, so
+// a false Content-Length never allocates more than this up front.
+const smallBody = 64 << 10
+
+// readBody reads r's body whole: into a buffer of its declared length
+// when that is small (the usual JSON request: no buffer growth), else as
+// io.ReadAll does. A read error (too large, too slow, cut short) is
+// returned as it is.
+func readBody(r *http.Request) ([]byte, error) {
+	if n := r.ContentLength; n > 0 && n <= smallBody {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, data); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // shorter than its Content-Length
+			}
+			return nil, err
+		}
+		return data, nil
+	}
+	return io.ReadAll(r.Body)
 }
 
 // jsonMediaType reports whether ct is application/json or
@@ -671,7 +740,13 @@ func renderAPITest(cfg config.Config, api *API) ([]byte, error) {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("%s\n\npackage api\n\n", Header)
-	p("import (\n\t\"errors\"\n\t\"net/http\"\n\t\"net/http/httptest\"\n\t\"strings\"\n\t\"testing\"\n\n")
+	urlImport := ""
+	for _, r := range cfg.Routes {
+		if r.Params != "" {
+			urlImport = "\t\"net/url\"\n"
+		}
+	}
+	p("import (\n\t\"errors\"\n\t\"net/http\"\n\t\"net/http/httptest\"\n%s\t\"strings\"\n\t\"testing\"\n\n", urlImport)
 	p("\t\"github.com/labstack/echo/v4\"\n\n\t\"github.com/cellgate/cellgate/internal/httpguard\"\n\t\"github.com/cellgate/cellgate/internal/shards\"\n)\n\n")
 	p("// stub implements Handler and records a call: invalid input must never make one.\n")
 	p("type stub struct{ called *bool }\n\n")
@@ -692,20 +767,29 @@ type invalidCase struct{ input, field string }
 
 // expectRefused runs serve on each case: 400 invalid_request (or
 // invalid_json) naming the field, the handler never called.
-func expectRefused(t *testing.T, method, target string, cases []invalidCase, body bool,
+// The input is a body (in "body"), a query string (in "query") or the
+// path parameters as a query string (in "path", over those of target).
+func expectRefused(t *testing.T, method, target string, cases []invalidCase, in string,
 	serve func(h Handler, c echo.Context) error) {
 	t.Helper()
 	e := echo.New()
 	for _, tc := range cases {
 		var req *http.Request
-		if body {
+		switch in {
+		case "body":
 			req = httptest.NewRequest(method, target, strings.NewReader(tc.input))
 			req.Header.Set("Content-Type", "application/json")
-		} else {
+		case "query":
 			req = httptest.NewRequest(method, target+"?"+tc.input, nil)
+		default:
+			req = httptest.NewRequest(method, target, nil)
+		}
+		c := e.NewContext(req, httptest.NewRecorder())
+		if in == "path" {
+			setParams(t, c, tc.input)
 		}
 		called := false
-		err := serve(stub{&called}, e.NewContext(req, httptest.NewRecorder()))
+		err := serve(stub{&called}, c)
 		var p *httpguard.Problem
 		if !errors.As(err, &p) || p.Status != http.StatusBadRequest {
 			t.Errorf("%%s: error %%v, want a 400 problem", tc.input, err)
@@ -726,7 +810,30 @@ func expectRefused(t *testing.T, method, target string, cases []invalidCase, bod
 
 `)
 	for _, r := range cfg.Routes {
-		if r.Request == "" && r.Query == "" {
+		if r.Params == "" {
+			continue
+		}
+		// Only a route with path parameters needs it.
+		p(`// setParams gives c the path parameters of the query string q.
+func setParams(t *testing.T, c echo.Context, q string) {
+	t.Helper()
+	vs, err := url.ParseQuery(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names, values []string
+	for k, v := range vs {
+		names, values = append(names, k), append(values, v[0])
+	}
+	c.SetParamNames(names...)
+	c.SetParamValues(values...)
+}
+
+`)
+		break
+	}
+	for _, r := range cfg.Routes {
+		if r.Request == "" && r.Query == "" && r.Params == "" {
 			continue
 		}
 		call := "serve" + r.Handler + "(h)(c, shards.Accessor{})"
@@ -734,6 +841,19 @@ func expectRefused(t *testing.T, method, target string, cases []invalidCase, bod
 			call = "serve" + r.Handler + "(h)(c)"
 		}
 		serve := "func(h Handler, c echo.Context) error { return " + call + " }"
+		if r.Params != "" {
+			cases, err := pathCases(api.Lookup(r.Params))
+			if err != nil {
+				return nil, err
+			}
+			p("// TestInvalid%sPathNeverReachesHandler: %s %s's invalid path parameters.\n", r.Handler, r.Method, r.Path)
+			p("func TestInvalid%sPathNeverReachesHandler(t *testing.T) {\n", r.Handler)
+			p("\texpectRefused(t, %q, %q, []invalidCase{\n", r.Method, examplePath(r.Path))
+			for _, c := range cases {
+				p("\t\t{%s, %q},\n", strconv.Quote(c.input), c.field)
+			}
+			p("\t}, \"path\", %s)\n}\n\n", serve)
+		}
 		if r.Query != "" {
 			cases, err := queryCases(api.Lookup(r.Query))
 			if err != nil {
@@ -745,7 +865,7 @@ func expectRefused(t *testing.T, method, target string, cases []invalidCase, bod
 			for _, c := range cases {
 				p("\t\t{%s, %q},\n", strconv.Quote(c.input), c.field)
 			}
-			p("\t}, false, %s)\n}\n\n", serve)
+			p("\t}, \"query\", %s)\n}\n\n", serve)
 		}
 		if r.Request != "" {
 			cases, err := bodyCases(api, api.Lookup(r.Request), "")
@@ -754,7 +874,7 @@ func expectRefused(t *testing.T, method, target string, cases []invalidCase, bod
 			}
 			p("// TestInvalid%sBodyNeverReachesHandler: %s %s's invalid bodies.\n", r.Handler, r.Method, r.Path)
 			p("func TestInvalid%sBodyNeverReachesHandler(t *testing.T) {\n", r.Handler)
-			p("\texpectRefused(t, %q, %q, %sCases, true, %s)\n}\n\n", r.Method, examplePath(r.Path), lowerFirst(r.Handler), serve)
+			p("\texpectRefused(t, %q, %q, %sCases, \"body\", %s)\n}\n\n", r.Method, examplePath(r.Path), lowerFirst(r.Handler), serve)
 			p("var %sCases = []invalidCase{\n", lowerFirst(r.Handler))
 			for _, c := range cases {
 				p("\t{%s, %q},\n", strconv.Quote(c.input), c.field)
@@ -903,6 +1023,31 @@ func invalidValues(s *Schema) []string {
 		}
 	}
 	return out
+}
+
+// pathCases are the invalid path parameters of params schema s, each as
+// a query string of the one parameter it breaks (the others are absent:
+// the case checks that its own is named): each of the wrong type, each
+// constraint broken.
+func pathCases(s *Schema) ([]testCase, error) {
+	var out []testCase
+	for _, pr := range s.Props {
+		for _, v := range invalidValues(pr.Schema) {
+			var raw any
+			if err := json.Unmarshal([]byte(v), &raw); err != nil {
+				return nil, err
+			}
+			str, ok := raw.(string)
+			if !ok {
+				if pr.Schema.Type == "string" {
+					continue // a path parameter is always a string
+				}
+				str = v
+			}
+			out = append(out, testCase{url.Values{pr.Name: {str}}.Encode(), pr.Name})
+		}
+	}
+	return out, nil
 }
 
 // queryCases are the invalid query strings of query schema s.

@@ -82,6 +82,9 @@ func loadAPI(root cue.Value, routes []config.Route) (*API, error) {
 		if r.Query != "" {
 			wanted = append(wanted, r.Query)
 		}
+		if r.Params != "" {
+			wanted = append(wanted, r.Params)
+		}
 		ok2xx := 0
 		for status, name := range r.Responses {
 			wanted = append(wanted, name)
@@ -159,6 +162,11 @@ func loadAPI(root cue.Value, routes []config.Route) (*API, error) {
 				return nil, err
 			}
 		}
+		if r.Params != "" {
+			if err := checkParams(api.byName[r.Params], r.Path); err != nil {
+				return nil, err
+			}
+		}
 		if r.Request != "" && api.byName[r.Request].Type != "object" {
 			return nil, fmt.Errorf("#%s: a request body must be a struct (it is %s)", r.Request, api.byName[r.Request].Type)
 		}
@@ -181,19 +189,52 @@ var cellgateDefs = func() map[string]bool {
 	return out
 }()
 
+// checkParams refuses a path parameters schema that is not a struct of
+// scalars or whose fields are not exactly the path's {names}, each
+// required: a path parameter is never absent.
+func checkParams(s *Schema, path string) error {
+	if err := checkScalars(s, "path"); err != nil {
+		return err
+	}
+	names := pathParams(path)
+	in := map[string]bool{}
+	for _, n := range names {
+		in[n] = true
+	}
+	for _, p := range s.Props {
+		if !in[p.Name] {
+			return fmt.Errorf("#%s.%s: not a parameter of the path %s (its parameters: %s)", s.Name, p.Name, path, strings.Join(names, ", "))
+		}
+		if !p.Required || p.Schema.Default != nil {
+			return fmt.Errorf("#%s.%s: a path parameter is always present; make the field required, without a default", s.Name, p.Name)
+		}
+		delete(in, p.Name)
+	}
+	for _, n := range names {
+		if in[n] {
+			return fmt.Errorf("#%s: no field for the path parameter {%s} of %s", s.Name, n, path)
+		}
+	}
+	return nil
+}
+
 // checkQuery refuses a query schema that is not a struct of scalars.
-func checkQuery(s *Schema) error {
+func checkQuery(s *Schema) error { return checkScalars(s, "query") }
+
+// checkScalars refuses a parameters schema (in: "query" or "path") that
+// is not a struct of strings, numbers and bools.
+func checkScalars(s *Schema, in string) error {
 	if s.Type != "object" {
-		return fmt.Errorf("#%s: query parameters must be a struct (it is %s)", s.Name, s.Type)
+		return fmt.Errorf("#%s: %s parameters must be a struct (it is %s)", s.Name, in, s.Type)
 	}
 	for _, p := range s.Props {
 		switch p.Schema.Type {
 		case "string", "integer", "number", "boolean":
 			if p.Schema.Format == "date-time" {
-				return fmt.Errorf("#%s.%s: a query parameter may not be a time; use a string", s.Name, p.Name)
+				return fmt.Errorf("#%s.%s: a %s parameter may not be a time; use a string", s.Name, p.Name, in)
 			}
 		default:
-			return fmt.Errorf("#%s.%s: a query parameter must be a string, number or bool (it is %s)", s.Name, p.Name, kindName(p.Schema))
+			return fmt.Errorf("#%s.%s: a %s parameter must be a string, number or bool (it is %s)", s.Name, p.Name, in, kindName(p.Schema))
 		}
 	}
 	return nil
@@ -338,7 +379,9 @@ func readSchema(v cue.Value, path string) (*Schema, error) {
 	default:
 		return nil, fmt.Errorf("%s: the generator cannot render type %q", path, s.Type)
 	}
-	if s.Format == "int32" || s.Format == "int64" {
+	if s.Type == "integer" {
+		// Every integer is an int64 in Go; the document says so even where
+		// the encoder left the format out (a bounded int64, or int).
 		s.Format = "int64"
 	}
 	return s, nil

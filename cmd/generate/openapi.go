@@ -47,7 +47,7 @@ func renderOpenAPI(cfg config.Config, api *API, version string) ([]byte, error) 
 			"required": []string{"field", "in", "reason"},
 			"properties": obj{
 				"field":  obj{"type": "string"},
-				"in":     obj{"type": "string", "enum": []string{"body", "query"}},
+				"in":     obj{"type": "string", "enum": []string{"body", "path", "query"}},
 				"reason": obj{"type": "string"},
 			},
 		},
@@ -70,7 +70,7 @@ func renderOpenAPI(cfg config.Config, api *API, version string) ([]byte, error) 
 	invalid := ex(400, "invalid_request", "1 field is invalid")
 	invalid["errors"] = []obj{{"field": "email", "in": "body", "reason": "is required"}}
 	responses := obj{
-		"InvalidRequest":   problem("the body or query parameters do not match the route's schema (invalid_request, invalid_json, trailing_data)", invalid, false),
+		"InvalidRequest":   problem("the body, path or query parameters do not match the route's schema (invalid_request, invalid_json, trailing_data)", invalid, false),
 		"Unauthorized":     problem("no tenant, or its credential is refused", ex(401, "tenant_missing", "the request names no tenant"), false),
 		"UnsupportedMedia": problem("the body is not application/json", ex(415, "unsupported_media_type", "body must be application/json (UTF-8)"), false),
 		"TooManyRequests":  problem("the tenant's rate or quota is spent", ex(429, "tenant_rate_limited", "tenant request rate exceeded"), true),
@@ -91,7 +91,15 @@ func renderOpenAPI(cfg config.Config, api *API, version string) ([]byte, error) 
 		}
 		var params []obj
 		for _, p := range pathParams(r.Path) {
-			params = append(params, obj{"name": p, "in": "path", "required": true, "schema": obj{"type": "string"}})
+			schema := obj{"type": "string"}
+			if r.Params != "" {
+				for _, pr := range api.Lookup(r.Params).Props {
+					if pr.Name == p {
+						schema = schemaJSON(pr.Schema, v31)
+					}
+				}
+			}
+			params = append(params, obj{"name": p, "in": "path", "required": true, "schema": schema})
 		}
 		if r.Query != "" {
 			for _, p := range api.Lookup(r.Query).Props {
@@ -107,7 +115,7 @@ func renderOpenAPI(cfg config.Config, api *API, version string) ([]byte, error) 
 				"schema": obj{"$ref": "#/components/schemas/" + r.Request}}}}
 			resp["415"] = ref("UnsupportedMedia")
 		}
-		if r.Request != "" || r.Query != "" {
+		if r.Request != "" || r.Query != "" || r.Params != "" {
 			resp["400"] = ref("InvalidRequest")
 		}
 		for status, name := range r.Responses {

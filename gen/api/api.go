@@ -44,8 +44,7 @@ type Handler interface {
 	// ListOrders serves GET /orders (tenant).
 	ListOrders(c echo.Context, r Request, query ListOrdersQuery) (OrderList, error)
 	// GetOrder serves GET /orders/{id} (tenant).
-	// Path parameters: c.Param("id").
-	GetOrder(c echo.Context, r Request) (Order, error)
+	GetOrder(c echo.Context, r Request, params OrderRef) (Order, error)
 }
 
 // Router is what Register needs from the server: a way to add a public

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -43,7 +44,7 @@ func (s stub) ListOrders(c echo.Context, r Request, query ListOrdersQuery) (Orde
 	return nil, nil
 }
 
-func (s stub) GetOrder(c echo.Context, r Request) (Order, error) {
+func (s stub) GetOrder(c echo.Context, r Request, params OrderRef) (Order, error) {
 	*s.called = true
 	return Order{}, nil
 }
@@ -53,20 +54,29 @@ type invalidCase struct{ input, field string }
 
 // expectRefused runs serve on each case: 400 invalid_request (or
 // invalid_json) naming the field, the handler never called.
-func expectRefused(t *testing.T, method, target string, cases []invalidCase, body bool,
+// The input is a body (in "body"), a query string (in "query") or the
+// path parameters as a query string (in "path", over those of target).
+func expectRefused(t *testing.T, method, target string, cases []invalidCase, in string,
 	serve func(h Handler, c echo.Context) error) {
 	t.Helper()
 	e := echo.New()
 	for _, tc := range cases {
 		var req *http.Request
-		if body {
+		switch in {
+		case "body":
 			req = httptest.NewRequest(method, target, strings.NewReader(tc.input))
 			req.Header.Set("Content-Type", "application/json")
-		} else {
+		case "query":
 			req = httptest.NewRequest(method, target+"?"+tc.input, nil)
+		default:
+			req = httptest.NewRequest(method, target, nil)
+		}
+		c := e.NewContext(req, httptest.NewRecorder())
+		if in == "path" {
+			setParams(t, c, tc.input)
 		}
 		called := false
-		err := serve(stub{&called}, e.NewContext(req, httptest.NewRecorder()))
+		err := serve(stub{&called}, c)
 		var p *httpguard.Problem
 		if !errors.As(err, &p) || p.Status != http.StatusBadRequest {
 			t.Errorf("%s: error %v, want a 400 problem", tc.input, err)
@@ -85,9 +95,24 @@ func expectRefused(t *testing.T, method, target string, cases []invalidCase, bod
 	}
 }
 
+// setParams gives c the path parameters of the query string q.
+func setParams(t *testing.T, c echo.Context, q string) {
+	t.Helper()
+	vs, err := url.ParseQuery(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names, values []string
+	for k, v := range vs {
+		names, values = append(names, k), append(values, v[0])
+	}
+	c.SetParamNames(names...)
+	c.SetParamValues(values...)
+}
+
 // TestInvalidSignUpBodyNeverReachesHandler: POST /signup's invalid bodies.
 func TestInvalidSignUpBodyNeverReachesHandler(t *testing.T) {
-	expectRefused(t, "POST", "/signup", signUpCases, true, func(h Handler, c echo.Context) error { return serveSignUp(h)(c, shards.Accessor{}) })
+	expectRefused(t, "POST", "/signup", signUpCases, "body", func(h Handler, c echo.Context) error { return serveSignUp(h)(c, shards.Accessor{}) })
 }
 
 var signUpCases = []invalidCase{
@@ -140,12 +165,12 @@ func TestInvalidGetAccountQueryNeverReachesHandler(t *testing.T) {
 		{"id=1e30", "id"},
 		{"id=1.5", "id"},
 		{"id=-1", "id"},
-	}, false, func(h Handler, c echo.Context) error { return serveGetAccount(h)(c, shards.Accessor{}) })
+	}, "query", func(h Handler, c echo.Context) error { return serveGetAccount(h)(c, shards.Accessor{}) })
 }
 
 // TestInvalidCreateOrderBodyNeverReachesHandler: POST /orders's invalid bodies.
 func TestInvalidCreateOrderBodyNeverReachesHandler(t *testing.T) {
-	expectRefused(t, "POST", "/orders", createOrderCases, true, func(h Handler, c echo.Context) error { return serveCreateOrder(h)(c, shards.Accessor{}) })
+	expectRefused(t, "POST", "/orders", createOrderCases, "body", func(h Handler, c echo.Context) error { return serveCreateOrder(h)(c, shards.Accessor{}) })
 }
 
 var createOrderCases = []invalidCase{
@@ -214,5 +239,15 @@ func TestInvalidListOrdersQueryNeverReachesHandler(t *testing.T) {
 		{"limit=1.5", "limit"},
 		{"limit=0", "limit"},
 		{"limit=10001", "limit"},
-	}, false, func(h Handler, c echo.Context) error { return serveListOrders(h)(c, shards.Accessor{}) })
+	}, "query", func(h Handler, c echo.Context) error { return serveListOrders(h)(c, shards.Accessor{}) })
+}
+
+// TestInvalidGetOrderPathNeverReachesHandler: GET /orders/{id}'s invalid path parameters.
+func TestInvalidGetOrderPathNeverReachesHandler(t *testing.T) {
+	expectRefused(t, "GET", "/orders/1", []invalidCase{
+		{"id=x", "id"},
+		{"id=1e30", "id"},
+		{"id=1.5", "id"},
+		{"id=-1", "id"},
+	}, "path", func(h Handler, c echo.Context) error { return serveGetOrder(h)(c, shards.Accessor{}) })
 }

@@ -490,6 +490,9 @@ type Route struct {
 	// Request names the definition (without "#") of the JSON body; "" for
 	// an untyped route.
 	Request string `json:"request,omitempty"`
+	// Params names the definition of the path parameters (its fields are
+	// the path's {names}); "" for none: the handler reads c.Param itself.
+	Params string `json:"params,omitempty"`
 	// Query names the definition of the query parameters; "" for none.
 	Query string `json:"query,omitempty"`
 	// Responses maps a status ("201") to the definition of its JSON body.
@@ -502,7 +505,7 @@ type Route struct {
 // Typed reports whether the route declares any schema, so its handler
 // gets the typed signature.
 func (r Route) Typed() bool {
-	return r.Request != "" || r.Query != "" || len(r.Responses) > 0
+	return r.Request != "" || r.Params != "" || r.Query != "" || len(r.Responses) > 0
 }
 
 // Deploy shapes the generated Kubernetes manifests and monitoring mixin.

@@ -47,7 +47,7 @@ type FieldError struct {
 	// Field is the field's path: "email", "lines[2].sku"; for a query
 	// parameter its name.
 	Field string `json:"field"`
-	// In is where the field is: "body" or "query".
+	// In is where the field is: "body", "path" or "query".
 	In string `json:"in"`
 	// Reason says what is wrong with it, e.g. "must be at most 254 characters".
 	Reason string `json:"reason"`

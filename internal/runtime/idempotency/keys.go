@@ -86,14 +86,15 @@ type Keys struct {
 	ttl, lease time.Duration
 	now        func() time.Time
 	log        *slog.Logger
-	// afterCommit, set by tests, runs once the answer is committed and
-	// before it is written (a cell that dies there).
+	// afterCommit, set by tests (or by a testhooks build,
+	// testHookAfterCommit), runs once the answer is committed and before
+	// it is written (a cell that dies there).
 	afterCommit func()
 }
 
 // New builds a Keys; a zero TTL or lease is an error naming the field.
 func New(o Options) (*Keys, error) {
-	k := &Keys{ttl: o.Config.TTL.D(), lease: o.Config.Lease.D(), now: o.Now, log: o.Log}
+	k := &Keys{ttl: o.Config.TTL.D(), lease: o.Config.Lease.D(), now: o.Now, log: o.Log, afterCommit: testHookAfterCommit}
 	switch {
 	case k.ttl <= 0:
 		return nil, errors.New("server.idempotency.ttl: must be above zero")

@@ -206,6 +206,26 @@ func (v OrderList) validate(path, in string, errs *[]httpguard.FieldError) {
 	}
 }
 
+// OrderRef names an order: the path parameters of GET /orders/{id}.
+type OrderRef struct {
+	// id is the order's id.
+	ID int64 `json:"id"`
+}
+
+// Validate checks v against #OrderRef's constraints: every failing field, or nil.
+func (v *OrderRef) Validate() []httpguard.FieldError {
+	var errs []httpguard.FieldError
+	v.validate("", "body", &errs)
+	return errs
+}
+
+// validate adds v's failures to errs; path is v's own path ("" at the top).
+func (v *OrderRef) validate(path, in string, errs *[]httpguard.FieldError) {
+	if v.ID <= 0 {
+		*errs = append(*errs, httpguard.FieldError{Field: join(path, "id"), In: in, Reason: "must be greater than 0"})
+	}
+}
+
 // SignUp is the body of POST /signup.
 type SignUp struct {
 	// email is the account's address: at most 254 characters, the longest
@@ -224,7 +244,7 @@ func (v *SignUp) Validate() []httpguard.FieldError {
 
 // validate adds v's failures to errs; path is v's own path ("" at the top).
 func (v *SignUp) validate(path, in string, errs *[]httpguard.FieldError) {
-	if utf8.RuneCountInString(v.Email) < 3 {
+	if len(v.Email) < 12 && utf8.RuneCountInString(v.Email) < 3 {
 		*errs = append(*errs, httpguard.FieldError{Field: join(path, "email"), In: in, Reason: "must be at least 3 characters"})
 	}
 	if len(v.Email) > 254 && utf8.RuneCountInString(v.Email) > 254 {
@@ -253,7 +273,7 @@ func (w *signUpWire) value(p, in string, errs *[]httpguard.FieldError) (v SignUp
 		*errs = append(*errs, httpguard.FieldError{Field: join(p, "email"), In: in, Reason: "is required"})
 	} else {
 		x := (*w.Email)
-		if utf8.RuneCountInString(x) < 3 {
+		if len(x) < 12 && utf8.RuneCountInString(x) < 3 {
 			*errs = append(*errs, httpguard.FieldError{Field: join(p, "email"), In: in, Reason: "must be at least 3 characters"})
 		}
 		if len(x) > 254 && utf8.RuneCountInString(x) > 254 {
@@ -355,6 +375,27 @@ func DecodeListOrdersQuery(q url.Values) (ListOrdersQuery, error) {
 			errs = append(errs, httpguard.FieldError{Field: "limit", In: in, Reason: "must be at most 500"})
 		}
 		v.Limit = x
+	}
+	if errs != nil {
+		return v, httpguard.InvalidRequest(errs)
+	}
+	return v, nil
+}
+
+// DecodeOrderRefPath reads #OrderRef from the route's path parameters: every
+// malformed or failing parameter is in the *httpguard.Problem (400
+// invalid_request) it returns.
+func DecodeOrderRefPath(c echo.Context) (OrderRef, error) {
+	var v OrderRef
+	var errs []httpguard.FieldError
+	in := "path"
+	if x, err := strconv.ParseInt(c.Param("id"), 10, 64); err != nil {
+		errs = append(errs, httpguard.FieldError{Field: "id", In: in, Reason: "must be an integer"})
+	} else {
+		if x <= 0 {
+			errs = append(errs, httpguard.FieldError{Field: "id", In: in, Reason: "must be greater than 0"})
+		}
+		v.ID = x
 	}
 	if errs != nil {
 		return v, httpguard.InvalidRequest(errs)
@@ -464,7 +505,11 @@ func serveListOrders(h Handler) func(c echo.Context, sh shards.Accessor) error {
 // serveGetOrder decodes and validates GET /orders/{id}'s input, then calls h.GetOrder.
 func serveGetOrder(h Handler) func(c echo.Context, sh shards.Accessor) error {
 	return func(c echo.Context, sh shards.Accessor) error {
-		out, err := h.GetOrder(c, Request{Tenant: sh.Tenant(), Shard: sh})
+		params, err := DecodeOrderRefPath(c)
+		if err != nil {
+			return err
+		}
+		out, err := h.GetOrder(c, Request{Tenant: sh.Tenant(), Shard: sh}, params)
 		if err != nil {
 			return err
 		}
@@ -496,7 +541,7 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 	// The body is read whole first, so that a failed read (a body over the
 	// limit, too slow, or a chunked body cut short) goes to the runtime as
 	// the read error it is, never as JSON that does not parse.
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -528,6 +573,29 @@ func decodeBody(r *http.Request, w any) ([]httpguard.FieldError, error) {
 		return nil, errTrailingData
 	}
 	return errs, nil
+}
+
+// smallBody is the largest declared length read into a buffer of exactly
+// that size; a longer or chunked body grows its buffer as it is read, so
+// a false Content-Length never allocates more than this up front.
+const smallBody = 64 << 10
+
+// readBody reads r's body whole: into a buffer of its declared length
+// when that is small (the usual JSON request: no buffer growth), else as
+// io.ReadAll does. A read error (too large, too slow, cut short) is
+// returned as it is.
+func readBody(r *http.Request) ([]byte, error) {
+	if n := r.ContentLength; n > 0 && n <= smallBody {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r.Body, data); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // shorter than its Content-Length
+			}
+			return nil, err
+		}
+		return data, nil
+	}
+	return io.ReadAll(r.Body)
 }
 
 // jsonMediaType reports whether ct is application/json or
