@@ -94,6 +94,11 @@ type DB struct {
 	claims   uint64               // claim statements sent (for benchmarks: jobs per claim)
 	claimed  uint64               // jobs they returned
 
+	// lostClaims are the times (p_now) of claims whose answer the
+	// connection lost: they may have committed. Only the fetcher goroutine
+	// touches it (see releaseLost).
+	lostClaims []time.Time
+
 	demand chan struct{} // a worker started waiting
 	wake   chan struct{} // there may be new work
 

@@ -108,6 +108,13 @@ func (b *DB) fetchLoop() {
 	defer poll.Stop()
 	retry := newBackoff(50*time.Millisecond, 5*time.Second)
 	for {
+		if err := b.releaseLost(); err != nil {
+			b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
+			if !retry.wait(b.quit) {
+				return
+			}
+			continue
+		}
 		b.mu.Lock()
 		n := b.wantLocked()
 		b.reserved += n
