@@ -252,8 +252,8 @@ func mayHaveCommitted(err error) bool {
 // claims; the jobs this process holds are left alone anyway (a stopped
 // test clock gives every claim the same time). It is idempotent: jobs
 // already handed back are 'available'. Only the fetcher calls it, with no
-// claim in flight.
-func (b *DB) releaseLost() error {
+// claim in flight (or Close, once the fetcher stopped).
+func (b *DB) releaseLost(ctx context.Context) error {
 	if len(b.lostClaims) == 0 {
 		return nil
 	}
@@ -270,8 +270,6 @@ func (b *DB) releaseLost() error {
 		}
 	}
 	b.cmu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
-	defer cancel()
 	tag, err := b.pool.Exec(ctx, sqlReleaseLost, pgx.QueryExecModeExec, b.claimedBy, b.lostClaims, held)
 	if err != nil {
 		return fmt.Errorf("pgjobs: hand back the jobs of %d claims whose answer was lost on %s: %w", len(b.lostClaims), b.name, err)

@@ -381,6 +381,11 @@ func (b *DB) close(ctx context.Context) error {
 	if err := b.release(ctx, stash); err != nil {
 		errs = append(errs, fmt.Errorf("pgjobs: close %s: hand back unstarted jobs: %w", b.name, err))
 	}
+	// The fetcher has stopped: the jobs of a claim whose answer it lost
+	// are handed back here, or they would wait for their rescue.
+	if err := b.releaseLost(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("pgjobs: close %s: %w", b.name, err))
+	}
 	return errors.Join(errs...)
 }
 

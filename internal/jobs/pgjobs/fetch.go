@@ -1,6 +1,7 @@
 package pgjobs
 
 import (
+	"context"
 	"time"
 
 	"github.com/cellgate/cellgate/internal/jobs"
@@ -108,7 +109,7 @@ func (b *DB) fetchLoop() {
 	defer poll.Stop()
 	retry := newBackoff(50*time.Millisecond, 5*time.Second)
 	for {
-		if err := b.releaseLost(); err != nil {
+		if err := b.releaseLostNow(); err != nil {
 			b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
 			if !retry.wait(b.quit) {
 				return
@@ -162,4 +163,11 @@ func (b *DB) fetchLoop() {
 			return
 		}
 	}
+}
+
+// releaseLostNow is releaseLost on the fetcher's own deadline.
+func (b *DB) releaseLostNow() error {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	return b.releaseLost(ctx)
 }
