@@ -150,6 +150,19 @@ func TestCompletionSurvivesCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := newPool(t, pg.dsn(), "", 4)
+	// The backend's connections run with synchronous_commit off, so the
+	// claim that takes the completion along (the worker asks for its next
+	// job at once) does not flush it either: only the confirmation does.
+	pc, err := pgxpool.ParseConfig(pg.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	async, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(async.Close)
 	var runs atomic.Int32
 	w := jobs.NewWorkers()
 	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
@@ -160,7 +173,7 @@ func TestCompletionSurvivesCrash(t *testing.T) {
 	})
 	// The first confirmation comes 3 s after the start, after the crash.
 	cfg := Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour, CompleteConfirm: 3 * time.Second}
-	c, _ := newClient(t, pool, cfg, 1, w)
+	c, _ := newClient(t, async, cfg, 1, w)
 	res, err := c.Enqueue(ctx, plainArgs{N: 1})
 	if err != nil {
 		t.Fatal(err)
