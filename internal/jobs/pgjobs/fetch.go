@@ -109,12 +109,15 @@ func (b *DB) fetchLoop() {
 	defer poll.Stop()
 	retry := newBackoff(50*time.Millisecond, 5*time.Second)
 	for {
-		if err := b.releaseLostNow(); err != nil {
-			b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
-			if !retry.wait(b.quit) {
-				return
+		if len(b.lostClaims) > 0 {
+			// Before claiming again: a claim whose answer was lost.
+			if err := b.releaseLostNow(); err != nil {
+				b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
+				if !retry.wait(b.quit) {
+					return
+				}
+				continue
 			}
-			continue
 		}
 		b.mu.Lock()
 		n := b.wantLocked()
