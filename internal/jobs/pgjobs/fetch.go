@@ -107,7 +107,7 @@ func (b *DB) fetchLoop() {
 	}
 	poll := time.NewTimer(b.cfg.PollInterval)
 	defer poll.Stop()
-	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	retry := newBackoff(50*time.Millisecond, jobRetryLimit)
 	for {
 		if len(b.lostClaims) > 0 {
 			// Before claiming again: a claim whose answer was lost.
