@@ -11,6 +11,12 @@ type backoff struct {
 	first, limit, next time.Duration
 }
 
+// jobRetryLimit caps the waits of the loops that claim jobs and record
+// their outcomes: once a database that was down is back, its jobs are
+// claimed and their outcomes recorded within about a second, and a
+// database that stays down costs each loop one attempt a second.
+const jobRetryLimit = time.Second
+
 func newBackoff(first, limit time.Duration) backoff {
 	return backoff{first: first, limit: limit, next: first}
 }

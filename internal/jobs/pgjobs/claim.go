@@ -3,11 +3,13 @@ package pgjobs
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 )
@@ -124,16 +126,21 @@ func (b *DB) claimBatch(n int, mark flightMark) (int, error) {
 	defer cancel()
 	done := b.takeDone()
 	ids, attempts := splitDone(done)
-	rows, err := b.pool.Query(ctx, b.claimSQL, b.now(), n, b.fair, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy,
+	now := b.now()
+	rows, err := b.pool.Query(ctx, b.claimSQL, now, n, b.fair, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy,
 		ids, attempts, int32(placePerClaim*b.cfg.ClaimBatch))
 	var rowsOut []*jobs.JobRow
 	if err == nil {
 		rowsOut, err = b.readClaim(rows)
 	}
 	if err != nil {
-		// The statement's transaction rolled back: the completions are
-		// still to be written, and no job was claimed.
+		// The completions are written again: a no-op if they were. The
+		// claim rolled back, unless the connection died before its answer
+		// came: then releaseLost hands its jobs back.
 		b.putBackDone(done)
+		if mayHaveCommitted(err) {
+			b.lostClaims = append(b.lostClaims, now)
+		}
 	} else {
 		b.noteWritten(done)
 	}
@@ -225,6 +232,64 @@ func (b *DB) release(ctx context.Context, rows []*jobs.JobRow) error {
 	}
 	return err
 }
+
+// mayHaveCommitted reports whether a statement that failed with err may
+// still have committed: the server neither refused it (a PgError rolls
+// the statement's transaction back) nor was it certainly never sent (no
+// connection, or pgx says so).
+func mayHaveCommitted(err error) bool {
+	var pe *pgconn.PgError
+	var ce *pgconn.ConnectError
+	return !errors.As(err, &pe) && !errors.As(err, &ce) && !pgconn.SafeToRetry(err)
+}
+
+// releaseLost hands back the jobs of the claims whose answer was lost (a
+// crash of the server, or of the connection, after the claim committed
+// and before its rows arrived): they are 'running' in the table, claimed
+// by this process, and no worker of it will ever run them, so they would
+// sit there until rescued after RescueAfter. The claim's time, which it
+// stored as the jobs' attempted_at, tells them from the jobs of other
+// claims; the jobs this process holds are left alone anyway (a stopped
+// test clock gives every claim the same time). It is idempotent: jobs
+// already handed back are 'available'. Only the fetcher calls it, with no
+// claim in flight (or Close, once the fetcher stopped).
+func (b *DB) releaseLost(ctx context.Context) error {
+	if len(b.lostClaims) == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	held := make([]int64, 0, len(b.running))
+	for id := range b.running {
+		held = append(held, int64(id))
+	}
+	b.mu.Unlock()
+	b.cmu.Lock()
+	for _, d := range [][]doneRec{b.done, b.written} {
+		for _, r := range d {
+			held = append(held, r.id)
+		}
+	}
+	b.cmu.Unlock()
+	tag, err := b.pool.Exec(ctx, sqlReleaseLost, pgx.QueryExecModeExec, b.claimedBy, b.lostClaims, held)
+	if err != nil {
+		return fmt.Errorf("pgjobs: hand back the jobs of %d claims whose answer was lost on %s: %w", len(b.lostClaims), b.name, err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		b.log.Warn("pgjobs: handed back jobs of a claim whose answer the connection lost; they run once, later",
+			"jobs", n, "claims", len(b.lostClaims))
+		signal(b.wake)
+	}
+	b.lostClaims = b.lostClaims[:0]
+	return nil
+}
+
+// sqlReleaseLost is sqlRelease for the jobs of lost claims: claimed by
+// $1 at one of the times $2, not held by this process ($3).
+const sqlReleaseLost = `
+UPDATE cellgate_jobs
+SET state = 'available', attempt = attempt - 1, attempted_at = NULL, heartbeat_at = NULL
+WHERE state = 'running' AND claimed_by = $1 AND attempted_at = ANY ($2::timestamptz[])
+  AND id <> ALL ($3::bigint[])`
 
 const sqlRelease = `
 UPDATE cellgate_jobs

@@ -151,12 +151,12 @@ func (b *DB) fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
 
 // writeOutcome runs a retry's or a failure's UPDATE, and again after every
 // error that says the database could not be reached (see unreachable),
-// with backoff (50 ms doubling to 5 s, logged at most every 30 s), until
+// with backoff (50 ms doubling to 1 s, logged at most every 30 s), until
 // the database answers or the backend closes: otherwise the job would sit
 // 'running' until it is rescued. The job's worker waits meanwhile; it
 // could not claim from a database that is down anyway.
 func (b *DB) writeOutcome(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	retry := newBackoff(50*time.Millisecond, jobRetryLimit)
 	for {
 		wctx, cancel := context.WithTimeout(ctx, dbTimeout)
 		tag, err := b.pool.Exec(wctx, sql, args...)
@@ -332,7 +332,7 @@ func (b *DB) confirmLoop() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.CompleteConfirm)
 	defer t.Stop()
-	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	retry := newBackoff(50*time.Millisecond, jobRetryLimit)
 	for {
 		select {
 		case <-t.C:
@@ -395,7 +395,7 @@ func (b *DB) flushLoop() {
 	defer b.wg.Done()
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	retry := newBackoff(50*time.Millisecond, jobRetryLimit)
 	for {
 		wait := b.flushWait()
 		if wait < 0 {

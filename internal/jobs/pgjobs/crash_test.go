@@ -150,6 +150,19 @@ func TestCompletionSurvivesCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := newPool(t, pg.dsn(), "", 4)
+	// The backend's connections run with synchronous_commit off, so the
+	// claim that takes the completion along (the worker asks for its next
+	// job at once) does not flush it either: only the confirmation does.
+	pc, err := pgxpool.ParseConfig(pg.dsn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	async, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(async.Close)
 	var runs atomic.Int32
 	w := jobs.NewWorkers()
 	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
@@ -160,7 +173,7 @@ func TestCompletionSurvivesCrash(t *testing.T) {
 	})
 	// The first confirmation comes 3 s after the start, after the crash.
 	cfg := Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour, CompleteConfirm: 3 * time.Second}
-	c, _ := newClient(t, pool, cfg, 1, w)
+	c, _ := newClient(t, async, cfg, 1, w)
 	res, err := c.Enqueue(ctx, plainArgs{N: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -196,6 +209,68 @@ func TestCompletionSurvivesCrash(t *testing.T) {
 	})
 	t.Logf("completed %v after the restart", time.Since(restarted).Round(time.Millisecond))
 	time.Sleep(200 * time.Millisecond)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the job ran %d times, want once", n)
+	}
+}
+
+// TestClaimSurvivesCrash: PostgreSQL crashes (stop -m immediate) while a
+// job it handed out runs. The claim waited for its WAL flush, so after
+// the restart the job is still 'running' as its first attempt, not back to
+// 'available' for another worker to run again, and the completion of the
+// run that went on through the crash records it: one run, completed. The
+// cluster's WAL writer sleeps 10 s and the handler writes nothing, so only
+// the claim's own commit can have flushed it.
+func TestClaimSurvivesCrash(t *testing.T) {
+	pg := startPrivatePG(t, "wal_writer_delay=10s", "wal_writer_flush_after=0", "checkpoint_timeout=1h")
+	ctx := context.Background()
+	if err := Migrate(ctx, pg.dsn()); err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, pg.dsn(), "", 4)
+	var runs atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return nil
+	})
+	c, db := newClient(t, pool, Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour, VacuumEvery: time.Hour}, 2, w)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The maintenance pass at the start is over before the job exists, and
+	// the next is 30 s away: its heartbeat (a synchronous commit)
+	// does not flush the claim instead.
+	if _, err := db.RunMaintenance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Enqueue(ctx, plainArgs{N: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	pg.crash(t)
+	time.Sleep(500 * time.Millisecond)
+	pg.start(t)
+
+	check := newPool(t, pg.dsn(), "", 1)
+	state := func() string {
+		var s string
+		if err := check.QueryRow(ctx, `SELECT state || ':' || attempt FROM cellgate_jobs WHERE id = $1`, int64(res.ID)).Scan(&s); err != nil {
+			return err.Error()
+		}
+		return s
+	}
+	if s := state(); s != "running:1" {
+		t.Fatalf("after the crash the job is %s, want running:1 (the claim was lost)", s)
+	}
+	close(release)
+	eventually(t, 10*time.Second, "the job to be completed after the restart", func() bool { return state() == "completed:1" })
+	time.Sleep(200 * time.Millisecond) // a second worker that got the job would have run it by now
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the job ran %d times, want once", n)
 	}
@@ -325,4 +400,59 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestLostClaimHandedBack: a claim committed but its answer never arrived
+// (the connection died first), so its job is 'running', claimed by this
+// process, with no worker. The fetcher hands it back before it claims
+// again, and the job runs once, at once, instead of sitting until it is
+// rescued. A job another process claimed at the same time is left alone,
+// and so is a job this process holds.
+func TestLostClaimHandedBack(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, newMigratedDB(t), "", 4)
+	var runs atomic.Int32
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+		runs.Add(1)
+		return nil
+	})
+	c, db := newClient(t, pool, Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour}, 1, w)
+	at := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	var lost, other, held int64
+	err := pool.QueryRow(ctx, `
+WITH ins AS (
+  INSERT INTO cellgate_jobs (kind, queue, args, max_attempts, state, attempt, run_at, created_at, attempted_at, heartbeat_at, claimed_by)
+  VALUES ($1, 'default', '{"n":1}', 3, 'running', 1, $2, $2, $2, $2, $3),
+         ($1, 'default', '{"n":2}', 3, 'running', 1, $2, $2, $2, $2, 'other/1'),
+         ($1, 'default', '{"n":3}', 3, 'running', 1, $2, $2, $2, $2, $3)
+  RETURNING id, args->>'n' AS n)
+SELECT (SELECT id FROM ins WHERE n = '1'), (SELECT id FROM ins WHERE n = '2'), (SELECT id FROM ins WHERE n = '3')`,
+		plainArgs{}.JobSpec().Name, at, db.claimedBy).Scan(&lost, &other, &held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Set before Start, so before the fetcher runs.
+	db.lostClaims = []time.Time{at}
+	db.running[jobs.JobID(held)] = 1
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	state := func(id int64) string {
+		var s string
+		if err := pool.QueryRow(ctx, `SELECT state || ':' || attempt FROM cellgate_jobs WHERE id = $1`, id).Scan(&s); err != nil {
+			return err.Error()
+		}
+		return s
+	}
+	eventually(t, 10*time.Second, "the lost claim's job to run", func() bool { return state(lost) == "completed:1" })
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("%d runs, want 1", n)
+	}
+	if s := state(other); s != "running:1" {
+		t.Errorf("another process's job is %s, want running:1", s)
+	}
+	if s := state(held); s != "running:1" {
+		t.Errorf("the job this process holds is %s, want running:1", s)
+	}
 }

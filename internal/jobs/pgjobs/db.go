@@ -94,6 +94,11 @@ type DB struct {
 	claims   uint64               // claim statements sent (for benchmarks: jobs per claim)
 	claimed  uint64               // jobs they returned
 
+	// lostClaims are the times (p_now) of claims whose answer the
+	// connection lost: they may have committed. Only the fetcher goroutine
+	// touches it (see releaseLost).
+	lostClaims []time.Time
+
 	demand chan struct{} // a worker started waiting
 	wake   chan struct{} // there may be new work
 
@@ -375,6 +380,11 @@ func (b *DB) close(ctx context.Context) error {
 	b.mu.Unlock()
 	if err := b.release(ctx, stash); err != nil {
 		errs = append(errs, fmt.Errorf("pgjobs: close %s: hand back unstarted jobs: %w", b.name, err))
+	}
+	// The fetcher has stopped: the jobs of a claim whose answer it lost
+	// are handed back here, or they would wait for their rescue.
+	if err := b.releaseLost(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("pgjobs: close %s: %w", b.name, err))
 	}
 	return errors.Join(errs...)
 }

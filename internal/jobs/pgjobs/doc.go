@@ -18,7 +18,10 @@
 //     trip, a job for every worker waiting in Claim plus a prefetch sized
 //     to what the workers asked for during the previous round trip
 //     (cellgate_jobs_claim: FOR UPDATE SKIP LOCKED, fair or FIFO order,
-//     per-kind caps under an advisory lock); see fetch.go. Fair order is
+//     per-kind caps under an advisory lock); see fetch.go. A claim waits
+//     for its WAL flush, so a database crash cannot put a job a worker
+//     runs back in the queue; the jobs of a claim whose answer the
+//     connection lost are handed back before the next claim. Fair order is
 //     a place (vtime) each ready job gets when it is enqueued, so a fair
 //     claim reads one index in order, as a FIFO claim does. Idle, it waits
 //     for a NOTIFY, a local insert, a scheduled time or the poll interval.

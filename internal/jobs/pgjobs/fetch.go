@@ -1,6 +1,7 @@
 package pgjobs
 
 import (
+	"context"
 	"time"
 
 	"github.com/cellgate/cellgate/internal/jobs"
@@ -106,8 +107,18 @@ func (b *DB) fetchLoop() {
 	}
 	poll := time.NewTimer(b.cfg.PollInterval)
 	defer poll.Stop()
-	retry := newBackoff(50*time.Millisecond, 5*time.Second)
+	retry := newBackoff(50*time.Millisecond, jobRetryLimit)
 	for {
+		if len(b.lostClaims) > 0 {
+			// Before claiming again: a claim whose answer was lost.
+			if err := b.releaseLostNow(); err != nil {
+				b.logErr("claim", "pgjobs: claiming jobs failed; retrying", err)
+				if !retry.wait(b.quit) {
+					return
+				}
+				continue
+			}
+		}
 		b.mu.Lock()
 		n := b.wantLocked()
 		b.reserved += n
@@ -155,4 +166,11 @@ func (b *DB) fetchLoop() {
 			return
 		}
 	}
+}
+
+// releaseLostNow is releaseLost on the fetcher's own deadline.
+func (b *DB) releaseLostNow() error {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	return b.releaseLost(ctx)
 }

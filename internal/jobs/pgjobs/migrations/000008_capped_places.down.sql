@@ -422,3 +422,8 @@ DROP INDEX cellgate_jobs_held_idx;
 ALTER TABLE cellgate_jobs DROP COLUMN held;
 CREATE INDEX cellgate_jobs_unplaced_idx ON cellgate_jobs (run_at, id)
     WHERE state = 'available' AND vtime IS NULL;
+
+-- At version 7 claims are durable (000007_durable_claims): the function
+-- restored above keeps its body's synchronous_commit = off to itself.
+ALTER FUNCTION cellgate_jobs_claim(timestamptz, integer, boolean, text[], integer[], integer, text, bigint[], integer[], integer)
+    SET synchronous_commit = on;
