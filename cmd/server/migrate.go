@@ -101,8 +101,7 @@ func repairHint(t migrationTarget, e *dbmigrate.Error) string {
 // describeFailure is a failed migration in one line: database, file,
 // PostgreSQL's error, the remedy.
 func describeFailure(t migrationTarget, err error) string {
-	var e *dbmigrate.Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*dbmigrate.Error](err); ok {
 		return fmt.Sprintf("%s: %v; %s", t.db, e, repairHint(t, e))
 	}
 	return fmt.Sprintf("%s: %v", t.db, err)

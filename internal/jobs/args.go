@@ -174,8 +174,7 @@ func Snooze(d time.Duration) error { return &snoozeError{delay: d} }
 
 // snoozed reports whether err came from Snooze, and its delay.
 func snoozed(err error) (time.Duration, bool) {
-	var s *snoozeError
-	if errors.As(err, &s) {
+	if s, ok := errors.AsType[*snoozeError](err); ok {
 		return s.delay, true
 	}
 	return 0, false

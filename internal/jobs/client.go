@@ -456,11 +456,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for i := range c.ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.loop(i)
-		}()
+		wg.Go(func() { c.loop(i) })
 	}
 	go func() {
 		wg.Wait()
