@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -79,10 +80,7 @@ func (w *walker) value(t reflect.Type, path string) bool {
 		w.fail(path, off, "not valid JSON: %v", err)
 		return false
 	}
-	label := path
-	if label == "" {
-		label = "(document)"
-	}
+	label := cmp.Or(path, "(document)")
 	if tok == nil { // null
 		if t.Kind() != reflect.Slice {
 			w.fail(label, off, "must be %s; got null (leave the field out to keep its default)", jsonKind(t))

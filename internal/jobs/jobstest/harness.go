@@ -13,6 +13,7 @@
 package jobstest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -55,12 +56,8 @@ type Harness struct {
 }
 
 func (h Harness) withDefaults() Harness {
-	if h.Settle == 0 {
-		h.Settle = 100 * time.Millisecond
-	}
-	if h.Wait == 0 {
-		h.Wait = 15 * time.Second
-	}
+	h.Settle = cmp.Or(h.Settle, 100*time.Millisecond)
+	h.Wait = cmp.Or(h.Wait, 15*time.Second)
 	return h
 }
 
