@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"errors"
 	"hash/maphash"
 	"math"
@@ -55,10 +56,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = CoarseClock()
-	}
+	clock := cmp.Or(cfg.Clock, CoarseClock())
 	parts := ShardsFor(max(cfg.Shards, AvailableParallelism()))
 	e := &Engine{
 		shardMask: uint64(cfg.Shards - 1),

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,10 +144,7 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 	if b == nil {
 		return nil, errors.New("jobs: NewClient: nil backend")
 	}
-	logger := o.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := cmp.Or(o.Logger, slog.Default())
 	clock := o.Clock
 	if clock == nil {
 		clock = SystemClock{}

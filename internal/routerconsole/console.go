@@ -149,9 +149,7 @@ func New(cfg Config) (*Console, error) {
 	cfg.SampleEvery = cmp.Or(cfg.SampleEvery, DefaultSampleEvery)
 	cfg.Samples = cmp.Or(cfg.Samples, DefaultSamples)
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, DefaultSessionTTL)
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
