@@ -1,7 +1,9 @@
 package schema
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -71,36 +73,29 @@ func (i Issue) String() string {
 // SortIssues orders issues by file, line and column, then path, and drops
 // exact duplicates; issues without a position come last.
 func SortIssues(is []Issue) []Issue {
-	sort.SliceStable(is, func(a, b int) bool {
-		x, y := is[a], is[b]
-		if (x.File == "") != (y.File == "") {
-			// issues without a position come last
-			return x.File != ""
-		}
-		if x.File != y.File {
-			return x.File < y.File
-		}
-		if x.Line != y.Line {
-			return x.Line < y.Line
-		}
-		if x.Col != y.Col {
-			return x.Col < y.Col
-		}
-		if x.Path != y.Path {
-			return x.Path < y.Path
-		}
-		if x.Default != y.Default {
-			return !x.Default
-		}
-		return x.Msg < y.Msg
+	slices.SortStableFunc(is, func(x, y Issue) int {
+		return cmp.Or(
+			falseFirst(x.File == "", y.File == ""),
+			cmp.Compare(x.File, y.File),
+			cmp.Compare(x.Line, y.Line),
+			cmp.Compare(x.Col, y.Col),
+			cmp.Compare(x.Path, y.Path),
+			falseFirst(x.Default, y.Default),
+			cmp.Compare(x.Msg, y.Msg),
+		)
 	})
-	out := is[:0]
-	for i, v := range is {
-		if i == 0 || v != is[i-1] {
-			out = append(out, v)
-		}
+	return slices.Compact(is)
+}
+
+// falseFirst compares two bools, false before true.
+func falseFirst(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
 	}
-	return out
+	return -1
 }
 
 // FormatIssues renders up to MaxIssues issues, one per line, and counts

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/cellgate/cellgate/internal/jobs"
 	"github.com/cellgate/cellgate/internal/jobs/pgjobs"
 	"github.com/cellgate/cellgate/internal/shards"
 	"github.com/cellgate/cellgate/internal/tenant"
+	"github.com/jackc/pgx/v5"
 )
 
 // cgArgs is the cellgate side's job kind.
@@ -22,24 +21,23 @@ func (cgArgs) JobSpec() jobs.KindSpec { return jobs.KindSpec{Name: "peers_noop"}
 // so fair claims, unless -cellgate-prefetch) driven by a jobs.Client, as a
 // cell runs it.
 type cellgateSide struct {
-	pool, app *pgxpool.Pool
-	cfg       pgjobs.Config
-	c         *jobs.Client
+	pools
+	cfg pgjobs.Config
+	c   *jobs.Client
 }
 
 func newCellgate(ctx context.Context, dsn string, cfg pgjobs.Config, conns, appConns int32) (*cellgateSide, error) {
 	if err := pgjobs.Migrate(ctx, dsn); err != nil {
 		return nil, fmt.Errorf("cellgate: migrate: %w", err)
 	}
-	pool, app, err := openPools(ctx, dsn, conns, appConns)
+	p, err := openPools(ctx, dsn, conns, appConns)
 	if err != nil {
 		return nil, err
 	}
-	return &cellgateSide{pool: pool, app: app, cfg: cfg}, nil
+	return &cellgateSide{pools: p, cfg: cfg}, nil
 }
 
-func (s *cellgateSide) Name() string        { return "cellgate" }
-func (s *cellgateSide) Pool() *pgxpool.Pool { return s.pool }
+func (s *cellgateSide) Name() string { return "cellgate" }
 
 func (s *cellgateSide) Reset(ctx context.Context) error {
 	return resetTables(ctx, s.pool, "cellgate_jobs")
@@ -66,7 +64,7 @@ func (s *cellgateSide) Start(ctx context.Context, workers int, run func(p *paylo
 func (s *cellgateSide) Stop(ctx context.Context) error {
 	_, err := s.c.Stop(ctx)
 	s.c = nil
-	releaseConns(s.pool, s.app)
+	s.release()
 	return err
 }
 
@@ -85,21 +83,8 @@ func (s *cellgateSide) Enqueue(ctx context.Context, tenantID string, p payload) 
 }
 
 func (s *cellgateSide) SignupTx(ctx context.Context, tenantID string, p payload) error {
-	tx, err := s.app.Begin(ctx)
-	if err != nil {
+	return s.signupTx(ctx, tenantID, p.N, func(tx pgx.Tx) error {
+		_, err := s.c.EnqueueTx(tenant.With(ctx, tenantID), shards.WrapTx(tx, nil), cgArgs(p))
 		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, insertSignup, tenantID, fmt.Sprintf("user-%d@example.test", p.N)); err != nil {
-		return err
-	}
-	if _, err := s.c.EnqueueTx(tenant.With(ctx, tenantID), shards.WrapTx(tx, nil), cgArgs(p)); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
-func (s *cellgateSide) close() {
-	s.app.Close()
-	s.pool.Close()
+	})
 }

@@ -46,10 +46,47 @@ func dropDB(ctx context.Context, adminDSN, name string) error {
 	return err
 }
 
+// pools are a side's two pools on its database: the job system's and the
+// application's, for the tx shape's transactions.
+type pools struct{ pool, app *pgxpool.Pool }
+
+// Pool is the job system's pool (side.Pool).
+func (p pools) Pool() *pgxpool.Pool { return p.pool }
+
+func (p pools) close() {
+	p.app.Close()
+	p.pool.Close()
+}
+
+// release closes both pools' connections (they reopen on demand), so a
+// side between its phases holds none on the shared server: with its idle
+// connections kept, the two sides' pools alone would hold 80.
+func (p pools) release() {
+	p.pool.Reset()
+	p.app.Reset()
+}
+
+// signupTx is the tx shape's unit (side.SignupTx): one transaction that
+// writes a signups row and enqueues through enqueue, then commits.
+func (p pools) signupTx(ctx context.Context, tenantID string, n int, enqueue func(pgx.Tx) error) error {
+	tx, err := p.app.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, insertSignup, tenantID, fmt.Sprintf("user-%d@example.test", n)); err != nil {
+		return err
+	}
+	if err := enqueue(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // openPools opens a side's two pools on dsn: the job system's (conns
-// connections) and the application's, for the tx shape's transactions
-// (appConns), and creates the signups table.
-func openPools(ctx context.Context, dsn string, conns, appConns int32) (pool, app *pgxpool.Pool, err error) {
+// connections) and the application's (appConns), and creates the signups
+// table.
+func openPools(ctx context.Context, dsn string, conns, appConns int32) (p pools, err error) {
 	open := func(n int32) (*pgxpool.Pool, error) {
 		cfg, err := pgxpool.ParseConfig(dsn)
 		if err != nil {
@@ -58,19 +95,18 @@ func openPools(ctx context.Context, dsn string, conns, appConns int32) (pool, ap
 		cfg.MaxConns = n
 		return pgxpool.NewWithConfig(ctx, cfg)
 	}
-	if pool, err = open(conns); err != nil {
-		return nil, nil, err
+	if p.pool, err = open(conns); err != nil {
+		return pools{}, err
 	}
-	if app, err = open(appConns); err != nil {
-		pool.Close()
-		return nil, nil, err
+	if p.app, err = open(appConns); err != nil {
+		p.pool.Close()
+		return pools{}, err
 	}
-	if _, err = pool.Exec(ctx, signupsDDL); err != nil {
-		pool.Close()
-		app.Close()
-		return nil, nil, fmt.Errorf("create signups: %w", err)
+	if _, err = p.pool.Exec(ctx, signupsDDL); err != nil {
+		p.close()
+		return pools{}, fmt.Errorf("create signups: %w", err)
 	}
-	return pool, app, nil
+	return p, nil
 }
 
 // resetTables truncates the jobs table and signups and vacuums them, as
@@ -83,13 +119,4 @@ func resetTables(ctx context.Context, pool *pgxpool.Pool, jobsTable string) erro
 		}
 	}
 	return nil
-}
-
-// releaseConns closes the pools' connections (they reopen on demand), so a
-// side between its phases holds none on the shared server: with its idle
-// connections kept, the two sides' pools alone would hold 80.
-func releaseConns(pools ...*pgxpool.Pool) {
-	for _, p := range pools {
-		p.Reset()
-	}
 }

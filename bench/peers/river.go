@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -32,27 +31,26 @@ func (w *riverWorker) Work(_ context.Context, j *river.Job[riverArgs]) error {
 // (`river bench`) tunes it: FetchCooldown 2ms, FetchPollInterval 20ms,
 // one queue with the shape's worker count.
 type riverSide struct {
-	pool, app *pgxpool.Pool
-	c         *river.Client[pgx.Tx]
+	pools
+	c *river.Client[pgx.Tx]
 }
 
 func newRiver(ctx context.Context, dsn string, conns, appConns int32) (*riverSide, error) {
-	pool, app, err := openPools(ctx, dsn, conns, appConns)
+	p, err := openPools(ctx, dsn, conns, appConns)
 	if err != nil {
 		return nil, err
 	}
-	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	m, err := rivermigrate.New(riverpgxv5.New(p.pool), nil)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return nil, fmt.Errorf("river: migrate: %w", err)
 	}
-	return &riverSide{pool: pool, app: app}, nil
+	return &riverSide{pools: p}, nil
 }
 
-func (s *riverSide) Name() string        { return "river" }
-func (s *riverSide) Pool() *pgxpool.Pool { return s.pool }
+func (s *riverSide) Name() string { return "river" }
 
 func (s *riverSide) Reset(ctx context.Context) error {
 	return resetTables(ctx, s.pool, "river_job")
@@ -80,7 +78,7 @@ func (s *riverSide) Start(ctx context.Context, workers int, run func(p *payload)
 func (s *riverSide) Stop(ctx context.Context) error {
 	err := s.c.Stop(ctx)
 	s.c = nil
-	releaseConns(s.pool, s.app)
+	s.release()
 	return err
 }
 
@@ -101,21 +99,8 @@ func (s *riverSide) Enqueue(ctx context.Context, tenantID string, p payload) err
 }
 
 func (s *riverSide) SignupTx(ctx context.Context, tenantID string, p payload) error {
-	tx, err := s.app.Begin(ctx)
-	if err != nil {
+	return s.signupTx(ctx, tenantID, p.N, func(tx pgx.Tx) error {
+		_, err := s.c.InsertTx(ctx, tx, riverArgs(p), nil)
 		return err
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, insertSignup, tenantID, fmt.Sprintf("user-%d@example.test", p.N)); err != nil {
-		return err
-	}
-	if _, err := s.c.InsertTx(ctx, tx, riverArgs(p), nil); err != nil {
-		return err
-	}
-	return tx.Commit(ctx)
-}
-
-func (s *riverSide) close() {
-	s.app.Close()
-	s.pool.Close()
+	})
 }

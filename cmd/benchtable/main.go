@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -128,14 +129,7 @@ func main() {
 	os.Exit(run(flag.Arg(0), os.Stdin, os.Stdout, *strict))
 }
 
-func tableNames() []string {
-	var names []string
-	for n := range tables {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func tableNames() []string { return slices.Sorted(maps.Keys(tables)) }
 
 // run renders the named table and returns the exit code.
 func run(name string, in io.Reader, out io.Writer, strict bool) int {
@@ -282,13 +276,8 @@ func admissionTable(w io.Writer, r *results) (missed, missing int) {
 	for _, k := range rows {
 		cpus[k.cpu] = true
 	}
-	var cpuList []int
-	for c := range cpus {
-		cpuList = append(cpuList, c)
-	}
-	sort.Ints(cpuList)
 	for _, g := range []string{hot, many} {
-		for _, c := range cpuList {
+		for _, c := range slices.Sorted(maps.Keys(cpus)) {
 			sh, ok1 := r.median(g+"sharded", c, "ns/op")
 			si, ok2 := r.median(g+"single", c, "ns/op")
 			pe, ok3 := r.median(g+"peer", c, "ns/op")

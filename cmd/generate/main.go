@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,8 +90,7 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	}
 	cfg, raw, warns, err := configload.ValidateSpec(ctx, sp, configload.Spec)
 	if err != nil {
-		var ce *configload.Error
-		if errors.As(err, &ce) {
+		if ce, ok := errors.AsType[*configload.Error](err); ok {
 			return nil, warns, fmt.Errorf("spec %s is refused:\n%s", o.specDir, indent(schema.FormatIssues(ce.Issues)))
 		}
 		return nil, warns, fmt.Errorf("spec %s is invalid:\n%s", o.specDir, indent(err.Error()))
@@ -111,23 +111,17 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 	if err != nil {
 		return nil, warns, fmt.Errorf("deploy output: %w", err)
 	}
-	for name, b := range deploy {
-		files[name] = b
-	}
+	maps.Copy(files, deploy)
 	manifests, err := kube.Files(cfg)
 	if err != nil {
 		return nil, warns, fmt.Errorf("kubernetes manifests: %w", err)
 	}
-	for name, b := range manifests {
-		files[name] = b
-	}
+	maps.Copy(files, manifests)
 	monitoring, err := mixin.Files(cfg)
 	if err != nil {
 		return nil, warns, fmt.Errorf("monitoring mixin: %w", err)
 	}
-	for name, b := range monitoring {
-		files[name] = b
-	}
+	maps.Copy(files, monitoring)
 	if o.sqlc {
 		tw, err := checkTenantTables(filepath.Join(o.root, "sql", "migrations"), cfg.Database.TenantTables)
 		warns = append(warns, tw...)
@@ -138,9 +132,7 @@ func generate(ctx context.Context, o options) (map[string][]byte, []string, erro
 		if err != nil {
 			return nil, warns, err
 		}
-		for name, b := range db {
-			files[name] = b
-		}
+		maps.Copy(files, db)
 	}
 	return files, warns, nil
 }

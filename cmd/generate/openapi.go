@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -120,9 +121,7 @@ func renderOpenAPI(cfg config.Config, api *API, version string) ([]byte, error) 
 		}
 		for status, name := range r.Responses {
 			desc := statusText[atoi(status)]
-			if desc == "" {
-				desc = "status " + status
-			}
+			desc = cmp.Or(desc, "status "+status)
 			resp[status] = obj{"description": desc, "content": obj{"application/json": obj{
 				"schema": obj{"$ref": "#/components/schemas/" + name}}}}
 		}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"go/format"
 	"io/fs"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/template"
 
@@ -46,12 +46,7 @@ func Render(in Input) (map[string][]byte, error) {
 		return nil, fmt.Errorf("parse templates: %w", err)
 	}
 	out := make(map[string][]byte, len(outputs))
-	names := make([]string, 0, len(outputs))
-	for name := range outputs {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(outputs)) {
 		if t.Lookup(name) == nil {
 			continue
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -85,12 +86,7 @@ func checkTenantTables(dir string, declared []string) (warns []string, err error
 			}
 		}
 	}
-	names := make([]string, 0, len(tables))
-	for name := range tables {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(tables)) {
 		t := tables[name]
 		_, isDeclared := pos[name]
 		switch {

@@ -5,9 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 )
 
 // runCheck is `newservice check` (make upgrade-check): every template-owned
@@ -68,12 +69,7 @@ func check(dir string) ([]string, error) {
 	for _, c := range lock.Conflicts {
 		problems = append(problems, fmt.Sprintf("%s: conflict of the last upgrade not resolved (remove it from the lock's conflicts once it is)", c))
 	}
-	names := make([]string, 0, len(lock.Files))
-	for n := range lock.Files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(lock.Files)) {
 		if reason[name] != "" {
 			continue
 		}

@@ -7,11 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -154,16 +154,10 @@ func upgrade(dir, from string, log io.Writer) (*result, error) {
 		}
 	}
 
-	var names []string
-	for n := range baseFiles {
-		names = append(names, n)
-	}
-	for n := range theirFiles {
-		if _, ok := baseFiles[n]; !ok {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
+	// Every file of either side, in name order.
+	both := maps.Clone(baseFiles)
+	maps.Copy(both, theirFiles)
+	names := slices.Sorted(maps.Keys(both))
 	files := map[string]string{}
 	conflict := func(name, why string) {
 		res.conflicts = append(res.conflicts, name+": "+why)

@@ -74,12 +74,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func short(rev string) string {
-	if len(rev) > 12 {
-		return rev[:12]
-	}
-	return rev
-}
+func short(rev string) string { return rev[:min(len(rev), 12)] }
 
 // specAt writes the spec's .cue files at rev into a temporary directory
 // and loads them.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -94,10 +95,7 @@ func migrationTargets(cfg config.Config, set *shards.Set, schemas ...string) []m
 // database: undo what the file applied, fix it, force the version before
 // it, start again.
 func repairHint(t migrationTarget, e *dbmigrate.Error) string {
-	file := e.File
-	if file == "" {
-		file = fmt.Sprintf("version %d", e.Version)
-	}
+	file := cmp.Or(e.File, fmt.Sprintf("version %d", e.Version))
 	schema := ""
 	if t.schema != schemaApp {
 		schema = " -schema " + t.schema
@@ -109,8 +107,7 @@ func repairHint(t migrationTarget, e *dbmigrate.Error) string {
 // describeFailure is a failed migration in one line: database, file,
 // PostgreSQL's error, the remedy.
 func describeFailure(t migrationTarget, err error) string {
-	var e *dbmigrate.Error
-	if errors.As(err, &e) {
+	if e, ok := errors.AsType[*dbmigrate.Error](err); ok {
 		return fmt.Sprintf("%s: %v; %s", t.db, e, repairHint(t, e))
 	}
 	return fmt.Sprintf("%s: %v", t.db, err)
@@ -175,11 +172,9 @@ func (p *migrationProgress) run(ctx context.Context, targets []migrationTarget, 
 			if err == nil {
 				break
 			}
-			if dbmigrate.IsFailed(err) {
+			if e, ok := errors.AsType[*dbmigrate.Error](err); ok {
 				msg := describeFailure(t, err)
 				p.set(func(p *migrationProgress) { p.failed = msg })
-				var e *dbmigrate.Error
-				errors.As(err, &e)
 				log.Error("migration failed; the cell stays unready until it is repaired",
 					"database", t.db, "schema", t.schema, "file", e.File, "version", e.Version,
 					"error", e.Err.Error(), "repair", repairHint(t, e))
@@ -403,10 +398,7 @@ func describeState(r statusRow) (string, bool) {
 		return "unreachable: " + r.err.Error(), true
 	case st.Dirty:
 		e := &dbmigrate.Error{Version: st.Version, File: st.File, Previous: st.Previous}
-		file := st.File
-		if file == "" {
-			file = fmt.Sprintf("version %d", st.Version)
-		}
+		file := cmp.Or(st.File, fmt.Sprintf("version %d", st.Version))
 		return fmt.Sprintf("DIRTY: %s failed; %s", file, repairHint(r.target, e)), true
 	case st.Applied && st.Version > st.Latest:
 		return fmt.Sprintf("ahead: version %d has no file in this binary (a newer release migrated it)", st.Version), false

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -216,9 +217,7 @@ func printList(w io.Writer, s *plans.Snapshot) error {
 	fmt.Fprintln(tw, "TENANT\tPLAN\tOVERRIDES\tUPDATED BY\tUPDATED AT")
 	for _, r := range s.Rows() {
 		plan := r.Plan
-		if plan == "" {
-			plan = "-"
-		}
+		plan = cmp.Or(plan, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Tenant, plan, overridesText(r.Overrides), r.UpdatedBy, r.UpdatedAt)
 	}
 	if len(s.Rows()) == 0 {

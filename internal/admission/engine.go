@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"cmp"
 	"errors"
 	"hash/maphash"
 	"math"
@@ -55,10 +56,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = CoarseClock()
-	}
+	clock := cmp.Or(cfg.Clock, CoarseClock())
 	parts := ShardsFor(max(cfg.Shards, AvailableParallelism()))
 	e := &Engine{
 		shardMask: uint64(cfg.Shards - 1),
@@ -106,10 +104,7 @@ func splitRate(rate float64, burst int64, n int) []bucket {
 		}
 		perShard := rate * float64(share) / float64(burst)
 		// Round the interval up: a bucket may run slightly slow, never fast.
-		interval := int64(math.Ceil(1e9 / perShard))
-		if interval < 1 {
-			interval = 1
-		}
+		interval := max(int64(math.Ceil(1e9/perShard)), 1)
 		bs[i] = bucket{share: share, interval: interval, tolerance: share * interval}
 	}
 	return bs
@@ -315,10 +310,7 @@ func take(tat *atomic.Int64, now, cost int64, b *bucket) bool {
 	inc := cost * b.interval
 	for {
 		t := tat.Load()
-		base := t
-		if now > base {
-			base = now
-		}
+		base := max(now, t)
 		next := base + inc
 		if next-now > b.tolerance {
 			return false

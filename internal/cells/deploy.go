@@ -100,8 +100,7 @@ func cellShards(cfg config.Config) (*CellRouter, [][]config.Shard, error) {
 	}
 	of, err := slots.Nest(sm, cr.m)
 	if err != nil {
-		var se *slots.StraddleError
-		if errors.As(err, &se) {
+		if se, ok := errors.AsType[*slots.StraddleError](err); ok {
 			return nil, nil, fmt.Errorf("database.shards[%d] (%s): slots %s straddle cells (%s owns slot %d but not all of them); a cell must own whole shards, so move the cell boundary to a shard boundary",
 				se.Index, se.Inner, se.Range, se.Outer, se.Range.Lo)
 		}

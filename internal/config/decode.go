@@ -2,10 +2,12 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,10 +80,7 @@ func (w *walker) value(t reflect.Type, path string) bool {
 		w.fail(path, off, "not valid JSON: %v", err)
 		return false
 	}
-	label := path
-	if label == "" {
-		label = "(document)"
-	}
+	label := cmp.Or(path, "(document)")
 	if tok == nil { // null
 		if t.Kind() != reflect.Slice {
 			w.fail(label, off, "must be %s; got null (leave the field out to keep its default)", jsonKind(t))
@@ -124,7 +123,7 @@ func (w *walker) value(t reflect.Type, path string) bool {
 			}
 			ft, ok := fields[key]
 			if !ok {
-				w.fail(sub, koff, "unknown field; known fields here: %s", strings.Join(sortedKeys(fields), ", "))
+				w.fail(sub, koff, "unknown field; known fields here: %s", strings.Join(slices.Sorted(maps.Keys(fields)), ", "))
 				if !w.skipValue() {
 					return false
 				}
@@ -271,15 +270,6 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	return out
 }
 
-func sortedKeys(m map[string]reflect.Type) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Merge applies an overlay document to a base document, both JSON objects:
 // objects merge key by key, anything else (lists, scalars) replaces the
 // base's value whole, and a null list is an empty list. The result is JSON.
@@ -303,9 +293,7 @@ func unmarshalNumbers(raw []byte, v any) error {
 
 func mergeObjects(base, overlay map[string]any) map[string]any {
 	out := make(map[string]any, len(base)+len(overlay))
-	for k, v := range base {
-		out[k] = v
-	}
+	maps.Copy(out, base)
 	for k, v := range overlay {
 		bo, bok := out[k].(map[string]any)
 		oo, ook := v.(map[string]any)

@@ -25,13 +25,21 @@ func OverlayJSON(base Config, raw []byte, name string) (Config, error) {
 	if err != nil {
 		return base, fmt.Errorf("config file %s: %w", name, err)
 	}
-	var cfg Config
-	dec := json.NewDecoder(bytes.NewReader(merged))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
+	cfg, err := Decode(merged)
+	if err != nil {
 		return base, fmt.Errorf("config file %s: %w", name, err)
 	}
 	return cfg, nil
+}
+
+// Decode reads a config document into the typed form, refusing fields the
+// Go side does not know so the schema and Config cannot drift apart.
+func Decode(raw []byte) (Config, error) {
+	var cfg Config
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&cfg)
+	return cfg, err
 }
 
 // FileError lists the shape errors of one config file.

@@ -11,9 +11,7 @@
 package configload
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -131,15 +129,3 @@ func LoadMode(ctx context.Context, mode Mode, defaults config.Config, path strin
 
 // AddressEnv overrides server.address after the check.
 const AddressEnv = "CELLGATE_ADDRESS"
-
-// decode reads a checked config into the typed form, refusing fields the
-// Go side does not know so schema and config.Config cannot drift apart.
-func decode(raw []byte) (config.Config, error) {
-	var cfg config.Config
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("decode config: %w", err)
-	}
-	return cfg, nil
-}

@@ -164,9 +164,9 @@ func run(ctx context.Context, in input) (config.Config, []string, []byte, error)
 			v.standing(shapeIssues(es))
 			return cfg, nil, nil, v.fail(v.issues, in.src)
 		}
-		cfg, err = decode(complete)
+		cfg, err = config.Decode(complete)
 		if err != nil {
-			return cfg, nil, nil, v.fail(append(v.issues, schema.Issue{Msg: err.Error()}), in.src)
+			return cfg, nil, nil, v.fail(append(v.issues, schema.Issue{Msg: "decode config: " + err.Error()}), in.src)
 		}
 		if rules := append(StartRules(cfg, in.mode), nameRules(cfg)...); len(rules) > 0 {
 			next, changed := v.stage(rules, doc)

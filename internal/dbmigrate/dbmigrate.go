@@ -26,11 +26,13 @@
 package dbmigrate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 
@@ -94,7 +96,7 @@ func (f Files) Force(ctx context.Context, dsn string, version int) error {
 		if err != nil {
 			return err
 		}
-		if fileOf(list, uint(version)) == nil {
+		if !slices.ContainsFunc(list, func(f File) bool { return f.Version == uint(version) }) {
 			return fmt.Errorf("migrate: force: no migration has version %d in %s (versions: %s)", version, f.Dir, versions(list))
 		}
 	}
@@ -140,15 +142,6 @@ func (f Files) List() ([]File, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
-}
-
-func fileOf(list []File, v uint) *File {
-	for i := range list {
-		if list[i].Version == v {
-			return &list[i]
-		}
-	}
-	return nil
 }
 
 func versions(list []File) string {
@@ -253,10 +246,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	file := e.File
-	if file == "" {
-		file = fmt.Sprintf("version %d", e.Version)
-	}
+	file := cmp.Or(e.File, fmt.Sprintf("version %d", e.Version))
 	if e.AlreadyDirty {
 		return fmt.Sprintf("the database is dirty at version %d: %s failed in an earlier run and no file runs until the version is forced", e.Version, file)
 	}

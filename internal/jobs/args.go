@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,15 +70,9 @@ func (s KindSpec) Validate() error {
 // withDefaults fills the zero values that have defaults. Defaults of a kind
 // live here and nowhere else.
 func (s KindSpec) withDefaults() KindSpec {
-	if s.Queue == "" {
-		s.Queue = DefaultQueue
-	}
-	if s.Priority == 0 {
-		s.Priority = PriorityHighest
-	}
-	if s.MaxAttempts == 0 {
-		s.MaxAttempts = DefaultMaxAttempts
-	}
+	s.Queue = cmp.Or(s.Queue, DefaultQueue)
+	s.Priority = cmp.Or(s.Priority, PriorityHighest)
+	s.MaxAttempts = cmp.Or(s.MaxAttempts, DefaultMaxAttempts)
 	return s
 }
 
@@ -174,8 +169,7 @@ func Snooze(d time.Duration) error { return &snoozeError{delay: d} }
 
 // snoozed reports whether err came from Snooze, and its delay.
 func snoozed(err error) (time.Duration, bool) {
-	var s *snoozeError
-	if errors.As(err, &s) {
+	if s, ok := errors.AsType[*snoozeError](err); ok {
 		return s.delay, true
 	}
 	return 0, false

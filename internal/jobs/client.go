@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -143,10 +144,7 @@ func NewClient(ctx context.Context, cfg Config, b Backend, w *Workers, o Options
 	if b == nil {
 		return nil, errors.New("jobs: NewClient: nil backend")
 	}
-	logger := o.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := cmp.Or(o.Logger, slog.Default())
 	clock := o.Clock
 	if clock == nil {
 		clock = SystemClock{}
@@ -456,11 +454,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for i := range c.ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.loop(i)
-		}()
+		wg.Go(func() { c.loop(i) })
 	}
 	go func() {
 		wg.Wait()

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -67,21 +68,13 @@ func (t TenantConfig) Isolated() bool { return t.MaxConcurrent > 0 || t.Lanes > 
 // WithDefaults returns c with every zero field that has a default filled in.
 // It does not validate or clamp.
 func (c Config) WithDefaults() Config {
-	if c.Workers == 0 {
-		c.Workers = DefaultWorkers
-	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	if c.Tenants.Lanes > 0 && c.Tenants.LanesPerTenant == 0 {
 		c.Tenants.LanesPerTenant = min(DefaultLanesPerTenant, c.Tenants.Lanes)
 	}
-	if c.RetryBackoffBase == 0 {
-		c.RetryBackoffBase = DefaultRetryBackoffBase
-	}
-	if c.RetryBackoffMax == 0 {
-		c.RetryBackoffMax = DefaultRetryBackoffMax
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
+	c.RetryBackoffBase = cmp.Or(c.RetryBackoffBase, DefaultRetryBackoffBase)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, DefaultRetryBackoffMax)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
 	return c
 }
 

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -248,9 +249,7 @@ func (c *Client) periodicParams(ps []PeriodicJob) ([]PeriodicParams, error) {
 		}
 		s, _ := p.Schedule()
 		cu := p.CatchUp
-		if cu == "" {
-			cu = CatchUpOnce
-		}
+		cu = cmp.Or(cu, CatchUpOnce)
 		out = append(out, PeriodicParams{
 			Name: p.Name,
 			Insert: InsertParams{

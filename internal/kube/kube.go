@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -175,9 +176,7 @@ func (r *renderer) labels(component, cell string) M {
 	for k, v := range r.d.Labels {
 		l[k] = v
 	}
-	for k, v := range r.selector(component, cell) {
-		l[k] = v
-	}
+	maps.Copy(l, r.selector(component, cell))
 	l[LabelPartOf] = "cellgate"
 	l[LabelManagedBy] = "cellgate-generate"
 	if cell != "" {
@@ -263,11 +262,7 @@ func (r *renderer) router(slotMap []byte) error {
 }
 
 func (r *renderer) writeAll(dir string, docs map[string]M) error {
-	names := make([]string, 0, len(docs))
-	for n := range docs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(docs))
 	for _, n := range names {
 		if err := r.put(dir, n, docs[n]); err != nil {
 			return err

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -58,13 +59,8 @@ func quote(s string) string {
 }
 
 func writeMap(b *bytes.Buffer, m M, ind int) error {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	pad := strings.Repeat("  ", ind)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		b.WriteString(pad)
 		b.WriteString(key(k))
 		b.WriteString(":")

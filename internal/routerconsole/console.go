@@ -1,6 +1,7 @@
 package routerconsole
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -132,9 +133,7 @@ var (
 
 // New checks cfg and builds a Console.
 func New(cfg Config) (*Console, error) {
-	if cfg.AdminTokenEnv == "" {
-		cfg.AdminTokenEnv = "CELLGATE_ROUTER_ADMIN_TOKEN"
-	}
+	cfg.AdminTokenEnv = cmp.Or(cfg.AdminTokenEnv, "CELLGATE_ROUTER_ADMIN_TOKEN")
 	if err := consoleauth.CheckToken("router.admin_token_env ("+cfg.AdminTokenEnv+")", cfg.AdminToken); err != nil {
 		return nil, err
 	}
@@ -147,18 +146,10 @@ func New(cfg Config) (*Console, error) {
 	if cfg.SessionIdle == 0 || cfg.SessionIdle > MaxSessionIdle {
 		cfg.SessionIdle = MaxSessionIdle
 	}
-	if cfg.SampleEvery == 0 {
-		cfg.SampleEvery = DefaultSampleEvery
-	}
-	if cfg.Samples == 0 {
-		cfg.Samples = DefaultSamples
-	}
-	if cfg.SessionTTL == 0 {
-		cfg.SessionTTL = DefaultSessionTTL
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.SampleEvery = cmp.Or(cfg.SampleEvery, DefaultSampleEvery)
+	cfg.Samples = cmp.Or(cfg.Samples, DefaultSamples)
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, DefaultSessionTTL)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

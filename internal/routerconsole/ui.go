@@ -2,6 +2,7 @@ package routerconsole
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -185,9 +186,7 @@ func (c *Console) render(w http.ResponseWriter, v view) {
 		http.Error(w, "the page could not be drawn", http.StatusInternalServerError)
 		return
 	}
-	if v.status == 0 {
-		v.status = http.StatusOK
-	}
+	v.status = cmp.Or(v.status, http.StatusOK)
 	h := w.Header()
 	consoleauth.SetPageHeaders(h)
 	h.Set("Content-Type", "text/html; charset=utf-8")

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -118,9 +119,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 	if cfg.Server.BodyReadTimeout < 0 || cfg.Server.BodyRateGrace < 0 {
 		return nil, fmt.Errorf("server.body_read_timeout, server.body_rate_grace: must not be negative")
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,9 +157,7 @@ func newRemoteSet(c JWTConfig, family keyFamily, now func() time.Time, log *slog
 			*d.v = d.def
 		}
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	log = cmp.Or(log, slog.New(slog.DiscardHandler))
 	s := &remoteSet{url: c.KeySetURL, family: family, algs: c.Algorithms, now: now,
 		interval: interval, timeout: timeout, log: log}
 	s.keys.Store(&map[string]setKey{})
@@ -221,10 +220,7 @@ func fetchClient(c *http.Client) *http.Client {
 	if c != nil {
 		out = *c
 	}
-	next := out.Transport
-	if next == nil {
-		next = http.DefaultTransport
-	}
+	next := cmp.Or(out.Transport, http.DefaultTransport)
 	out.Transport = checkedTransport{next: next}
 	check := out.CheckRedirect
 	out.CheckRedirect = func(req *http.Request, via []*http.Request) error {

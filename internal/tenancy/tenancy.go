@@ -19,6 +19,7 @@
 package tenancy
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -227,21 +228,11 @@ func configErr(field, format string, args ...any) error {
 // Slices and byte keys are not defaulted: their zero value means "not set".
 func withDefaults(cfg Config) Config {
 	d := DefaultConfig
-	if cfg.Source == "" {
-		cfg.Source = d.Source
-	}
-	if cfg.Header == "" {
-		cfg.Header = d.Header
-	}
-	if cfg.MaxIDLength == 0 {
-		cfg.MaxIDLength = d.MaxIDLength
-	}
-	if cfg.Session.Cookie == "" {
-		cfg.Session.Cookie = d.Session.Cookie
-	}
-	if cfg.JWT.Claim == "" {
-		cfg.JWT.Claim = d.JWT.Claim
-	}
+	cfg.Source = cmp.Or(cfg.Source, d.Source)
+	cfg.Header = cmp.Or(cfg.Header, d.Header)
+	cfg.MaxIDLength = cmp.Or(cfg.MaxIDLength, d.MaxIDLength)
+	cfg.Session.Cookie = cmp.Or(cfg.Session.Cookie, d.Session.Cookie)
+	cfg.JWT.Claim = cmp.Or(cfg.JWT.Claim, d.JWT.Claim)
 	if cfg.Now == nil {
 		cfg.Now = d.Now
 	}

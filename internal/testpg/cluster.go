@@ -1,6 +1,7 @@
 package testpg
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,15 +75,8 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 // NewCluster starts a private cluster; the caller must Stop it (TestMain
 // uses this to share one cluster among a package's tests).
 func NewCluster(opts ClusterOptions) (*Cluster, error) {
-	if opts.BinDir == "" {
-		opts.BinDir = os.Getenv("CELLGATE_PG_BIN")
-	}
-	if opts.BinDir == "" {
-		opts.BinDir = DefaultBinDir
-	}
-	if opts.WALLevel == "" {
-		opts.WALLevel = "logical"
-	}
+	opts.BinDir = cmp.Or(opts.BinDir, os.Getenv("CELLGATE_PG_BIN"), DefaultBinDir)
+	opts.WALLevel = cmp.Or(opts.WALLevel, "logical")
 	for _, b := range []string{"initdb", "pg_ctl", "postgres"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("private cluster: %s not found in %s (install postgresql-15 or set CELLGATE_PG_BIN): %w", b, opts.BinDir, err)

@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -53,9 +54,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	if *out == "" {
-		*out = filepath.Join(absRoot, "bin", "cellgate-image.oci.tar")
-	}
+	*out = cmp.Or(*out, filepath.Join(absRoot, "bin", "cellgate-image.oci.tar"))
 	dst, err := filepath.Abs(*out)
 	if err != nil {
 		fatal(err)

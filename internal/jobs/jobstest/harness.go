@@ -13,6 +13,7 @@
 package jobstest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -55,12 +56,8 @@ type Harness struct {
 }
 
 func (h Harness) withDefaults() Harness {
-	if h.Settle == 0 {
-		h.Settle = 100 * time.Millisecond
-	}
-	if h.Wait == 0 {
-		h.Wait = 15 * time.Second
-	}
+	h.Settle = cmp.Or(h.Settle, 100*time.Millisecond)
+	h.Wait = cmp.Or(h.Wait, 15*time.Second)
 	return h
 }
 
@@ -78,10 +75,7 @@ func RunConformance(t *testing.T, h Harness) {
 	caps := probe.Capabilities()
 	_, pauses := probe.(jobs.QueuePauser)
 
-	tests := []struct {
-		name string
-		fn   func(*testing.T, Harness)
-	}{
+	tests := []suiteCase{
 		{"Enqueue", testEnqueue},
 		{"Work", testWork},
 		{"Retry", testRetry},
@@ -94,77 +88,43 @@ func RunConformance(t *testing.T, h Harness) {
 		{"Snooze", testSnooze},
 	}
 	if caps.TenantIsolation {
-		tests = append(tests, []struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{
-			{"TenantFairness", testFairness},
-			{"EnqueueManyFair", testEnqueueManyFair},
-			{"TenantSlots", testSlots},
-			{"TenantLanes", testLanes},
-		}...)
+		tests = append(tests,
+			suiteCase{"TenantFairness", testFairness},
+			suiteCase{"EnqueueManyFair", testEnqueueManyFair},
+			suiteCase{"TenantSlots", testSlots},
+			suiteCase{"TenantLanes", testLanes})
 	} else {
 		t.Log("jobstest: backend reports no TenantIsolation; fairness, slots and lanes are not part of its contract")
 	}
 	if _, ok := probe.(jobs.Canceller); ok {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"Cancel", testCancel})
+		tests = append(tests, suiteCase{"Cancel", testCancel})
 	} else {
 		t.Log("jobstest: backend is no jobs.Canceller; cancelling jobs is not part of its contract")
 	}
 	if !h.NoFairOrder {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"Priority", testPriority})
+		tests = append(tests, suiteCase{"Priority", testPriority})
 	} else {
 		t.Log("jobstest: the backend's claims follow enqueue order (Harness.NoFairOrder): no weights or priorities")
 	}
 	if h.NewLimitedBackend != nil {
-		tests = append(tests, []struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{
-			{"TenantCaps", testTenantCaps},
-			{"TenantCapChange", testTenantCapChange},
-		}...)
+		tests = append(tests, suiteCase{"TenantCaps", testTenantCaps}, suiteCase{"TenantCapChange", testTenantCapChange})
 		if !h.NoFairOrder {
-			tests = append(tests, []struct {
-				name string
-				fn   func(*testing.T, Harness)
-			}{
-				{"TenantWeights", testTenantWeights},
-				{"PriorityDoesNotStarve", testPriorityNoStarve},
-			}...)
+			tests = append(tests, suiteCase{"TenantWeights", testTenantWeights}, suiteCase{"PriorityDoesNotStarve", testPriorityNoStarve})
 		}
 	} else {
 		t.Log("jobstest: no Harness.NewLimitedBackend; per-tenant caps and weights are not tested")
 	}
 	if h.NewSharedBackends != nil {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"TenantCapAcrossProcesses", testTenantCapShared})
+		tests = append(tests, suiteCase{"TenantCapAcrossProcesses", testTenantCapShared})
 	}
 	if caps.Periodic {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"Periodic", testPeriodic})
+		tests = append(tests, suiteCase{"Periodic", testPeriodic})
 	}
 	if _, ok := probe.(jobs.Canceller); ok && caps.CancelRunning {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"CancelRunning", testCancelRunning})
+		tests = append(tests, suiteCase{"CancelRunning", testCancelRunning})
 	}
 	if pauses {
-		tests = append(tests, struct {
-			name string
-			fn   func(*testing.T, Harness)
-		}{"QueuePause", testQueuePause})
+		tests = append(tests, suiteCase{"QueuePause", testQueuePause})
 	} else {
 		t.Log("jobstest: backend is no jobs.QueuePauser; pausing queues is not part of its contract")
 	}
@@ -174,6 +134,12 @@ func RunConformance(t *testing.T, h Harness) {
 			tc.fn(t, h)
 		})
 	}
+}
+
+// suiteCase is one subtest of the conformance suite.
+type suiteCase struct {
+	name string
+	fn   func(*testing.T, Harness)
 }
 
 // env is one Client on a fresh backend, stopped at cleanup.
@@ -358,6 +324,22 @@ func group(tenantID string) string {
 		return "none"
 	}
 	return tenantID
+}
+
+// workers registers a basicArgs handler that records each job's start and
+// end under its tenant's group, running during (nil: nothing) in between.
+func (tr *tracker) workers(during func(ctx context.Context, j *jobs.Job[basicArgs])) *jobs.Workers {
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
+		g := group(j.Tenant)
+		tr.begin(j.ID, g)
+		defer tr.end(j.ID, g)
+		if during != nil {
+			during(ctx, j)
+		}
+		return nil
+	})
+	return w
 }
 
 func (tr *tracker) begin(id jobs.JobID, g string) {

@@ -146,21 +146,12 @@ func testWork(t *testing.T, h Harness) {
 			t.Parallel()
 			const producers, perProducer = 4, 50
 			tr := newTracker()
-			w := jobs.NewWorkers()
-			jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-				g := group(j.Tenant)
-				tr.begin(j.ID, g)
-				tr.end(j.ID, g)
-				return nil
-			})
-			e := newEnv(t, h, tc.cfg, w)
+			e := newEnv(t, h, tc.cfg, tr.workers(nil))
 			e.start()
 			var wg sync.WaitGroup
 			var enqErr atomic.Value
 			for p := range producers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for i := range perProducer {
 						ctx := context.Background()
 						if n := (p*perProducer + i) % 11; n < 10 {
@@ -171,7 +162,7 @@ func testWork(t *testing.T, h Harness) {
 							return
 						}
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			if err, _ := enqErr.Load().(error); err != nil {

@@ -54,15 +54,8 @@ func testTenantCaps(t *testing.T, h Harness) {
 	lim := NewLimits()
 	lim.Set("A", 2, 1)
 	tr := newTracker()
-	w := jobs.NewWorkers()
 	var e *env
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-		g := group(j.Tenant)
-		tr.begin(j.ID, g)
-		defer tr.end(j.ID, g)
-		e.block(ctx)
-		return nil
-	})
+	w := tr.workers(func(ctx context.Context, _ *jobs.Job[basicArgs]) { e.block(ctx) })
 	e = newEnvOn(t, h, h.NewLimitedBackend(t, lim), jobs.Config{Workers: 8}, w, jobs.Options{})
 	bg := context.Background()
 	// A's jobs first: its backlog must be stepped over, not wait in front.
@@ -91,13 +84,7 @@ func testTenantCapChange(t *testing.T, h Harness) {
 	lim := NewLimits()
 	lim.Set("A", 1, 1)
 	tr := newTracker()
-	w := jobs.NewWorkers()
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-		tr.begin(j.ID, "A")
-		defer tr.end(j.ID, "A")
-		time.Sleep(20 * time.Millisecond)
-		return nil
-	})
+	w := tr.workers(func(context.Context, *jobs.Job[basicArgs]) { time.Sleep(20 * time.Millisecond) })
 	e := newEnvOn(t, h, h.NewLimitedBackend(t, lim), jobs.Config{Workers: 4}, w, jobs.Options{})
 	ctx := tenant.With(context.Background(), "A")
 	const n = 400
@@ -121,12 +108,7 @@ func testTenantWeights(t *testing.T, h Harness) {
 	lim.Set("A", 0, 4)
 	lim.Set("B", 0, 1)
 	tr := newTracker()
-	w := jobs.NewWorkers()
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-		tr.begin(j.ID, group(j.Tenant))
-		tr.end(j.ID, group(j.Tenant))
-		return nil
-	})
+	w := tr.workers(nil)
 	// One worker: the start order is the claim order.
 	e := newEnvOn(t, h, h.NewLimitedBackend(t, lim), jobs.Config{Workers: 1}, w, jobs.Options{})
 	bg := context.Background()
@@ -193,12 +175,7 @@ func testPriority(t *testing.T, h Harness) {
 // another tenant's turns.
 func testPriorityNoStarve(t *testing.T, h Harness) {
 	tr := newTracker()
-	w := jobs.NewWorkers()
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-		tr.begin(j.ID, group(j.Tenant))
-		tr.end(j.ID, group(j.Tenant))
-		return nil
-	})
+	w := tr.workers(nil)
 	e := newEnvOn(t, h, h.NewLimitedBackend(t, NewLimits()), jobs.Config{Workers: 1}, w, jobs.Options{})
 	bg := context.Background()
 	for i := range 50 {
@@ -226,16 +203,8 @@ func testTenantCapShared(t *testing.T, h Harness) {
 	lim.Set("A", 2, 1)
 	b1, b2 := h.NewSharedBackends(t, lim)
 	tr := newTracker()
-	handler := func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-		g := group(j.Tenant)
-		tr.begin(j.ID, g)
-		defer tr.end(j.ID, g)
-		time.Sleep(10 * time.Millisecond)
-		return nil
-	}
-	w1, w2 := jobs.NewWorkers(), jobs.NewWorkers()
-	jobs.Register(w1, handler)
-	jobs.Register(w2, handler)
+	work := func(context.Context, *jobs.Job[basicArgs]) { time.Sleep(10 * time.Millisecond) }
+	w1, w2 := tr.workers(work), tr.workers(work)
 	e1 := newEnvOn(t, h, b1, jobs.Config{Workers: 4}, w1, jobs.Options{})
 	e2 := newEnvOn(t, h, b2, jobs.Config{Workers: 4}, w2, jobs.Options{})
 	bg := context.Background()

@@ -134,12 +134,7 @@ func testEnqueueMany(t *testing.T, h Harness) {
 // 1,000 still starts within the first two.
 func testEnqueueManyFair(t *testing.T, h Harness) {
 	tr := newTracker()
-	w := jobs.NewWorkers()
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-		tr.begin(j.ID, group(j.Tenant))
-		tr.end(j.ID, group(j.Tenant))
-		return nil
-	})
+	w := tr.workers(nil)
 	e := newEnv(t, h, jobs.Config{Workers: 1, Tenants: jobs.TenantConfig{Lanes: 1, LanesPerTenant: 1}}, w)
 	bg := context.Background()
 	noisy := make([]jobs.Args, 1000)

@@ -1,6 +1,7 @@
 package jobstest
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -46,9 +47,7 @@ func testQueuePause(t *testing.T, h Harness) {
 	p := e.b.(jobs.QueuePauser)
 	paused := otherQueueArgs{}.JobSpec().Queue
 	running := basicArgs{}.JobSpec().Queue
-	if running == "" {
-		running = jobs.DefaultQueue
-	}
+	running = cmp.Or(running, jobs.DefaultQueue)
 	ctx := context.Background()
 
 	// A job of the queue is running when the pause comes: it finishes.

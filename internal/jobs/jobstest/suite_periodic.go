@@ -1,6 +1,7 @@
 package jobstest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -106,9 +107,7 @@ type PeriodicHarness struct {
 // if killed: its connection, and so its leadership, goes) after the fifth
 // and the other takes over.
 func RunPeriodicFailover(t *testing.T, h PeriodicHarness) {
-	if h.Wait == 0 {
-		h.Wait = 15 * time.Second
-	}
+	h.Wait = cmp.Or(h.Wait, 15*time.Second)
 	hh := Harness{NewBackend: h.NewBackend, Wait: h.Wait}.withDefaults()
 	var pc periodicCounter
 	clock := NewFakeClock(periodicStart)

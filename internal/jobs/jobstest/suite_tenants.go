@@ -15,12 +15,7 @@ func testFairness(t *testing.T, h Harness) {
 	run := func(t *testing.T, enqueue func(e *env), until func(order []string) bool) []string {
 		t.Helper()
 		tr := newTracker()
-		w := jobs.NewWorkers()
-		jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-			tr.begin(j.ID, group(j.Tenant))
-			tr.end(j.ID, group(j.Tenant))
-			return nil
-		})
+		w := tr.workers(nil)
 		// One worker: the start order is the dequeue order. Isolation is on
 		// through one lane, without slots: a slot limit of 1 would rotate
 		// tenants by itself and hide a broken round-robin.
@@ -87,15 +82,8 @@ func testFairness(t *testing.T, h Harness) {
 
 func testSlots(t *testing.T, h Harness) {
 	tr := newTracker()
-	w := jobs.NewWorkers()
 	var e *env
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-		g := group(j.Tenant)
-		tr.begin(j.ID, g)
-		defer tr.end(j.ID, g)
-		e.block(ctx)
-		return nil
-	})
+	w := tr.workers(func(ctx context.Context, _ *jobs.Job[basicArgs]) { e.block(ctx) })
 	e = newEnv(t, h, jobs.Config{Workers: 8, Tenants: jobs.TenantConfig{MaxConcurrent: 2}}, w)
 	bg := context.Background()
 	for _, c := range []struct {
@@ -152,16 +140,11 @@ func testLanes(t *testing.T, h Harness) {
 			perLane := tc.workers / tc.lanes
 			maxX := tc.perTenant * perLane // workers of X's lanes
 			tr := newTracker()
-			w := jobs.NewWorkers()
 			var e *env
-			jobs.Register(w, func(ctx context.Context, j *jobs.Job[basicArgs]) error {
-				g := group(j.Tenant)
-				tr.begin(j.ID, g)
-				defer tr.end(j.ID, g)
+			w := tr.workers(func(ctx context.Context, j *jobs.Job[basicArgs]) {
 				if j.Tenant == x {
 					e.block(ctx) // blocks "forever": until the test ends
 				}
-				return nil
 			})
 			e = newEnv(t, h, jobs.Config{Workers: tc.workers, Tenants: jobs.TenantConfig{Lanes: tc.lanes, LanesPerTenant: tc.perTenant}}, w)
 			bg := context.Background()

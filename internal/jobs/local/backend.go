@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -195,10 +196,7 @@ func (b *Backend) Open(_ context.Context, p jobs.OpenParams) error {
 	}
 	b.status.Store(statusOpen)
 	if len(p.Periodic) > 0 {
-		log := p.Logger
-		if log == nil {
-			log = slog.Default()
-		}
+		log := cmp.Or(p.Logger, slog.Default())
 		b.periodic.Store(jobs.StartInProcess(b.clock, p.Periodic,
 			func(ip jobs.InsertParams) (jobs.EnqueueResult, error) { return b.Insert(context.Background(), ip) },
 			p.Scheduled,

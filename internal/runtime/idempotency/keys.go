@@ -20,6 +20,7 @@ package idempotency
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -104,9 +105,7 @@ func New(o Options) (*Keys, error) {
 	if k.now == nil {
 		k.now = time.Now
 	}
-	if k.log == nil {
-		k.log = slog.Default()
-	}
+	k.log = cmp.Or(k.log, slog.Default())
 	return k, nil
 }
 

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"cmp"
 	"net/http"
 	"strconv"
 )
@@ -28,16 +29,12 @@ func (r *recorder) Header() http.Header { return r.header }
 
 // WriteHeader implements http.ResponseWriter.
 func (r *recorder) WriteHeader(status int) {
-	if r.status == 0 {
-		r.status = status
-	}
+	r.status = cmp.Or(r.status, status)
 }
 
 // Write implements http.ResponseWriter.
 func (r *recorder) Write(p []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
-	}
+	r.status = cmp.Or(r.status, http.StatusOK)
 	return r.buf.Write(p)
 }
 
@@ -48,9 +45,7 @@ func (r *recorder) Flush() {}
 // answer returns what the handler answered.
 func (r *recorder) answer() answer {
 	st := r.status
-	if st == 0 {
-		st = http.StatusOK
-	}
+	st = cmp.Or(st, http.StatusOK)
 	return answer{status: st, contentType: r.header.Get("Content-Type"), body: r.buf.Bytes()}
 }
 
