@@ -155,7 +155,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	log.Info("slot move complete", "slots", rg.String(), "from", *from, "to", *to,
 		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
 		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes, "peak_lag", rep.PeakLag.Round(time.Millisecond).String(),
-		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
+		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "freeze_steps", rep.FreezeStepsString(), "verified_in_freeze", rep.FreezeVerified,
 		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
 		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning)
 	return nil

@@ -20,8 +20,9 @@
 //  4. freeze: the slot map marks the range frozen; routers answer its
 //     tenants 503 with Retry-After: 1 (after Settle, no router sends them
 //     to the source any more).
-//  5. fence: triggers on the source tables refuse any write to the range
-//     (creating them waits for write transactions in flight).
+//  5. fence: the triggers installed on the source tables before the
+//     freeze start refusing any write to the range, and the tool waits for
+//     the write transactions in flight (db.go says how).
 //  6. catch up to the fence (a marker written after it), then compare the
 //     rows that differed or changed since the last round. A difference
 //     stops the move: the fence is dropped and the original map restored
@@ -30,8 +31,9 @@
 //     (written atomically: temporary file + rename).
 //  8. finish: the replication slots and publications are dropped, the
 //     moved tenants' waiting and scheduled shard-local jobs move (see
-//     jobs.go), the source rows are deleted (child tables first) and the
-//     fence dropped.
+//     jobs.go), their rows of the control database's tenant table move
+//     (see plans.go; copied once before the freeze already), the source
+//     rows are deleted (child tables first) and the fence dropped.
 //
 // Run again after a crash with the same arguments: the map and the state
 // file say where to resume; Status lists the replication slots of moves
@@ -93,8 +95,10 @@ type Config struct {
 	// SourceControl and TargetControl, when both set, are the two cells'
 	// control databases: the moved tenants' waiting and scheduled jobs in
 	// them (enqueued without shard_local) move too, after the switch, as
-	// the shards' jobs do (unless SkipJobs). Name them for logs and the
-	// jobs' markers (e.g. "cell-1/control").
+	// the shards' jobs do (unless SkipJobs), and so do their rows of the
+	// tenant table (internal/plans: their plans and overrides; see
+	// plans.go). Name them for logs and the jobs' markers (e.g.
+	// "cell-1/control").
 	SourceControl, TargetControl Shard
 	// ChunkSlots is how many slots one copy, verify or delete statement
 	// covers. Default: 1024.
@@ -174,6 +178,10 @@ type Report struct {
 	// active job with the same uniqueness key; JobsLeftRunning the moved
 	// tenants' jobs that were running at the source and stayed there.
 	JobsMoved, JobsDuplicate, JobsLeftRunning int64
+	// TenantsMoved counts the moved tenants' rows of the control
+	// database's tenant table (their plans and overrides) moved to the
+	// target's (see plans.go).
+	TenantsMoved int64
 	// CopyTime is how long the initial copy took (Copied holds its rows).
 	CopyTime time.Duration
 	// PeakLag is the longest a marker written at a source took to come
@@ -190,6 +198,42 @@ type Report struct {
 	// compared inside it.
 	Freeze, Settle time.Duration
 	FreezeVerified int
+	// FreezeSteps is where the freeze's time went, step by step in the
+	// order they ran (see FreezeStep); their sum is Freeze.
+	FreezeSteps []FreezeStep
+}
+
+// FreezeStep is one step inside the freeze and how long it took. The
+// names: "map" (writing the frozen map), "routers" (every router
+// confirming it, or the Settle sleep), "fence", "catch_up" (the streams
+// delivering everything up to the fence), "verify" (comparing what
+// changed), "state", "identity" (the target's identity sequences),
+// "switch" (writing the switched map) and "routers_switched".
+type FreezeStep struct {
+	Name string
+	Took time.Duration
+}
+
+// freezeClock records FreezeSteps: each mark closes the step that began
+// at the previous mark.
+type freezeClock struct {
+	rep  *Report
+	last time.Time
+}
+
+func (c *freezeClock) mark(name string) {
+	now := time.Now()
+	c.rep.FreezeSteps = append(c.rep.FreezeSteps, FreezeStep{Name: name, Took: now.Sub(c.last)})
+	c.last = now
+}
+
+// FreezeStepsString is the steps as "map=1ms routers=52ms ...", for logs.
+func (r Report) FreezeStepsString() string {
+	parts := make([]string, len(r.FreezeSteps))
+	for i, s := range r.FreezeSteps {
+		parts[i] = s.Name + "=" + s.Took.Round(100*time.Microsecond).String()
+	}
+	return strings.Join(parts, " ")
 }
 
 // VerifyError is a verification difference: the move stopped before the
@@ -364,7 +408,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		// verdict still holds.
 		rep.Resumed = "switch"
 		log.Info("resuming: range verified while frozen; switching")
-		return rep, mv.switchAndFinish(ctx, &rep, m, time.Now())
+		return rep, mv.switchAndFinish(ctx, &rep, m, &freezeClock{rep: &rep, last: time.Now()})
 	}
 	if frozen {
 		// A run died inside the freeze: give the range back to its
@@ -458,6 +502,16 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		}
 		log.Info("verified what changed", "rows", n, "rows_to_check_again", mv.mismatchedCount())
 	}
+	// The target cell learns the moved tenants' plans before it serves
+	// them; the rows move for good after the switch.
+	if err := mv.movePlans(ctx, &rep, false); err != nil {
+		return rep, err
+	}
+	// The fence's triggers go in now, down: their creation waits for the
+	// tables' writers, which the freeze would otherwise wait for.
+	if err := mv.installFence(ctx); err != nil {
+		return rep, err
+	}
 	// The last compare paused the streams: catch up once more, so the
 	// freeze's catch-up has only its own moments to apply.
 	if err := mv.catchUpQuick(ctx); err != nil {
@@ -470,10 +524,12 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	frozenRaw := fm.Marshal()
+	frozenAt := time.Now()
+	clock := &freezeClock{rep: &rep, last: frozenAt}
 	if err := cells.WriteFileAtomic(cfg.MapFile, frozenRaw, 0o644); err != nil {
 		return rep, fmt.Errorf("slotmove: freeze: %w", err)
 	}
-	frozenAt := time.Now()
+	clock.mark("map")
 	if len(cfg.Routers) > 0 {
 		log.Info("phase: freeze; range frozen in the slot map, waiting for every router to confirm it", "routers", len(cfg.Routers))
 	} else {
@@ -501,28 +557,30 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		if err := mv.confirmRouters(ctx, fm, true); err != nil {
 			return rep, restore(err)
 		}
+		clock.mark("routers")
 		rep.Settle = time.Since(frozenAt)
 		log.Info("every router confirmed the frozen map", "settle", rep.Settle.Round(time.Millisecond).String())
 	} else {
 		if err := cfg.Sleep(ctx, cfg.Settle); err != nil {
 			return rep, restore(err)
 		}
+		clock.mark("routers")
 		rep.Settle = cfg.Settle
 	}
 	if err := mv.crashAt("settled"); err != nil {
 		return rep, err
 	}
-	if err := mv.fence(ctx); err != nil {
+	if err := mv.activateFence(ctx); err != nil {
 		return rep, restore(err)
 	}
-	fencedAt := time.Now()
+	clock.mark("fence")
 	if err := mv.crashAt("fenced"); err != nil {
 		return rep, err
 	}
 	if _, _, err := mv.catchUp(ctx); err != nil {
 		return rep, restore(err)
 	}
-	caughtUpAt := time.Now()
+	clock.mark("catch_up")
 	if cfg.AfterCopy != nil {
 		if err := cfg.AfterCopy(ctx); err != nil {
 			return rep, restore(err)
@@ -534,15 +592,16 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, restore(err)
 	}
 	rep.FreezeVerified = n
-	log.Info("verified inside the freeze", "rows", n, "fence", fencedAt.Sub(frozenAt).Round(time.Millisecond).String(),
-		"catch_up", caughtUpAt.Sub(fencedAt).Round(time.Millisecond).String(), "verify", time.Since(caughtUpAt).Round(time.Millisecond).String())
+	clock.mark("verify")
 	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified}); err != nil {
 		return rep, restore(err)
 	}
+	clock.mark("state")
+	log.Info("verified inside the freeze", "rows", n, "steps", rep.FreezeStepsString())
 	if err := mv.crashAt("verified"); err != nil {
 		return rep, err
 	}
-	return rep, mv.switchAndFinish(ctx, &rep, fm, frozenAt)
+	return rep, mv.switchAndFinish(ctx, &rep, fm, clock)
 }
 
 func (mv *mover) mismatchedCount() int {
@@ -571,13 +630,14 @@ func (mv *mover) catchUpQuick(ctx context.Context) error {
 
 // switchAndFinish moves the target's identity sequences past the streamed
 // ids, gives the range to the target (unfrozen), and finishes the move.
-func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, frozenAt time.Time) error {
+func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, clock *freezeClock) error {
 	cfg := mv.cfg
 	for _, t := range mv.tables {
 		if err := mv.bumpIdentity(ctx, t); err != nil {
 			return err
 		}
 	}
+	clock.mark("identity")
 	sw, err := frozen.Reassign(cfg.Range, cfg.From, cfg.To)
 	if err == nil {
 		sw, err = sw.WithFrozen(cfg.Range, false)
@@ -588,17 +648,22 @@ func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.
 	if err := cells.WriteSlotMap(cfg.MapFile, sw); err != nil {
 		return err
 	}
+	clock.mark("switch")
 	if len(cfg.Routers) > 0 {
 		// The tenants are served again once every router has the new map.
 		if err := mv.confirmRouters(ctx, sw, false); err != nil {
 			mv.log.Warn("the map is switched, but a router has not confirmed it; it refuses or misroutes the range's tenants until it reloads", "error", err.Error())
 		}
+		clock.mark("routers_switched")
 	}
-	rep.Freeze = time.Since(frozenAt)
+	for _, s := range rep.FreezeSteps {
+		rep.Freeze += s.Took
+	}
 	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepSwitched}); err != nil {
 		return err
 	}
-	mv.log.Info("slot map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified)
+	mv.log.Info("slot map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified,
+		"steps", rep.FreezeStepsString())
 	if err := mv.crashAt("switched"); err != nil {
 		return err
 	}
@@ -630,6 +695,9 @@ func (mv *mover) finish(ctx context.Context, rep *Report) error {
 		if err := mv.moveJobs(ctx, rep); err != nil {
 			return err
 		}
+	}
+	if err := mv.movePlans(ctx, rep, true); err != nil {
+		return err
 	}
 	if err := mv.crashAt("deleting"); err != nil {
 		return err

@@ -300,16 +300,18 @@ func (mv *mover) hasReplication(ctx context.Context) (bool, error) {
 // catchUp commits a marker on every source shard and applies each stream
 // until it has delivered the marker's transaction: then everything
 // committed at the source before catchUp was called is on the target
-// (logical decoding sends transactions in commit order). It returns the
+// (logical decoding sends transactions in commit order). The markers are
+// all written first, so the shards' round trips overlap. It returns the
 // longest marker round trip and the largest lag in bytes seen at the
 // emission.
 func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 	var worst time.Duration
 	var lagBytes int64
+	start := time.Now()
+	tokens := make([]string, len(mv.source))
 	for i, sc := range mv.source {
 		s := mv.streams[i]
-		token := fmt.Sprintf("%d-%d", time.Now().UnixNano(), i)
-		start := time.Now()
+		tokens[i] = fmt.Sprintf("%d-%d", time.Now().UnixNano(), i)
 		// A transactional marker whose commit is flushed at once: the
 		// walsender sends only flushed WAL, and PostgreSQL 15 does not
 		// flush a non-transactional message by itself.
@@ -318,7 +320,7 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, "SELECT pg_logical_emit_message(true, $1, $2)::text", markerMessagePrefix, token).Scan(&lsn)
+			return tx.QueryRow(ctx, "SELECT pg_logical_emit_message(true, $1, $2)::text", markerMessagePrefix, tokens[i]).Scan(&lsn)
 		})
 		if err != nil {
 			return 0, 0, fmt.Errorf("slotmove: marker on source %s: %w", sc.name, err)
@@ -326,7 +328,10 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 		if lag := int64(lsn) - int64(s.applied); lag > lagBytes {
 			lagBytes = lag
 		}
-		if err := mv.pump(ctx, s, func() bool { return s.markers[token] }); err != nil {
+	}
+	for i := range mv.source {
+		s := mv.streams[i]
+		if err := mv.pump(ctx, s, func() bool { return s.markers[tokens[i]] }); err != nil {
 			return 0, 0, err
 		}
 		worst = max(worst, time.Since(start))
