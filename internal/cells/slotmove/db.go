@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +47,52 @@ type mover struct {
 
 	// http asks the routers which slot map they use (Config.Routers).
 	http *http.Client
+
+	// identity is, per target shard and identity column, what this run
+	// knows of it: the value bumpIdentity last set the sequence to, and
+	// the largest value the streams have written since the move began
+	// (a value that does not parse as an integer counts as unbounded).
+	// Inside the freeze, a sequence already past every streamed value
+	// needs no locked bump.
+	identity map[identKey]*identState
+}
+
+// identKey names one identity column on one target shard.
+type identKey struct {
+	dst           int
+	table, column string
+}
+
+// identState is what the run knows of one identity column (see
+// mover.identity).
+type identState struct {
+	bumped      int64 // the sequence's value after this run's last bump; 0 = none yet
+	streamedMax int64 // the largest value the streams wrote; math.MaxInt64 when one did not parse
+}
+
+// noteIdentity records the identity values of a row the stream wrote to
+// target shard dst.
+func (mv *mover) noteIdentity(dst int, ri *relInfo, vals [][]byte) {
+	for _, c := range ri.identCols {
+		if vals[c] == nil {
+			continue
+		}
+		v, err := strconv.ParseInt(string(vals[c]), 10, 64)
+		if err != nil {
+			v = math.MaxInt64
+		}
+		st := mv.identityOf(identKey{dst, ri.t.name, ri.cols[c]})
+		st.streamedMax = max(st.streamedMax, v)
+	}
+}
+
+func (mv *mover) identityOf(k identKey) *identState {
+	st := mv.identity[k]
+	if st == nil {
+		st = &identState{}
+		mv.identity[k] = st
+	}
+	return st
 }
 
 // rowKey is a row's primary key (text values) and its slot.
@@ -129,7 +178,7 @@ var sessionParams = map[string]string{
 
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
 	mv := &mover{cfg: cfg, log: log, streams: make([]*stream, len(cfg.Source)),
-		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{},
+		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{}, identity: map[identKey]*identState{},
 		http: &http.Client{Timeout: time.Second}}
 	var err error
 	if mv.srcMap, err = shardMap(cfg.Source); err != nil {
@@ -400,8 +449,72 @@ func (mv *mover) copySegment(ctx context.Context, t tableInfo, seg segment) (int
 // a copied id. Inserts wait for the brief lock, so no id is handed out
 // between reading the maximum and setting the sequence.
 func (mv *mover) bumpIdentity(ctx context.Context, t tableInfo) error {
+	return mv.bumpIdentityIf(ctx, t, func(identKey) bool { return true })
+}
+
+// bumpStreamedIdentity is bumpIdentity inside the freeze. It bumps only
+// the sequences a value the streams wrote may have passed since this run's
+// last bump (all of them when this run has not bumped, as after a resume),
+// each target shard's in one round trip (one transaction: lock the tables
+// that need it, children first, set their sequences), the shards at once.
+func (mv *mover) bumpStreamedIdentity(ctx context.Context) error {
+	errs := make([]error, len(mv.target))
+	var wg sync.WaitGroup
+	for d, dst := range mv.target {
+		var locks []string
+		var sets []string
+		for i := len(mv.tables) - 1; i >= 0; i-- {
+			t := mv.tables[i]
+			need := false
+			for _, col := range t.identity {
+				st := mv.identity[identKey{d, t.name, col}]
+				if st == nil || st.bumped == 0 || st.streamedMax > st.bumped {
+					need = true
+					sets = append(sets, fmt.Sprintf(`SELECT setval(s, GREATEST(coalesce(pg_sequence_last_value(s), 0), (SELECT coalesce(max(%s), 0) FROM %s), 1))
+						FROM (SELECT pg_get_serial_sequence(%s, %s)::regclass AS s) q`,
+						pgx.Identifier{col}.Sanitize(), t.ident, quoteLiteral(t.ident), quoteLiteral(col)))
+				}
+			}
+			if need {
+				locks = append(locks, t.ident)
+			}
+		}
+		if len(sets) == 0 {
+			continue
+		}
+		q := "BEGIN; SET LOCAL lock_timeout = '" + lockTimeout + "'; LOCK TABLE " + strings.Join(locks, ", ") +
+			" IN SHARE ROW EXCLUSIVE MODE; " + strings.Join(sets, "; ") + "; COMMIT"
+		wg.Go(func() {
+			errs[d] = retryLocks(ctx, func() error {
+				_, err := dst.conn.PgConn().Exec(ctx, q).ReadAll()
+				if err != nil {
+					// A failed statement leaves the transaction open and
+					// aborted.
+					_, _ = dst.conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
+				}
+				return err
+			})
+			if errs[d] != nil {
+				errs[d] = fmt.Errorf("slotmove: identity sequences on target %s: %w", dst.name, errs[d])
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// bumpIdentityIf is bumpIdentity for the identity columns need selects.
+func (mv *mover) bumpIdentityIf(ctx context.Context, t tableInfo, need func(identKey) bool) error {
 	for _, col := range t.identity {
-		for _, dst := range mv.target {
+		for d, dst := range mv.target {
+			k := identKey{d, t.name, col}
+			if !need(k) {
+				continue
+			}
+			var now int64
 			err := retryLocks(ctx, func() error {
 				return pgx.BeginFunc(ctx, dst.conn, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
@@ -410,16 +523,16 @@ func (mv *mover) bumpIdentity(ctx context.Context, t tableInfo) error {
 					if _, err := tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE", t.ident)); err != nil {
 						return err
 					}
-					_, err := tx.Exec(ctx, fmt.Sprintf(`
+					return tx.QueryRow(ctx, fmt.Sprintf(`
 						SELECT setval(s, GREATEST(coalesce(pg_sequence_last_value(s), 0), (SELECT coalesce(max(%s), 0) FROM %s), 1))
 						FROM (SELECT pg_get_serial_sequence($1, $2)::regclass AS s) q`,
-						pgx.Identifier{col}.Sanitize(), t.ident), t.ident, col)
-					return err
+						pgx.Identifier{col}.Sanitize(), t.ident), t.ident, col).Scan(&now)
 				})
 			})
 			if err != nil {
 				return fmt.Errorf("slotmove: identity %s.%s on target %s: %w", t.name, col, dst.name, err)
 			}
+			mv.identityOf(k).bumped = now
 		}
 	}
 	return nil

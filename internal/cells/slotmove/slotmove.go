@@ -207,8 +207,10 @@ type Report struct {
 // names: "map" (writing the frozen map), "routers" (every router
 // confirming it, or the Settle sleep), "fence", "catch_up" (the streams
 // delivering everything up to the fence), "verify" (comparing what
-// changed), "state", "identity" (the target's identity sequences),
-// "switch" (writing the switched map) and "routers_switched".
+// changed), "state_identity" (writing the state file while the target's
+// identity sequences move past the streamed ids; "identity" alone when a
+// resumed run switches), "switch" (writing the switched map) and
+// "routers_switched".
 type FreezeStep struct {
 	Name string
 	Took time.Duration
@@ -408,7 +410,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		// verdict still holds.
 		rep.Resumed = "switch"
 		log.Info("resuming: range verified while frozen; switching")
-		return rep, mv.switchAndFinish(ctx, &rep, m, &freezeClock{rep: &rep, last: time.Now()})
+		return rep, mv.switchAndFinish(ctx, &rep, m, &freezeClock{rep: &rep, last: time.Now()}, false)
 	}
 	if frozen {
 		// A run died inside the freeze: give the range back to its
@@ -512,6 +514,14 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := mv.installFence(ctx); err != nil {
 		return rep, err
 	}
+	// The target's identity sequences go past what has been streamed so
+	// far now, so that the freeze bumps only those the last moments'
+	// changes passed (usually none).
+	for _, t := range mv.tables {
+		if err := mv.bumpIdentity(ctx, t); err != nil {
+			return rep, err
+		}
+	}
 	// The last compare paused the streams: catch up once more, so the
 	// freeze's catch-up has only its own moments to apply.
 	if err := mv.catchUpQuick(ctx); err != nil {
@@ -593,15 +603,22 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	rep.FreezeVerified = n
 	clock.mark("verify")
-	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified}); err != nil {
+	// The state file and the target's identity sequences at once: the
+	// switch needs both, neither needs the other.
+	stateErr := make(chan error, 1)
+	go func() {
+		stateErr <- writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified})
+	}()
+	idErr := mv.bumpStreamedIdentity(ctx)
+	if err := errors.Join(<-stateErr, idErr); err != nil {
 		return rep, restore(err)
 	}
-	clock.mark("state")
+	clock.mark("state_identity")
 	log.Info("verified inside the freeze", "rows", n, "steps", rep.FreezeStepsString())
 	if err := mv.crashAt("verified"); err != nil {
 		return rep, err
 	}
-	return rep, mv.switchAndFinish(ctx, &rep, fm, clock)
+	return rep, mv.switchAndFinish(ctx, &rep, fm, clock, true)
 }
 
 func (mv *mover) mismatchedCount() int {
@@ -629,15 +646,16 @@ func (mv *mover) catchUpQuick(ctx context.Context) error {
 }
 
 // switchAndFinish moves the target's identity sequences past the streamed
-// ids, gives the range to the target (unfrozen), and finishes the move.
-func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, clock *freezeClock) error {
+// ids (unless identityDone), gives the range to the target (unfrozen), and
+// finishes the move.
+func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, clock *freezeClock, identityDone bool) error {
 	cfg := mv.cfg
-	for _, t := range mv.tables {
-		if err := mv.bumpIdentity(ctx, t); err != nil {
+	if !identityDone {
+		if err := mv.bumpStreamedIdentity(ctx); err != nil {
 			return err
 		}
+		clock.mark("identity")
 	}
-	clock.mark("identity")
 	sw, err := frozen.Reassign(cfg.Range, cfg.From, cfg.To)
 	if err == nil {
 		sw, err = sw.WithFrozen(cfg.Range, false)

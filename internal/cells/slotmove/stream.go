@@ -153,7 +153,9 @@ type relInfo struct {
 	cols    []string // column names, in the stream's order
 	slotCol int
 	pkCols  []int // indexes into cols of the primary key's columns
-	upsert  string
+	// identCols are the indexes into cols of the table's identity columns.
+	identCols []int
+	upsert    string
 }
 
 // createReplication creates the publication and the replication slot of
@@ -529,6 +531,11 @@ func (mv *mover) relation(m *pglogrepl.RelationMessage) (*relInfo, error) {
 		}
 		ri.pkCols = append(ri.pkCols, i)
 	}
+	for _, c := range t.identity {
+		if i, ok := idx[c]; ok {
+			ri.identCols = append(ri.identCols, i)
+		}
+	}
 	quoted := make([]string, len(ri.cols))
 	params := make([]string, len(ri.cols))
 	var sets []string
@@ -645,6 +652,7 @@ func (mv *mover) applyRow(ctx context.Context, s *stream, rel uint32, newTup, ol
 	} else if err := mv.exec(ctx, s, newSlot, ri.upsert, vals); err != nil {
 		return err
 	}
+	mv.noteIdentity(mv.dstMap.Owner(newSlot), ri, vals)
 	mv.markDirty(ri.t, newSlot, newKey)
 	mv.streamed++
 	return nil

@@ -215,11 +215,18 @@ func (mv *mover) compareKeys(ctx context.Context, t *tableInfo, src, dst *shardC
 		}
 		return out, rows.Err()
 	}
-	sh, err := read(src)
-	if err != nil {
-		return nil, fmt.Errorf("slotmove: verify %s rows on source %s: %w", t.name, src.name, err)
-	}
+	// Both sides at once: inside the freeze this is frozen time.
+	var sh map[string]string
+	srcErr := make(chan error, 1)
+	go func() {
+		var err error
+		sh, err = read(src)
+		srcErr <- err
+	}()
 	th, err := read(dst)
+	if serr := <-srcErr; serr != nil {
+		return nil, fmt.Errorf("slotmove: verify %s rows on source %s: %w", t.name, src.name, serr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("slotmove: verify %s rows on target %s: %w", t.name, dst.name, err)
 	}
