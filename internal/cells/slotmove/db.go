@@ -29,6 +29,10 @@ type mover struct {
 	dstMap *slots.Map
 	segs   []segment
 	tables []tableInfo
+	// involved marks, by source shard index, the shards that hold part of
+	// the range: only they are copied from and streamed (a slot on any
+	// other would decode its server's whole WAL for nothing).
+	involved []bool
 
 	// streams are the replication connections, by source shard.
 	streams []*stream
@@ -203,6 +207,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
 		mv.segs = append(mv.segs, seg)
 		s = seg.rg.Hi + 1
 	}
+	mv.involved = make([]bool, len(cfg.Source))
+	for _, seg := range mv.segs {
+		mv.involved[seg.src] = true
+	}
 	connect := func(shards []Shard) ([]*shardConn, error) {
 		out := make([]*shardConn, len(shards))
 		for i, s := range shards {
@@ -338,6 +346,9 @@ func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 	lastLog := start
 	var total int64
 	for i, sc := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		snap, err := mv.createReplication(ctx, i)
 		if err != nil {
 			return err

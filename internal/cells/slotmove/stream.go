@@ -208,9 +208,13 @@ func (mv *mover) replConn(ctx context.Context, i int) (*pgconn.PgConn, error) {
 }
 
 // startStreams starts (or, after a crash, resumes) streaming on every
-// source shard from its slot's confirmed position.
+// source shard that holds part of the range, from its slot's confirmed
+// position.
 func (mv *mover) startStreams(ctx context.Context) error {
 	for i := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		s := mv.streams[i]
 		if s == nil {
 			conn, err := mv.replConn(ctx, i)
@@ -285,9 +289,13 @@ func dropSlot(ctx context.Context, sc *shardConn, name string) error {
 	return nil
 }
 
-// hasReplication reports whether source shard i holds the move's slot.
+// hasReplication reports whether every source shard that holds part of
+// the range has the move's slot.
 func (mv *mover) hasReplication(ctx context.Context) (bool, error) {
 	for i, sc := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		var n int
 		if err := sc.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", mv.slotName(i)).Scan(&n); err != nil {
 			return false, fmt.Errorf("slotmove: replication slots on source %s: %w", sc.name, err)
@@ -312,6 +320,9 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 	start := time.Now()
 	tokens := make([]string, len(mv.source))
 	for i, sc := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		s := mv.streams[i]
 		tokens[i] = fmt.Sprintf("%d-%d", time.Now().UnixNano(), i)
 		// A transactional marker whose commit is flushed at once: the
@@ -332,6 +343,9 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 		}
 	}
 	for i := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		s := mv.streams[i]
 		if err := mv.pump(ctx, s, func() bool { return s.markers[tokens[i]] }); err != nil {
 			return 0, 0, err
