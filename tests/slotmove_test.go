@@ -562,8 +562,8 @@ func TestCellsSlotMoveUpdatesAndDeletes(t *testing.T) {
 	}
 	l.check(t)
 	t.Logf("slotmove:\n%s", out)
-	t.Logf("summary: freeze %s (settle %s), streamed %s, peak lag %s bytes; 503 window through the router %s (%d refusals); %d inserts, %d updates, %d deletes acknowledged; %d mutations fenced",
-		s["freeze"], s["settle"], s["streamed"], s["peak_lag_bytes"], l.window(), sum(l.refused), len(l.inserted), len(l.updated), len(l.deleted), l.fenced)
+	t.Logf("summary: freeze %s (settle %s; steps %s), streamed %s, peak lag %s bytes; 503 window through the router %s (%d refusals); %d inserts, %d updates, %d deletes acknowledged; %d mutations fenced",
+		s["freeze"], s["settle"], s["freeze_steps"], s["streamed"], s["peak_lag_bytes"], l.window(), sum(l.refused), len(l.inserted), len(l.updated), len(l.deleted), l.fenced)
 }
 
 func sum(m map[string]int) int {
@@ -698,8 +698,8 @@ func BenchmarkSlotMove(b *testing.B) {
 		b.ReportMetric(float64(peakLag.Milliseconds()), "peak-lag-ms")
 		b.ReportMetric(float64(freeze.Milliseconds()), "freeze-ms")
 		b.Logf("slotmove:\n%s", out)
-		b.Logf("%d rows copied in %s; %d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times",
-			copied, copyTime, len(l.inserted), len(l.updated), len(l.deleted), sum(l.refused))
+		b.Logf("%d rows copied in %s; %d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times; freeze %s: %s",
+			copied, copyTime, len(l.inserted), len(l.updated), len(l.deleted), sum(l.refused), freeze, s["freeze_steps"])
 		if w := l.window(); w > time.Second {
 			b.Errorf("the moving tenants' 503 window through the router was %s; the budget is 1s", w)
 		}
