@@ -36,6 +36,9 @@ type mover struct {
 
 	// streams are the replication connections, by source shard.
 	streams []*stream
+	// stmts are the statements prepared on each target shard's
+	// connection: SQL → name.
+	stmts map[int]map[string]string
 	// streamed counts the changes applied from the streams; peakLag is
 	// the largest distance in bytes between a server's WAL position and
 	// what had been applied.
@@ -182,7 +185,7 @@ var sessionParams = map[string]string{
 
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
 	mv := &mover{cfg: cfg, log: log, streams: make([]*stream, len(cfg.Source)),
-		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{}, identity: map[identKey]*identState{},
+		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{}, identity: map[identKey]*identState{}, stmts: map[int]map[string]string{},
 		http: &http.Client{Timeout: time.Second}}
 	var err error
 	if mv.srcMap, err = shardMap(cfg.Source); err != nil {

@@ -155,7 +155,9 @@ type relInfo struct {
 	pkCols  []int // indexes into cols of the primary key's columns
 	// identCols are the indexes into cols of the table's identity columns.
 	identCols []int
-	upsert    string
+	// upsert and del are the statements that apply a change (del: by
+	// primary key).
+	upsert, del string
 }
 
 // createReplication creates the publication and the replication slot of
@@ -564,6 +566,7 @@ func (mv *mover) relation(m *pglogrepl.RelationMessage) (*relInfo, error) {
 	if len(sets) > 0 {
 		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
 	}
+	ri.del = t.deleteByKey()
 	ri.upsert = fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE VALUES (%s) ON CONFLICT (%s) %s",
 		t.ident, strings.Join(quoted, ", "), strings.Join(params, ", "), t.pkList(), conflict)
 	return ri, nil
@@ -622,7 +625,7 @@ func (mv *mover) applyRow(ctx context.Context, s *stream, rel uint32, newTup, ol
 			return err
 		}
 		if del || !sameKey(oldKey, newKey) {
-			if err := mv.exec(ctx, s, oldSlot, ri.t.deleteByKey(), oldKey); err != nil {
+			if err := mv.exec(ctx, s, oldSlot, ri.del, oldKey, true); err != nil {
 				return err
 			}
 			mv.markDirty(ri.t, oldSlot, oldKey)
@@ -660,10 +663,10 @@ func (mv *mover) applyRow(ctx context.Context, s *stream, rel uint32, newTup, ol
 			where[i] = fmt.Sprintf("%s = $%d", pgx.Identifier{k}.Sanitize(), len(args))
 		}
 		q := fmt.Sprintf("UPDATE %s SET %s WHERE %s", ri.t.ident, strings.Join(sets, ", "), strings.Join(where, " AND "))
-		if err := mv.exec(ctx, s, newSlot, q, args); err != nil {
+		if err := mv.exec(ctx, s, newSlot, q, args, false); err != nil {
 			return err
 		}
-	} else if err := mv.exec(ctx, s, newSlot, ri.upsert, vals); err != nil {
+	} else if err := mv.exec(ctx, s, newSlot, ri.upsert, vals, true); err != nil {
 		return err
 	}
 	mv.noteIdentity(mv.dstMap.Owner(newSlot), ri, vals)
@@ -685,9 +688,19 @@ func sameKey(a, b [][]byte) bool {
 }
 
 // exec queues one statement with text parameters (their types inferred
-// by the server from the columns) for the slot's target shard.
-func (mv *mover) exec(_ context.Context, s *stream, slot int, q string, args [][]byte) error {
+// by the server from the columns) for the slot's target shard. The
+// statements every change uses (a table's upsert and delete) are prepared
+// once per target shard: parsing and planning each change again would
+// cost the target more than applying it.
+func (mv *mover) exec(ctx context.Context, s *stream, slot int, q string, args [][]byte, prepare bool) error {
 	d := mv.dstMap.Owner(slot)
+	name := ""
+	if prepare {
+		var err error
+		if name, err = mv.prepared(ctx, d, q); err != nil {
+			return err
+		}
+	}
 	b := s.batches[d]
 	if b == nil {
 		b = &pgconn.Batch{}
@@ -696,9 +709,31 @@ func (mv *mover) exec(_ context.Context, s *stream, slot int, q string, args [][
 	if s.batchN == 0 {
 		s.batchAge = time.Now()
 	}
-	b.ExecParams(q, args, nil, nil, nil)
+	if name != "" {
+		b.ExecPrepared(name, args, nil, nil)
+	} else {
+		b.ExecParams(q, args, nil, nil, nil)
+	}
 	s.batchN++
 	return nil
+}
+
+// prepared returns the name of q prepared on target shard d, preparing it
+// the first time. Only called between batches, while the connection is
+// idle.
+func (mv *mover) prepared(ctx context.Context, d int, q string) (string, error) {
+	if name, ok := mv.stmts[d][q]; ok {
+		return name, nil
+	}
+	if mv.stmts[d] == nil {
+		mv.stmts[d] = map[string]string{}
+	}
+	name := fmt.Sprintf("cellgate_move_%d", len(mv.stmts[d]))
+	if _, err := mv.target[d].conn.PgConn().Prepare(ctx, name, q, nil); err != nil {
+		return "", fmt.Errorf("slotmove: prepare on target %s: %w", mv.target[d].name, err)
+	}
+	mv.stmts[d][q] = name
+	return name, nil
 }
 
 // flush sends the queued changes, each target shard's in one implicit
