@@ -16,7 +16,8 @@
 //     at the source comes back quickly.
 //  3. verify before the freeze: count and checksum per chunk, then row by
 //     row where a chunk differs, then again only the rows that differed or
-//     that the stream changed since.
+//     that the stream changed since, round after round until a round
+//     compares few rows.
 //  4. freeze: the slot map marks the range frozen; routers answer its
 //     tenants 503 with Retry-After: 1 (after Settle, no router sends them
 //     to the source any more).
@@ -480,9 +481,9 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 
 	// Catch up until a marker comes back quickly, verify everything once
-	// and then what changed meanwhile (the streams paused each time),
-	// catch up again, then freeze: the freeze is left with only the last
-	// moments' changes to apply and compare.
+	// and then what changed meanwhile (the streams paused each time), then
+	// freeze: the freeze is left with only the last moments' changes to
+	// apply and compare.
 	if err := mv.catchUpQuick(ctx); err != nil {
 		return rep, err
 	}
@@ -493,16 +494,6 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	if err := mv.fullVerify(ctx, &rep); err != nil {
 		return rep, err
-	}
-	for range 2 {
-		if err := mv.catchUpQuick(ctx); err != nil {
-			return rep, err
-		}
-		n, err := mv.keyVerify(ctx, false)
-		if err != nil {
-			return rep, err
-		}
-		log.Info("verified what changed", "rows", n, "rows_to_check_again", mv.mismatchedCount())
 	}
 	// The target cell learns the moved tenants' plans before it serves
 	// them; the rows move for good after the switch.
@@ -516,16 +507,28 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	// The target's identity sequences go past what has been streamed so
 	// far now, so that the freeze bumps only those the last moments'
-	// changes passed (usually none).
+	// changes passed.
 	for _, t := range mv.tables {
 		if err := mv.bumpIdentity(ctx, t); err != nil {
 			return rep, err
 		}
 	}
-	// The last compare paused the streams: catch up once more, so the
-	// freeze's catch-up has only its own moments to apply.
-	if err := mv.catchUpQuick(ctx); err != nil {
-		return rep, err
+	// Catch up and compare what changed since, round after round, until a
+	// round compares few keys: the streams pause while it compares, so a
+	// short last round leaves the freeze only the changes of its own
+	// moments to apply and compare. The freeze follows at once.
+	for round := 1; ; round++ {
+		if err := mv.catchUpQuick(ctx); err != nil {
+			return rep, err
+		}
+		n, err := mv.keyVerify(ctx, false)
+		if err != nil {
+			return rep, err
+		}
+		log.Info("verified what changed", "round", round, "rows", n, "rows_to_check_again", mv.mismatchedCount())
+		if (round >= 2 && n <= freezeKeysTarget) || round >= maxKeyRounds {
+			break
+		}
 	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
@@ -620,6 +623,16 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	return rep, mv.switchAndFinish(ctx, &rep, fm, clock, true)
 }
+
+// freezeKeysTarget and maxKeyRounds end the compare rounds before the
+// freeze: once a round (the second or later) compares at most
+// freezeKeysTarget keys (one statement per side and table), or after
+// maxKeyRounds rounds (a range changed faster than it can be compared
+// still moves, with a longer freeze).
+const (
+	freezeKeysTarget = 2000
+	maxKeyRounds     = 10
+)
 
 func (mv *mover) mismatchedCount() int {
 	n := 0
