@@ -517,6 +517,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	// round compares few keys: the streams pause while it compares, so a
 	// short last round leaves the freeze only the changes of its own
 	// moments to apply and compare. The freeze follows at once.
+	prev := -1
 	for round := 1; ; round++ {
 		if err := mv.catchUpQuick(ctx); err != nil {
 			return rep, err
@@ -526,9 +527,10 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 			return rep, err
 		}
 		log.Info("verified what changed", "round", round, "rows", n, "rows_to_check_again", mv.mismatchedCount())
-		if (round >= 2 && n <= freezeKeysTarget) || round >= maxKeyRounds {
+		if round >= 2 && (n <= freezeKeysTarget || n >= prev) || round >= maxKeyRounds {
 			break
 		}
+		prev = n
 	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
@@ -626,9 +628,9 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 
 // freezeKeysTarget and maxKeyRounds end the compare rounds before the
 // freeze: once a round (the second or later) compares at most
-// freezeKeysTarget keys (one statement per side and table), or after
-// maxKeyRounds rounds (a range changed faster than it can be compared
-// still moves, with a longer freeze).
+// freezeKeysTarget keys (one statement per side and table) or no fewer
+// than the round before, or after maxKeyRounds rounds (a range changed
+// faster than it can be compared still moves, with a longer freeze).
 const (
 	freezeKeysTarget = 2000
 	maxKeyRounds     = 10

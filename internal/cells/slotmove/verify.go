@@ -141,6 +141,11 @@ func (mv *mover) keyVerify(ctx context.Context, final bool) (int, error) {
 		}
 		for g, ks := range groups {
 			for len(ks) > 0 {
+				// The streams wait meanwhile; answering their servers
+				// keeps wal_sender_timeout from ending them.
+				if err := mv.keepStreamsAlive(ctx); err != nil {
+					return checked, err
+				}
 				n := min(len(ks), 2000)
 				diff, err := mv.compareKeys(ctx, t, mv.source[g[0]], mv.target[g[1]], ks[:n])
 				if err != nil {
