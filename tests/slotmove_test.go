@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/config"
 	"github.com/cellgate/cellgate/internal/slots"
 	"github.com/cellgate/cellgate/internal/testpg"
 )
@@ -32,7 +33,9 @@ import (
 // two shards, in a private cluster with wal_level = logical), the router
 // in front, moving tenants in slots 4096–8191 (shard-0 of both cells) with
 // orders preloaded at the source, and tenants outside the range on both
-// cells.
+// cells. Its layout names both cells' control databases, so the moving
+// tenants' rows of the tenant table (plans) move too: one moving and one
+// staying tenant have one (planned).
 type moveRig struct {
 	tb               testing.TB
 	c1, c2           *runningCell
@@ -46,6 +49,7 @@ type moveRig struct {
 	env              []string          // the layout's DSN variables
 	slotmove         string            // the binary
 	sourceDSN, tgDSN string            // shard-0 of cell 1 and cell 2
+	planned          map[string]string // tenant → its tenant-table row's overrides (JSON), on cell 1 before the move
 }
 
 type orderKey struct {
@@ -69,6 +73,7 @@ func newMoveRig(tb testing.TB, preload int) *moveRig {
 	if err := os.WriteFile(rig.layout, []byte(`{"cells":{
 		"cell-1":[{"name":"shard-0","dsn_env":"C1_S0"},{"name":"shard-1","dsn_env":"C1_S1"}],
 		"cell-2":[{"name":"shard-0","dsn_env":"C2_S0"},{"name":"shard-1","dsn_env":"C2_S1"}]},
+		"control":{"cell-1":"C1_CTL","cell-2":"C2_CTL"},
 		"routers":["`+rig.router.url+`"]}`), 0o644); err != nil {
 		tb.Fatal(err)
 	}
@@ -76,6 +81,7 @@ func newMoveRig(tb testing.TB, preload int) *moveRig {
 	rig.env = []string{
 		"C1_S0=" + rig.sourceDSN, "C1_S1=" + rig.c1.dsn("CELLGATE_SHARD_1_DSN"),
 		"C2_S0=" + rig.tgDSN, "C2_S1=" + rig.c2.dsn("CELLGATE_SHARD_1_DSN"),
+		"C1_CTL=" + rig.c1.dsn("CELLGATE_CONTROL_DSN"), "C2_CTL=" + rig.c2.dsn("CELLGATE_CONTROL_DSN"),
 	}
 	rig.movers = tenantsInRange("mv", rig.moving, 4)
 	rig.stayers = append(tenantsInRange("st", slots.Range{Lo: 0, Hi: 4095}, 2), tenantsInRange("c2", slots.Range{Lo: 8192, Hi: 16383}, 2)...)
@@ -89,6 +95,7 @@ func newMoveRig(tb testing.TB, preload int) *moveRig {
 		}
 		rig.account[tn] = seedAccount(tb, c, tn)
 	}
+	rig.seedPlans()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, rig.sourceDSN)
 	if err != nil {
@@ -117,6 +124,82 @@ func newMoveRig(tb testing.TB, preload int) *moveRig {
 		tb.Fatal(err)
 	}
 	return rig
+}
+
+// seedPlans gives the first moving tenant and the first staying tenant of
+// cell 1 a row in cell 1's tenant table (the default plan and an
+// override), as `server tenants set` writes it.
+func (rig *moveRig) seedPlans() {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, rig.c1.dsn("CELLGATE_CONTROL_DSN"))
+	if err != nil {
+		rig.tb.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rig.planned = map[string]string{}
+	for i, tn := range []string{rig.movers[0], rig.stayers[0]} {
+		s, _ := slots.Slot(tn)
+		ov := fmt.Sprintf(`{"jobs.weight": {"value": %d, "enforce": true}}`, i+3)
+		if _, err := conn.Exec(ctx, `INSERT INTO cellgate_tenants (tenant, slot, plan, overrides, updated_by) VALUES ($1, $2, $3, $4, 'ops@example.test')`,
+			tn, s, config.ImplicitPlan, ov); err != nil {
+			rig.tb.Fatal(err)
+		}
+		rig.planned[tn] = ov
+	}
+}
+
+// checkPlans asserts that the moving tenant's tenant-table row is on cell
+// 2 as it was on cell 1 and gone from cell 1, and the staying tenant's is
+// still on cell 1 only.
+func (rig *moveRig) checkPlans(tb testing.TB) {
+	tb.Helper()
+	ctx := context.Background()
+	read := func(c *runningCell) map[string]string {
+		conn, err := pgx.Connect(ctx, c.dsn("CELLGATE_CONTROL_DSN"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		rows, _ := conn.Query(ctx, `SELECT tenant, slot, coalesce(plan, ''), overrides::text, updated_by FROM cellgate_tenants`)
+		out := map[string]string{}
+		for rows.Next() {
+			var tn, plan, ov, by string
+			var slot int
+			if err := rows.Scan(&tn, &slot, &plan, &ov, &by); err != nil {
+				tb.Fatal(err)
+			}
+			out[tn] = fmt.Sprintf("slot %d plan %s overrides %s by %s", slot, plan, ov, by)
+		}
+		if err := rows.Err(); err != nil {
+			tb.Fatal(err)
+		}
+		return out
+	}
+	on1, on2 := read(rig.c1), read(rig.c2)
+	for tn, ov := range rig.planned {
+		var canon string
+		conn, err := pgx.Connect(ctx, rig.c2.dsn("CELLGATE_CONTROL_DSN"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		err = conn.QueryRow(ctx, `SELECT $1::jsonb::text`, ov).Scan(&canon)
+		conn.Close(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		s, _ := slots.Slot(tn)
+		want := fmt.Sprintf("slot %d plan %s overrides %s by ops@example.test", s, config.ImplicitPlan, canon)
+		here, gone := on1, on2
+		if rig.moving.Contains(s) {
+			here, gone = on2, on1
+		}
+		if here[tn] != want {
+			tb.Errorf("tenant %s (slot %d): tenant-table row %q on its cell; want %q", tn, s, here[tn], want)
+		}
+		if r, ok := gone[tn]; ok {
+			tb.Errorf("tenant %s (slot %d): a tenant-table row is left on the other cell: %s", tn, s, r)
+		}
+	}
 }
 
 // run runs the slotmove binary (args after the command's name; the move
@@ -427,6 +510,7 @@ func (l *moveLoad) check(tb testing.TB) {
 	if len(l.updated) == 0 || len(l.deleted) == 0 {
 		tb.Errorf("the load acknowledged %d updates and %d deletes; the scenario needs both", len(l.updated), len(l.deleted))
 	}
+	rig.checkPlans(tb)
 	// No replication slot of a move is left anywhere.
 	out, err := rig.run(nil, "status", "-layout", rig.layout, "-map", rig.mapFile)
 	if err != nil || !strings.Contains(out, "no replication slots of moves") || !strings.Contains(out, "no unfinished move") {
@@ -478,8 +562,8 @@ func TestCellsSlotMoveUpdatesAndDeletes(t *testing.T) {
 	}
 	l.check(t)
 	t.Logf("slotmove:\n%s", out)
-	t.Logf("summary: freeze %s (settle %s), streamed %s, peak lag %s bytes; 503 window through the router %s (%d refusals); %d inserts, %d updates, %d deletes acknowledged; %d mutations fenced",
-		s["freeze"], s["settle"], s["streamed"], s["peak_lag_bytes"], l.window(), sum(l.refused), len(l.inserted), len(l.updated), len(l.deleted), l.fenced)
+	t.Logf("summary: freeze %s (settle %s; steps %s), streamed %s, peak lag %s bytes; 503 window through the router %s (%d refusals); %d inserts, %d updates, %d deletes acknowledged; %d mutations fenced",
+		s["freeze"], s["settle"], s["freeze_steps"], s["streamed"], s["peak_lag_bytes"], l.window(), sum(l.refused), len(l.inserted), len(l.updated), len(l.deleted), l.fenced)
 }
 
 func sum(m map[string]int) int {
@@ -614,8 +698,8 @@ func BenchmarkSlotMove(b *testing.B) {
 		b.ReportMetric(float64(peakLag.Milliseconds()), "peak-lag-ms")
 		b.ReportMetric(float64(freeze.Milliseconds()), "freeze-ms")
 		b.Logf("slotmove:\n%s", out)
-		b.Logf("%d rows copied in %s; %d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times",
-			copied, copyTime, len(l.inserted), len(l.updated), len(l.deleted), sum(l.refused))
+		b.Logf("%d rows copied in %s; %d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times; freeze %s: %s",
+			copied, copyTime, len(l.inserted), len(l.updated), len(l.deleted), sum(l.refused), freeze, s["freeze_steps"])
 		if w := l.window(); w > time.Second {
 			b.Errorf("the moving tenants' 503 window through the router was %s; the budget is 1s", w)
 		}

@@ -6,7 +6,7 @@
 //
 //	slotmove -map deploy/slotmap.json -layout cells.layout.json \
 //	         -slots 100-199 -from cell-1 -to cell-2 [-routers http://r1:8090,...] [-confirm-timeout 5s]
-//	         [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs]
+//	         [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs] [-metrics-file slotmove.prom]
 //	slotmove status -layout cells.layout.json [-map deploy/slotmap.json]
 //	slotmove check  -layout cells.layout.json [-tables a,b]
 //	slotmove abort  -map deploy/slotmap.json -layout cells.layout.json -slots 100-199 -from cell-1 -to cell-2
@@ -89,6 +89,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	routers := fs.String("routers", "", "comma-separated base URLs of every router reading the map (default: the layout's \"routers\"); the tool waits until each confirms the frozen map instead of sleeping -settle")
 	confirm := fs.Duration("confirm-timeout", 5*time.Second, "how long the routers may take to confirm a map before the move stops")
 	reset := fs.Bool("reset-target", false, "delete the target's rows of the range before copying (after a failed verify)")
+	metricsFile := fs.String("metrics-file", "", "write the run's cellgate_slotmove_* metrics to this Prometheus textfile when it ends (e.g. for node_exporter's textfile collector)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -149,15 +150,21 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 		}
 	}
 	rep, err := slotmove.Move(ctx, cfg)
+	if *metricsFile != "" {
+		if merr := slotmove.WriteMetricsFile(*metricsFile, rep, err == nil, time.Now()); merr != nil {
+			log.Error("metrics file not written", "path", *metricsFile, "error", merr.Error())
+		}
+	}
 	if err != nil {
 		return err
 	}
 	log.Info("slot move complete", "slots", rg.String(), "from", *from, "to", *to,
 		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
 		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes, "peak_lag", rep.PeakLag.Round(time.Millisecond).String(),
-		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "verified_in_freeze", rep.FreezeVerified,
+		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "freeze_steps", rep.FreezeStepsString(), "verified_in_freeze", rep.FreezeVerified,
 		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,
-		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning)
+		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning,
+		"tenant_rows_moved", rep.TenantsMoved)
 	return nil
 }
 

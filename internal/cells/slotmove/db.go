@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,9 +29,16 @@ type mover struct {
 	dstMap *slots.Map
 	segs   []segment
 	tables []tableInfo
+	// involved marks, by source shard index, the shards that hold part of
+	// the range: only they are copied from and streamed (a slot on any
+	// other would decode its server's whole WAL for nothing).
+	involved []bool
 
 	// streams are the replication connections, by source shard.
 	streams []*stream
+	// stmts are the statements prepared on each target shard's
+	// connection: SQL → name.
+	stmts map[int]map[string]string
 	// streamed counts the changes applied from the streams; peakLag is
 	// the largest distance in bytes between a server's WAL position and
 	// what had been applied.
@@ -44,6 +54,52 @@ type mover struct {
 
 	// http asks the routers which slot map they use (Config.Routers).
 	http *http.Client
+
+	// identity is, per target shard and identity column, what this run
+	// knows of it: the value bumpIdentity last set the sequence to, and
+	// the largest value the streams have written since the move began
+	// (a value that does not parse as an integer counts as unbounded).
+	// Inside the freeze, a sequence already past every streamed value
+	// needs no locked bump.
+	identity map[identKey]*identState
+}
+
+// identKey names one identity column on one target shard.
+type identKey struct {
+	dst           int
+	table, column string
+}
+
+// identState is what the run knows of one identity column (see
+// mover.identity).
+type identState struct {
+	bumped      int64 // the sequence's value after this run's last bump; 0 = none yet
+	streamedMax int64 // the largest value the streams wrote; math.MaxInt64 when one did not parse
+}
+
+// noteIdentity records the identity values of a row the stream wrote to
+// target shard dst.
+func (mv *mover) noteIdentity(dst int, ri *relInfo, vals [][]byte) {
+	for _, c := range ri.identCols {
+		if vals[c] == nil {
+			continue
+		}
+		v, err := strconv.ParseInt(string(vals[c]), 10, 64)
+		if err != nil {
+			v = math.MaxInt64
+		}
+		st := mv.identityOf(identKey{dst, ri.t.name, ri.cols[c]})
+		st.streamedMax = max(st.streamedMax, v)
+	}
+}
+
+func (mv *mover) identityOf(k identKey) *identState {
+	st := mv.identity[k]
+	if st == nil {
+		st = &identState{}
+		mv.identity[k] = st
+	}
+	return st
 }
 
 // rowKey is a row's primary key (text values) and its slot.
@@ -129,7 +185,7 @@ var sessionParams = map[string]string{
 
 func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
 	mv := &mover{cfg: cfg, log: log, streams: make([]*stream, len(cfg.Source)),
-		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{},
+		dirty: map[string]map[string]rowKey{}, mismatched: map[string]map[string]rowKey{}, identity: map[identKey]*identState{}, stmts: map[int]map[string]string{},
 		http: &http.Client{Timeout: time.Second}}
 	var err error
 	if mv.srcMap, err = shardMap(cfg.Source); err != nil {
@@ -153,6 +209,10 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*mover, error) {
 		}
 		mv.segs = append(mv.segs, seg)
 		s = seg.rg.Hi + 1
+	}
+	mv.involved = make([]bool, len(cfg.Source))
+	for _, seg := range mv.segs {
+		mv.involved[seg.src] = true
 	}
 	connect := func(shards []Shard) ([]*shardConn, error) {
 		out := make([]*shardConn, len(shards))
@@ -289,6 +349,9 @@ func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 	lastLog := start
 	var total int64
 	for i, sc := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		snap, err := mv.createReplication(ctx, i)
 		if err != nil {
 			return err
@@ -400,8 +463,72 @@ func (mv *mover) copySegment(ctx context.Context, t tableInfo, seg segment) (int
 // a copied id. Inserts wait for the brief lock, so no id is handed out
 // between reading the maximum and setting the sequence.
 func (mv *mover) bumpIdentity(ctx context.Context, t tableInfo) error {
+	return mv.bumpIdentityIf(ctx, t, func(identKey) bool { return true })
+}
+
+// bumpStreamedIdentity is bumpIdentity inside the freeze. It bumps only
+// the sequences a value the streams wrote may have passed since this run's
+// last bump (all of them when this run has not bumped, as after a resume),
+// each target shard's in one round trip (one transaction: lock the tables
+// that need it, children first, set their sequences), the shards at once.
+func (mv *mover) bumpStreamedIdentity(ctx context.Context) error {
+	errs := make([]error, len(mv.target))
+	var wg sync.WaitGroup
+	for d, dst := range mv.target {
+		var locks []string
+		var sets []string
+		for i := len(mv.tables) - 1; i >= 0; i-- {
+			t := mv.tables[i]
+			need := false
+			for _, col := range t.identity {
+				st := mv.identity[identKey{d, t.name, col}]
+				if st == nil || st.bumped == 0 || st.streamedMax > st.bumped {
+					need = true
+					sets = append(sets, fmt.Sprintf(`SELECT setval(s, GREATEST(coalesce(pg_sequence_last_value(s), 0), (SELECT coalesce(max(%s), 0) FROM %s), 1))
+						FROM (SELECT pg_get_serial_sequence(%s, %s)::regclass AS s) q`,
+						pgx.Identifier{col}.Sanitize(), t.ident, quoteLiteral(t.ident), quoteLiteral(col)))
+				}
+			}
+			if need {
+				locks = append(locks, t.ident)
+			}
+		}
+		if len(sets) == 0 {
+			continue
+		}
+		q := "BEGIN; SET LOCAL lock_timeout = '" + lockTimeout + "'; LOCK TABLE " + strings.Join(locks, ", ") +
+			" IN SHARE ROW EXCLUSIVE MODE; " + strings.Join(sets, "; ") + "; COMMIT"
+		wg.Go(func() {
+			errs[d] = retryLocks(ctx, func() error {
+				_, err := dst.conn.PgConn().Exec(ctx, q).ReadAll()
+				if err != nil {
+					// A failed statement leaves the transaction open and
+					// aborted.
+					_, _ = dst.conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
+				}
+				return err
+			})
+			if errs[d] != nil {
+				errs[d] = fmt.Errorf("slotmove: identity sequences on target %s: %w", dst.name, errs[d])
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// quoteLiteral quotes s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// bumpIdentityIf is bumpIdentity for the identity columns need selects.
+func (mv *mover) bumpIdentityIf(ctx context.Context, t tableInfo, need func(identKey) bool) error {
 	for _, col := range t.identity {
-		for _, dst := range mv.target {
+		for d, dst := range mv.target {
+			k := identKey{d, t.name, col}
+			if !need(k) {
+				continue
+			}
+			var now int64
 			err := retryLocks(ctx, func() error {
 				return pgx.BeginFunc(ctx, dst.conn, func(tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
@@ -410,16 +537,16 @@ func (mv *mover) bumpIdentity(ctx context.Context, t tableInfo) error {
 					if _, err := tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE", t.ident)); err != nil {
 						return err
 					}
-					_, err := tx.Exec(ctx, fmt.Sprintf(`
+					return tx.QueryRow(ctx, fmt.Sprintf(`
 						SELECT setval(s, GREATEST(coalesce(pg_sequence_last_value(s), 0), (SELECT coalesce(max(%s), 0) FROM %s), 1))
 						FROM (SELECT pg_get_serial_sequence($1, $2)::regclass AS s) q`,
-						pgx.Identifier{col}.Sanitize(), t.ident), t.ident, col)
-					return err
+						pgx.Identifier{col}.Sanitize(), t.ident), t.ident, col).Scan(&now)
 				})
 			})
 			if err != nil {
 				return fmt.Errorf("slotmove: identity %s.%s on target %s: %w", t.name, col, dst.name, err)
 			}
+			mv.identityOf(k).bumped = now
 		}
 	}
 	return nil
@@ -472,69 +599,176 @@ func (mv *mover) deleteRange(ctx context.Context, side []*shardConn, which strin
 	return out, nil
 }
 
-const fenceFunc = `CREATE OR REPLACE FUNCTION cellgate_slot_fence() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	RAISE EXCEPTION 'cellgate: slots % are moving to another cell; retry shortly', TG_ARGV[0] USING ERRCODE = '55000';
-END $$`
+// The fence refuses writes to the range at the source from anyone but the
+// mover. It comes in two parts, so that the part inside the freeze blocks
+// nobody and waits only for what it must:
+//
+//   - installFence, before the freeze: a flag (a one-row sequence, read
+//     outside any snapshot, so a transaction sees it flip at once, and
+//     durable, so the fence survives a crash of the tool) and, per table,
+//     triggers on the range's rows that raise SQLSTATE 55000 while the
+//     flag is up. Creating a trigger takes a lock that waits for the
+//     table's writers and holds back new ones meanwhile; done here, that
+//     costs no frozen time.
+//   - activateFence, inside the freeze: raise the flag, then wait until
+//     every transaction that held a write lock on a moved table at that
+//     moment has ended. A write to the range reads the flag after taking
+//     that lock, so a transaction that read it down is among those waited
+//     for, and every later write is refused: once activateFence returns,
+//     no write to the range can still land. New writers never wait, as
+//     with CREATE INDEX CONCURRENTLY's wait for older transactions.
 
-func (mv *mover) triggerNames() (newName, oldName string) {
+// fenceNames are the per-range objects of the fence, quoted: its flag
+// sequence, its trigger function and the two triggers per table.
+func (mv *mover) fenceNames() (flag, fn, newTrigger, oldTrigger string) {
 	base := fmt.Sprintf("cellgate_fence_%d_%d", mv.cfg.Range.Lo, mv.cfg.Range.Hi)
-	return pgx.Identifier{base + "_new"}.Sanitize(), pgx.Identifier{base + "_old"}.Sanitize()
+	return pgx.Identifier{base + "_flag"}.Sanitize(), pgx.Identifier{base}.Sanitize(),
+		pgx.Identifier{base + "_new"}.Sanitize(), pgx.Identifier{base + "_old"}.Sanitize()
 }
 
-// fence installs, on every source shard, triggers that refuse writes to
-// the range from anyone but the mover. Creating a trigger waits for the
-// write transactions in flight on its table, so once fence returns no
-// write to the range can still land. All tables of a shard are fenced in
-// one transaction.
+// fence installs the fence where it is missing and raises it: the finish
+// step's guarantee that nothing is written to the range at the source
+// while it is deleted (a resumed move may find the fence gone).
 func (mv *mover) fence(ctx context.Context) error {
+	if err := mv.installFence(ctx); err != nil {
+		return err
+	}
+	return mv.activateFence(ctx)
+}
+
+// installFence creates, on every source shard, the fence's flag (down,
+// unless it exists already) and its triggers, all tables of a shard in one
+// transaction. A shard that has the triggers already is left alone, so
+// installing again takes no lock.
+func (mv *mover) installFence(ctx context.Context) error {
 	lo, hi := mv.cfg.Range.Lo, mv.cfg.Range.Hi
+	flag, fn, nn, on := mv.fenceNames()
 	for _, sc := range mv.source {
 		err := retryLocks(ctx, func() error {
 			return pgx.BeginFunc(ctx, sc.conn, func(tx pgx.Tx) error {
+				var have int
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = ANY($1::text[]::regclass[]) AND tgname = ANY($2)`,
+					mv.tableIdents(), []string{unquote(nn), unquote(on)}).Scan(&have); err != nil {
+					return err
+				}
+				if have == 2*len(mv.tables) {
+					return nil
+				}
 				if err := mv.lockForDDL(ctx, tx, "SHARE ROW EXCLUSIVE"); err != nil {
 					return err
 				}
-				if _, err := tx.Exec(ctx, fenceFunc); err != nil {
-					return err
+				stmts := []string{
+					fmt.Sprintf("CREATE SEQUENCE IF NOT EXISTS %s MINVALUE 0 MAXVALUE 1 START 0", flag),
+					fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF (SELECT last_value FROM %s) = 1 THEN
+		RAISE EXCEPTION 'cellgate: slots %% are moving to another cell; retry shortly', TG_ARGV[0] USING ERRCODE = '55000';
+	END IF;
+	IF TG_OP = 'DELETE' THEN
+		RETURN OLD;
+	END IF;
+	RETURN NEW;
+END $$`, fn, flag),
 				}
+				when := "current_setting('cellgate.slot_move', true) IS DISTINCT FROM 'on'"
+				arg := fmt.Sprintf("'%d-%d'", lo, hi)
 				for _, t := range mv.tables {
-					nn, on := mv.triggerNames()
-					when := "current_setting('cellgate.slot_move', true) IS DISTINCT FROM 'on'"
-					arg := fmt.Sprintf("'%d-%d'", lo, hi)
-					for _, stmt := range []string{
-						fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.slot BETWEEN %d AND %d AND %s) EXECUTE FUNCTION cellgate_slot_fence(%s)", nn, t.ident, lo, hi, when, arg),
-						fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW WHEN (OLD.slot BETWEEN %d AND %d AND %s) EXECUTE FUNCTION cellgate_slot_fence(%s)", on, t.ident, lo, hi, when, arg),
-					} {
-						if _, err := tx.Exec(ctx, stmt); err != nil {
-							return err
-						}
+					stmts = append(stmts,
+						fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.slot BETWEEN %d AND %d AND %s) EXECUTE FUNCTION %s(%s)", nn, t.ident, lo, hi, when, fn, arg),
+						fmt.Sprintf("CREATE OR REPLACE TRIGGER %s BEFORE UPDATE OR DELETE ON %s FOR EACH ROW WHEN (OLD.slot BETWEEN %d AND %d AND %s) EXECUTE FUNCTION %s(%s)", on, t.ident, lo, hi, when, fn, arg))
+				}
+				for _, stmt := range stmts {
+					if _, err := tx.Exec(ctx, stmt); err != nil {
+						return err
 					}
 				}
 				return nil
 			})
 		})
 		if err != nil {
-			return fmt.Errorf("slotmove: fence on source %s: %w", sc.name, err)
+			return fmt.Errorf("slotmove: install fence on source %s: %w", sc.name, err)
 		}
 	}
 	return nil
 }
 
-// unfence drops the triggers fence created.
+// fenceWaitPoll is how often activateFence looks whether the writers it
+// waits for have ended.
+const fenceWaitPoll = 2 * time.Millisecond
+
+// activateFence raises the fence's flag on every source shard, then waits
+// until the transactions holding a write lock on a moved table at that
+// moment have ended (see above), at most ConfirmTimeout per shard.
+func (mv *mover) activateFence(ctx context.Context) error {
+	flag, _, _, _ := mv.fenceNames()
+	tables := mv.tableIdents()
+	const writers = `SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+		WHERE locktype = 'relation' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND relation = ANY($1::text[]::regclass[]) AND mode = 'RowExclusiveLock' AND granted AND pid <> pg_backend_pid()`
+	// Raise every shard's flag first, then wait: the waits overlap.
+	waitFor := make([][]string, len(mv.source))
+	for i, sc := range mv.source {
+		if _, err := sc.conn.Exec(ctx, fmt.Sprintf("SELECT setval('%s', 1)", strings.ReplaceAll(flag, "'", "''"))); err != nil {
+			return fmt.Errorf("slotmove: raise fence on source %s: %w", sc.name, err)
+		}
+		if err := sc.conn.QueryRow(ctx, writers, tables).Scan(&waitFor[i]); err != nil {
+			return fmt.Errorf("slotmove: raise fence on source %s: %w", sc.name, err)
+		}
+	}
+	for i, sc := range mv.source {
+		deadline := time.Now().Add(mv.cfg.ConfirmTimeout)
+		for len(waitFor[i]) > 0 {
+			if err := sc.conn.QueryRow(ctx, writers+" AND virtualtransaction = ANY($2)", tables, waitFor[i]).Scan(&waitFor[i]); err != nil {
+				return fmt.Errorf("slotmove: raise fence on source %s: %w", sc.name, err)
+			}
+			if len(waitFor[i]) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("slotmove: fence on source %s: transactions %s still write to the moved tables after %s; they may have written to the range before the fence",
+					sc.name, strings.Join(waitFor[i], ", "), mv.cfg.ConfirmTimeout)
+			}
+			if err := mv.cfg.Sleep(ctx, fenceWaitPoll); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tableIdents are the moved tables' quoted names, for regclass casts.
+func (mv *mover) tableIdents() []string {
+	out := make([]string, len(mv.tables))
+	for i, t := range mv.tables {
+		out[i] = t.ident
+	}
+	return out
+}
+
+// unquote undoes pgx.Identifier.Sanitize of one plain name.
+func unquote(ident string) string {
+	return strings.ReplaceAll(strings.TrimSuffix(strings.TrimPrefix(ident, `"`), `"`), `""`, `"`)
+}
+
+// unfence drops what installFence created.
 func (mv *mover) unfence(ctx context.Context) error {
+	flag, fn, nn, on := mv.fenceNames()
 	for _, sc := range mv.source {
 		err := retryLocks(ctx, func() error {
 			return pgx.BeginFunc(ctx, sc.conn, func(tx pgx.Tx) error {
 				if err := mv.lockForDDL(ctx, tx, "ACCESS EXCLUSIVE"); err != nil {
 					return err
 				}
+				var stmts []string
 				for _, t := range mv.tables {
-					nn, on := mv.triggerNames()
 					for _, name := range []string{nn, on} {
-						if _, err := tx.Exec(ctx, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", name, t.ident)); err != nil {
-							return err
-						}
+						stmts = append(stmts, fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", name, t.ident))
+					}
+				}
+				stmts = append(stmts, "DROP FUNCTION IF EXISTS "+fn+"()", "DROP SEQUENCE IF EXISTS "+flag)
+				for _, stmt := range stmts {
+					if _, err := tx.Exec(ctx, stmt); err != nil {
+						return err
 					}
 				}
 				return nil

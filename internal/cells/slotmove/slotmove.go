@@ -16,12 +16,14 @@
 //     at the source comes back quickly.
 //  3. verify before the freeze: count and checksum per chunk, then row by
 //     row where a chunk differs, then again only the rows that differed or
-//     that the stream changed since.
+//     that the stream changed since, round after round until a round
+//     compares few rows.
 //  4. freeze: the slot map marks the range frozen; routers answer its
 //     tenants 503 with Retry-After: 1 (after Settle, no router sends them
 //     to the source any more).
-//  5. fence: triggers on the source tables refuse any write to the range
-//     (creating them waits for write transactions in flight).
+//  5. fence: the triggers installed on the source tables before the
+//     freeze start refusing any write to the range, and the tool waits for
+//     the write transactions in flight (db.go says how).
 //  6. catch up to the fence (a marker written after it), then compare the
 //     rows that differed or changed since the last round. A difference
 //     stops the move: the fence is dropped and the original map restored
@@ -30,8 +32,9 @@
 //     (written atomically: temporary file + rename).
 //  8. finish: the replication slots and publications are dropped, the
 //     moved tenants' waiting and scheduled shard-local jobs move (see
-//     jobs.go), the source rows are deleted (child tables first) and the
-//     fence dropped.
+//     jobs.go), their rows of the control database's tenant table move
+//     (see plans.go; copied once before the freeze already), the source
+//     rows are deleted (child tables first) and the fence dropped.
 //
 // Run again after a crash with the same arguments: the map and the state
 // file say where to resume; Status lists the replication slots of moves
@@ -93,8 +96,10 @@ type Config struct {
 	// SourceControl and TargetControl, when both set, are the two cells'
 	// control databases: the moved tenants' waiting and scheduled jobs in
 	// them (enqueued without shard_local) move too, after the switch, as
-	// the shards' jobs do (unless SkipJobs). Name them for logs and the
-	// jobs' markers (e.g. "cell-1/control").
+	// the shards' jobs do (unless SkipJobs), and so do their rows of the
+	// tenant table (internal/plans: their plans and overrides; see
+	// plans.go). Name them for logs and the jobs' markers (e.g.
+	// "cell-1/control").
 	SourceControl, TargetControl Shard
 	// ChunkSlots is how many slots one copy, verify or delete statement
 	// covers. Default: 1024.
@@ -174,6 +179,10 @@ type Report struct {
 	// active job with the same uniqueness key; JobsLeftRunning the moved
 	// tenants' jobs that were running at the source and stayed there.
 	JobsMoved, JobsDuplicate, JobsLeftRunning int64
+	// TenantsMoved counts the moved tenants' rows of the control
+	// database's tenant table (their plans and overrides) moved to the
+	// target's (see plans.go).
+	TenantsMoved int64
 	// CopyTime is how long the initial copy took (Copied holds its rows).
 	CopyTime time.Duration
 	// PeakLag is the longest a marker written at a source took to come
@@ -190,6 +199,44 @@ type Report struct {
 	// compared inside it.
 	Freeze, Settle time.Duration
 	FreezeVerified int
+	// FreezeSteps is where the freeze's time went, step by step in the
+	// order they ran (see FreezeStep); their sum is Freeze.
+	FreezeSteps []FreezeStep
+}
+
+// FreezeStep is one step inside the freeze and how long it took. The
+// names: "map" (writing the frozen map), "routers" (every router
+// confirming it, or the Settle sleep), "fence", "catch_up" (the streams
+// delivering everything up to the fence), "verify" (comparing what
+// changed), "state_identity" (writing the state file while the target's
+// identity sequences move past the streamed ids; "identity" alone when a
+// resumed run switches), "switch" (writing the switched map) and
+// "routers_switched".
+type FreezeStep struct {
+	Name string
+	Took time.Duration
+}
+
+// freezeClock records FreezeSteps: each mark closes the step that began
+// at the previous mark.
+type freezeClock struct {
+	rep  *Report
+	last time.Time
+}
+
+func (c *freezeClock) mark(name string) {
+	now := time.Now()
+	c.rep.FreezeSteps = append(c.rep.FreezeSteps, FreezeStep{Name: name, Took: now.Sub(c.last)})
+	c.last = now
+}
+
+// FreezeStepsString is the steps as "map=1ms routers=52ms ...", for logs.
+func (r Report) FreezeStepsString() string {
+	parts := make([]string, len(r.FreezeSteps))
+	for i, s := range r.FreezeSteps {
+		parts[i] = s.Name + "=" + s.Took.Round(100*time.Microsecond).String()
+	}
+	return strings.Join(parts, " ")
 }
 
 // VerifyError is a verification difference: the move stopped before the
@@ -364,7 +411,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		// verdict still holds.
 		rep.Resumed = "switch"
 		log.Info("resuming: range verified while frozen; switching")
-		return rep, mv.switchAndFinish(ctx, &rep, m, time.Now())
+		return rep, mv.switchAndFinish(ctx, &rep, m, &freezeClock{rep: &rep, last: time.Now()}, false)
 	}
 	if frozen {
 		// A run died inside the freeze: give the range back to its
@@ -434,9 +481,9 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 
 	// Catch up until a marker comes back quickly, verify everything once
-	// and then what changed meanwhile (the streams paused each time),
-	// catch up again, then freeze: the freeze is left with only the last
-	// moments' changes to apply and compare.
+	// and then what changed meanwhile (the streams paused each time), then
+	// freeze: the freeze is left with only the last moments' changes to
+	// apply and compare.
 	if err := mv.catchUpQuick(ctx); err != nil {
 		return rep, err
 	}
@@ -448,7 +495,30 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := mv.fullVerify(ctx, &rep); err != nil {
 		return rep, err
 	}
-	for range 2 {
+	// The target cell learns the moved tenants' plans before it serves
+	// them; the rows move for good after the switch.
+	if err := mv.movePlans(ctx, &rep, false); err != nil {
+		return rep, err
+	}
+	// The fence's triggers go in now, down: their creation waits for the
+	// tables' writers, which the freeze would otherwise wait for.
+	if err := mv.installFence(ctx); err != nil {
+		return rep, err
+	}
+	// The target's identity sequences go past what has been streamed so
+	// far now, so that the freeze bumps only those the last moments'
+	// changes passed.
+	for _, t := range mv.tables {
+		if err := mv.bumpIdentity(ctx, t); err != nil {
+			return rep, err
+		}
+	}
+	// Catch up and compare what changed since, round after round, until a
+	// round compares few keys: the streams pause while it compares, so a
+	// short last round leaves the freeze only the changes of its own
+	// moments to apply and compare. The freeze follows at once.
+	prev := -1
+	for round := 1; ; round++ {
 		if err := mv.catchUpQuick(ctx); err != nil {
 			return rep, err
 		}
@@ -456,12 +526,11 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		if err != nil {
 			return rep, err
 		}
-		log.Info("verified what changed", "rows", n, "rows_to_check_again", mv.mismatchedCount())
-	}
-	// The last compare paused the streams: catch up once more, so the
-	// freeze's catch-up has only its own moments to apply.
-	if err := mv.catchUpQuick(ctx); err != nil {
-		return rep, err
+		log.Info("verified what changed", "round", round, "rows", n, "rows_to_check_again", mv.mismatchedCount())
+		if round >= 2 && (n <= freezeKeysTarget || n >= prev) || round >= maxKeyRounds {
+			break
+		}
+		prev = n
 	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
@@ -470,10 +539,12 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, err
 	}
 	frozenRaw := fm.Marshal()
+	frozenAt := time.Now()
+	clock := &freezeClock{rep: &rep, last: frozenAt}
 	if err := cells.WriteFileAtomic(cfg.MapFile, frozenRaw, 0o644); err != nil {
 		return rep, fmt.Errorf("slotmove: freeze: %w", err)
 	}
-	frozenAt := time.Now()
+	clock.mark("map")
 	if len(cfg.Routers) > 0 {
 		log.Info("phase: freeze; range frozen in the slot map, waiting for every router to confirm it", "routers", len(cfg.Routers))
 	} else {
@@ -501,28 +572,30 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		if err := mv.confirmRouters(ctx, fm, true); err != nil {
 			return rep, restore(err)
 		}
+		clock.mark("routers")
 		rep.Settle = time.Since(frozenAt)
 		log.Info("every router confirmed the frozen map", "settle", rep.Settle.Round(time.Millisecond).String())
 	} else {
 		if err := cfg.Sleep(ctx, cfg.Settle); err != nil {
 			return rep, restore(err)
 		}
+		clock.mark("routers")
 		rep.Settle = cfg.Settle
 	}
 	if err := mv.crashAt("settled"); err != nil {
 		return rep, err
 	}
-	if err := mv.fence(ctx); err != nil {
+	if err := mv.activateFence(ctx); err != nil {
 		return rep, restore(err)
 	}
-	fencedAt := time.Now()
+	clock.mark("fence")
 	if err := mv.crashAt("fenced"); err != nil {
 		return rep, err
 	}
 	if _, _, err := mv.catchUp(ctx); err != nil {
 		return rep, restore(err)
 	}
-	caughtUpAt := time.Now()
+	clock.mark("catch_up")
 	if cfg.AfterCopy != nil {
 		if err := cfg.AfterCopy(ctx); err != nil {
 			return rep, restore(err)
@@ -534,16 +607,34 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		return rep, restore(err)
 	}
 	rep.FreezeVerified = n
-	log.Info("verified inside the freeze", "rows", n, "fence", fencedAt.Sub(frozenAt).Round(time.Millisecond).String(),
-		"catch_up", caughtUpAt.Sub(fencedAt).Round(time.Millisecond).String(), "verify", time.Since(caughtUpAt).Round(time.Millisecond).String())
-	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified}); err != nil {
+	clock.mark("verify")
+	// The state file and the target's identity sequences at once: the
+	// switch needs both, neither needs the other.
+	stateErr := make(chan error, 1)
+	go func() {
+		stateErr <- writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified})
+	}()
+	idErr := mv.bumpStreamedIdentity(ctx)
+	if err := errors.Join(<-stateErr, idErr); err != nil {
 		return rep, restore(err)
 	}
+	clock.mark("state_identity")
+	log.Info("verified inside the freeze", "rows", n, "steps", rep.FreezeStepsString())
 	if err := mv.crashAt("verified"); err != nil {
 		return rep, err
 	}
-	return rep, mv.switchAndFinish(ctx, &rep, fm, frozenAt)
+	return rep, mv.switchAndFinish(ctx, &rep, fm, clock, true)
 }
+
+// freezeKeysTarget and maxKeyRounds end the compare rounds before the
+// freeze: once a round (the second or later) compares at most
+// freezeKeysTarget keys (one statement per side and table) or no fewer
+// than the round before, or after maxKeyRounds rounds (a range changed
+// faster than it can be compared still moves, with a longer freeze).
+const (
+	freezeKeysTarget = 2000
+	maxKeyRounds     = 10
+)
 
 func (mv *mover) mismatchedCount() int {
 	n := 0
@@ -570,13 +661,15 @@ func (mv *mover) catchUpQuick(ctx context.Context) error {
 }
 
 // switchAndFinish moves the target's identity sequences past the streamed
-// ids, gives the range to the target (unfrozen), and finishes the move.
-func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, frozenAt time.Time) error {
+// ids (unless identityDone), gives the range to the target (unfrozen), and
+// finishes the move.
+func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, clock *freezeClock, identityDone bool) error {
 	cfg := mv.cfg
-	for _, t := range mv.tables {
-		if err := mv.bumpIdentity(ctx, t); err != nil {
+	if !identityDone {
+		if err := mv.bumpStreamedIdentity(ctx); err != nil {
 			return err
 		}
+		clock.mark("identity")
 	}
 	sw, err := frozen.Reassign(cfg.Range, cfg.From, cfg.To)
 	if err == nil {
@@ -588,17 +681,22 @@ func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.
 	if err := cells.WriteSlotMap(cfg.MapFile, sw); err != nil {
 		return err
 	}
+	clock.mark("switch")
 	if len(cfg.Routers) > 0 {
 		// The tenants are served again once every router has the new map.
 		if err := mv.confirmRouters(ctx, sw, false); err != nil {
 			mv.log.Warn("the map is switched, but a router has not confirmed it; it refuses or misroutes the range's tenants until it reloads", "error", err.Error())
 		}
+		clock.mark("routers_switched")
 	}
-	rep.Freeze = time.Since(frozenAt)
+	for _, s := range rep.FreezeSteps {
+		rep.Freeze += s.Took
+	}
 	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepSwitched}); err != nil {
 		return err
 	}
-	mv.log.Info("slot map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified)
+	mv.log.Info("slot map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified,
+		"steps", rep.FreezeStepsString())
 	if err := mv.crashAt("switched"); err != nil {
 		return err
 	}
@@ -630,6 +728,9 @@ func (mv *mover) finish(ctx context.Context, rep *Report) error {
 		if err := mv.moveJobs(ctx, rep); err != nil {
 			return err
 		}
+	}
+	if err := mv.movePlans(ctx, rep, true); err != nil {
+		return err
 	}
 	if err := mv.crashAt("deleting"); err != nil {
 		return err

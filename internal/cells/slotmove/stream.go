@@ -153,7 +153,11 @@ type relInfo struct {
 	cols    []string // column names, in the stream's order
 	slotCol int
 	pkCols  []int // indexes into cols of the primary key's columns
-	upsert  string
+	// identCols are the indexes into cols of the table's identity columns.
+	identCols []int
+	// upsert and del are the statements that apply a change (del: by
+	// primary key).
+	upsert, del string
 }
 
 // createReplication creates the publication and the replication slot of
@@ -206,9 +210,13 @@ func (mv *mover) replConn(ctx context.Context, i int) (*pgconn.PgConn, error) {
 }
 
 // startStreams starts (or, after a crash, resumes) streaming on every
-// source shard from its slot's confirmed position.
+// source shard that holds part of the range, from its slot's confirmed
+// position.
 func (mv *mover) startStreams(ctx context.Context) error {
 	for i := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		s := mv.streams[i]
 		if s == nil {
 			conn, err := mv.replConn(ctx, i)
@@ -283,9 +291,13 @@ func dropSlot(ctx context.Context, sc *shardConn, name string) error {
 	return nil
 }
 
-// hasReplication reports whether source shard i holds the move's slot.
+// hasReplication reports whether every source shard that holds part of
+// the range has the move's slot.
 func (mv *mover) hasReplication(ctx context.Context) (bool, error) {
 	for i, sc := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		var n int
 		if err := sc.conn.QueryRow(ctx, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", mv.slotName(i)).Scan(&n); err != nil {
 			return false, fmt.Errorf("slotmove: replication slots on source %s: %w", sc.name, err)
@@ -300,16 +312,21 @@ func (mv *mover) hasReplication(ctx context.Context) (bool, error) {
 // catchUp commits a marker on every source shard and applies each stream
 // until it has delivered the marker's transaction: then everything
 // committed at the source before catchUp was called is on the target
-// (logical decoding sends transactions in commit order). It returns the
+// (logical decoding sends transactions in commit order). The markers are
+// all written first, so the shards' round trips overlap. It returns the
 // longest marker round trip and the largest lag in bytes seen at the
 // emission.
 func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 	var worst time.Duration
 	var lagBytes int64
+	start := time.Now()
+	tokens := make([]string, len(mv.source))
 	for i, sc := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
 		s := mv.streams[i]
-		token := fmt.Sprintf("%d-%d", time.Now().UnixNano(), i)
-		start := time.Now()
+		tokens[i] = fmt.Sprintf("%d-%d", time.Now().UnixNano(), i)
 		// A transactional marker whose commit is flushed at once: the
 		// walsender sends only flushed WAL, and PostgreSQL 15 does not
 		// flush a non-transactional message by itself.
@@ -318,7 +335,7 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, "SELECT pg_logical_emit_message(true, $1, $2)::text", markerMessagePrefix, token).Scan(&lsn)
+			return tx.QueryRow(ctx, "SELECT pg_logical_emit_message(true, $1, $2)::text", markerMessagePrefix, tokens[i]).Scan(&lsn)
 		})
 		if err != nil {
 			return 0, 0, fmt.Errorf("slotmove: marker on source %s: %w", sc.name, err)
@@ -326,7 +343,13 @@ func (mv *mover) catchUp(ctx context.Context) (time.Duration, int64, error) {
 		if lag := int64(lsn) - int64(s.applied); lag > lagBytes {
 			lagBytes = lag
 		}
-		if err := mv.pump(ctx, s, func() bool { return s.markers[token] }); err != nil {
+	}
+	for i := range mv.source {
+		if !mv.involved[i] {
+			continue
+		}
+		s := mv.streams[i]
+		if err := mv.pump(ctx, s, func() bool { return s.markers[tokens[i]] }); err != nil {
 			return 0, 0, err
 		}
 		worst = max(worst, time.Since(start))
@@ -524,6 +547,11 @@ func (mv *mover) relation(m *pglogrepl.RelationMessage) (*relInfo, error) {
 		}
 		ri.pkCols = append(ri.pkCols, i)
 	}
+	for _, c := range t.identity {
+		if i, ok := idx[c]; ok {
+			ri.identCols = append(ri.identCols, i)
+		}
+	}
 	quoted := make([]string, len(ri.cols))
 	params := make([]string, len(ri.cols))
 	var sets []string
@@ -538,6 +566,7 @@ func (mv *mover) relation(m *pglogrepl.RelationMessage) (*relInfo, error) {
 	if len(sets) > 0 {
 		conflict = "DO UPDATE SET " + strings.Join(sets, ", ")
 	}
+	ri.del = t.deleteByKey()
 	ri.upsert = fmt.Sprintf("INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE VALUES (%s) ON CONFLICT (%s) %s",
 		t.ident, strings.Join(quoted, ", "), strings.Join(params, ", "), t.pkList(), conflict)
 	return ri, nil
@@ -596,7 +625,7 @@ func (mv *mover) applyRow(ctx context.Context, s *stream, rel uint32, newTup, ol
 			return err
 		}
 		if del || !sameKey(oldKey, newKey) {
-			if err := mv.exec(ctx, s, oldSlot, ri.t.deleteByKey(), oldKey); err != nil {
+			if err := mv.exec(ctx, s, oldSlot, ri.del, oldKey, true); err != nil {
 				return err
 			}
 			mv.markDirty(ri.t, oldSlot, oldKey)
@@ -634,12 +663,13 @@ func (mv *mover) applyRow(ctx context.Context, s *stream, rel uint32, newTup, ol
 			where[i] = fmt.Sprintf("%s = $%d", pgx.Identifier{k}.Sanitize(), len(args))
 		}
 		q := fmt.Sprintf("UPDATE %s SET %s WHERE %s", ri.t.ident, strings.Join(sets, ", "), strings.Join(where, " AND "))
-		if err := mv.exec(ctx, s, newSlot, q, args); err != nil {
+		if err := mv.exec(ctx, s, newSlot, q, args, false); err != nil {
 			return err
 		}
-	} else if err := mv.exec(ctx, s, newSlot, ri.upsert, vals); err != nil {
+	} else if err := mv.exec(ctx, s, newSlot, ri.upsert, vals, true); err != nil {
 		return err
 	}
+	mv.noteIdentity(mv.dstMap.Owner(newSlot), ri, vals)
 	mv.markDirty(ri.t, newSlot, newKey)
 	mv.streamed++
 	return nil
@@ -658,9 +688,19 @@ func sameKey(a, b [][]byte) bool {
 }
 
 // exec queues one statement with text parameters (their types inferred
-// by the server from the columns) for the slot's target shard.
-func (mv *mover) exec(_ context.Context, s *stream, slot int, q string, args [][]byte) error {
+// by the server from the columns) for the slot's target shard. The
+// statements every change uses (a table's upsert and delete) are prepared
+// once per target shard: parsing and planning each change again would
+// cost the target more than applying it.
+func (mv *mover) exec(ctx context.Context, s *stream, slot int, q string, args [][]byte, prepare bool) error {
 	d := mv.dstMap.Owner(slot)
+	name := ""
+	if prepare {
+		var err error
+		if name, err = mv.prepared(ctx, d, q); err != nil {
+			return err
+		}
+	}
 	b := s.batches[d]
 	if b == nil {
 		b = &pgconn.Batch{}
@@ -669,9 +709,31 @@ func (mv *mover) exec(_ context.Context, s *stream, slot int, q string, args [][
 	if s.batchN == 0 {
 		s.batchAge = time.Now()
 	}
-	b.ExecParams(q, args, nil, nil, nil)
+	if name != "" {
+		b.ExecPrepared(name, args, nil, nil)
+	} else {
+		b.ExecParams(q, args, nil, nil, nil)
+	}
 	s.batchN++
 	return nil
+}
+
+// prepared returns the name of q prepared on target shard d, preparing it
+// the first time. Only called between batches, while the connection is
+// idle.
+func (mv *mover) prepared(ctx context.Context, d int, q string) (string, error) {
+	if name, ok := mv.stmts[d][q]; ok {
+		return name, nil
+	}
+	if mv.stmts[d] == nil {
+		mv.stmts[d] = map[string]string{}
+	}
+	name := fmt.Sprintf("cellgate_move_%d", len(mv.stmts[d]))
+	if _, err := mv.target[d].conn.PgConn().Prepare(ctx, name, q, nil); err != nil {
+		return "", fmt.Errorf("slotmove: prepare on target %s: %w", mv.target[d].name, err)
+	}
+	mv.stmts[d][q] = name
+	return name, nil
 }
 
 // flush sends the queued changes, each target shard's in one implicit

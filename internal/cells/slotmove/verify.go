@@ -141,6 +141,11 @@ func (mv *mover) keyVerify(ctx context.Context, final bool) (int, error) {
 		}
 		for g, ks := range groups {
 			for len(ks) > 0 {
+				// The streams wait meanwhile; answering their servers
+				// keeps wal_sender_timeout from ending them.
+				if err := mv.keepStreamsAlive(ctx); err != nil {
+					return checked, err
+				}
 				n := min(len(ks), 2000)
 				diff, err := mv.compareKeys(ctx, t, mv.source[g[0]], mv.target[g[1]], ks[:n])
 				if err != nil {
@@ -215,11 +220,18 @@ func (mv *mover) compareKeys(ctx context.Context, t *tableInfo, src, dst *shardC
 		}
 		return out, rows.Err()
 	}
-	sh, err := read(src)
-	if err != nil {
-		return nil, fmt.Errorf("slotmove: verify %s rows on source %s: %w", t.name, src.name, err)
-	}
+	// Both sides at once: inside the freeze this is frozen time.
+	var sh map[string]string
+	srcErr := make(chan error, 1)
+	go func() {
+		var err error
+		sh, err = read(src)
+		srcErr <- err
+	}()
 	th, err := read(dst)
+	if serr := <-srcErr; serr != nil {
+		return nil, fmt.Errorf("slotmove: verify %s rows on source %s: %w", t.name, src.name, serr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("slotmove: verify %s rows on target %s: %w", t.name, dst.name, err)
 	}
