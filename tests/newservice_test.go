@@ -22,7 +22,7 @@ import (
 // arrive, the service's app/, spec, settings and rules are untouched, the
 // conflicting edit is reported and left with markers.
 func TestNewServiceFromTemplate(t *testing.T) {
-	const mod = "example.com/acme/billing"
+	mod := newServiceModule(t)
 	root := t.TempDir()
 	dir := filepath.Join(root, "billing")
 	cmd := func(dir string, name string, args ...string) (string, error) {
@@ -276,7 +276,7 @@ deny contains "settings.greeting: must not be empty" if {
 // unresolved conflict, and passes once the edit is recorded in
 // local_changes.
 func TestUpgradeFromNewerTemplate(t *testing.T) {
-	const mod = "example.com/acme/billing"
+	mod := newServiceModule(t)
 	root := t.TempDir()
 	tmplDir, svc, bin := filepath.Join(root, "template"), filepath.Join(root, "billing"), filepath.Join(root, "newservice")
 	cmd := func(dir, name string, args ...string) (string, error) {
@@ -420,4 +420,33 @@ func TestUpgradeFromNewerTemplate(t *testing.T) {
 	if out, err := cmd(svc, bin, "check"); err != nil {
 		t.Errorf("upgrade-check failed with the conflict resolved and the edit recorded: %v\n%s", err, out)
 	}
+}
+
+// newServiceModule is the module path these tests give a new service: one
+// that neither contains nor is contained in this checkout's own module
+// path, so the tests also pass in a service made from the template (whose
+// module may well be example.com/acme/billing), where "no template module
+// path left" must not match the new service's own path.
+func newServiceModule(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ""
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "module "); ok {
+			own = strings.Trim(strings.TrimSpace(rest), `"`)
+		}
+	}
+	if own == "" {
+		t.Fatal("../go.mod names no module")
+	}
+	for _, m := range []string{"example.com/acme/billing", "example.com/acme/ledger"} {
+		if !strings.Contains(own, m) && !strings.Contains(m, own) {
+			return m
+		}
+	}
+	t.Fatalf("no new-service module path apart from this checkout's %q", own)
+	return ""
 }
