@@ -48,14 +48,15 @@ func (mv *mover) confirmRouter(ctx context.Context, base, want string, drain boo
 	url := strings.TrimSuffix(base, "/") + "/readyz"
 	var last routerView
 	var lastErr error
+	polled := false
 	for {
 		v, err := readRouter(ctx, mv.http, url)
-		if err != nil && ctx.Err() != nil && lastErr != nil {
-			// The deadline cut this read short: report what the router
-			// last answered (a 404 says it is no router), not the cut.
-			err = lastErr
+		// A read the deadline cut short keeps what the router last
+		// answered (a stale digest, a 404 that says it is no router) for
+		// the report, not the cut; the select below sees the deadline.
+		if cut := err != nil && ctx.Err() != nil && polled; !cut {
+			last, lastErr, polled = v, err, true
 		}
-		last, lastErr = v, err
 		if lastErr == nil && last.Digest == want && (!drain || last.Older == 0) {
 			return nil
 		}

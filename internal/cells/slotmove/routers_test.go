@@ -76,6 +76,21 @@ func TestConfirmRouters(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("gave up after %s; want about the 200ms timeout", d)
 	}
+	// A router whose next poll hangs past the deadline: the report is its
+	// last answer (the stale digest), not the cut read.
+	var hangPolls atomic.Int64
+	hangs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if hangPolls.Add(1) > 1 {
+			<-req.Context().Done()
+			return
+		}
+		fmt.Fprintf(w, `{"status":"ready","slot_map_digest":%q,"requests_on_older_maps":0}`, strings.Repeat("b", 64))
+	}))
+	defer hangs.Close()
+	mv.cfg = Config{Routers: []string{hangs.URL}, ConfirmTimeout: 200 * time.Millisecond}
+	if err := mv.confirmRouters(context.Background(), m, true); err == nil || !strings.Contains(err.Error(), "has not loaded the slot map") {
+		t.Errorf("a router whose last poll the deadline cut: %v", err)
+	}
 	// Not a router at all: refused at its first answer, so the timeout
 	// only has to outlast one request on a loaded machine.
 	mv.cfg = Config{Routers: []string{slow.URL + "/nothing"}, ConfirmTimeout: 5 * time.Second}
