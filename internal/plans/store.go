@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cellgate/cellgate/internal/pgfollow"
 	"github.com/cellgate/cellgate/internal/slots"
 )
 
@@ -174,64 +175,31 @@ func (s *Store) install(version int64, rows []Row) {
 // Options.Retry when the database goes away, keeping the last snapshot
 // meanwhile. It returns ctx's error.
 func (s *Store) Run(ctx context.Context) error {
-	for {
-		err := s.follow(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		s.opt.Log.Warn("tenant table: following stopped; the last known limits stay in force", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(s.opt.Retry):
-		}
-	}
+	return pgfollow.Run(ctx, s.pool, pgfollow.Options{
+		Channel: Channel,
+		Period:  func() time.Duration { return s.opt.Resync },
+		Retry:   s.opt.Retry,
+		Stopped: func(err error) {
+			s.opt.Log.Warn("tenant table: following stopped; the last known limits stay in force", "err", err)
+		},
+	}, pgfollow.Hooks{
+		Start:    s.loadOn,
+		Notified: s.Load,
+		Tick:     s.loadIfChanged,
+	})
 }
 
-// follow is one connection's life: listen, load, then wait for
-// notifications or the resync tick.
-func (s *Store) follow(ctx context.Context) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
+// loadIfChanged reloads over c when the version row moved since the
+// snapshot in force.
+func (s *Store) loadIfChanged(ctx context.Context, c *pgx.Conn) error {
+	var v int64
+	if err := c.QueryRow(ctx, "SELECT version FROM cellgate_tenants_version").Scan(&v); err != nil {
 		return err
 	}
-	// A listening connection must not return to the pool.
-	defer func() { _ = conn.Hijack().Close(context.Background()) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
-		return err
+	if v == s.cur.Load().version {
+		return nil
 	}
-	// The first load goes over the connection that just answered LISTEN:
-	// after an outage the pool may still hold connections that died.
-	if err := s.loadOn(ctx, conn.Conn()); err != nil {
-		return err
-	}
-	for {
-		wctx, cancel := context.WithTimeout(ctx, s.opt.Resync)
-		_, err := conn.Conn().WaitForNotification(wctx)
-		cancel()
-		switch {
-		case err == nil:
-			// Reload through the pool: a query on the listening
-			// connection can stall behind its last timed-out wait.
-			if err := s.Load(ctx); err != nil {
-				return err
-			}
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded) && !conn.Conn().IsClosed():
-			var v int64
-			if err := conn.QueryRow(ctx, "SELECT version FROM cellgate_tenants_version").Scan(&v); err != nil {
-				return err
-			}
-			if v != s.cur.Load().version {
-				if err := s.loadOn(ctx, conn.Conn()); err != nil {
-					return err
-				}
-			}
-		default:
-			return err
-		}
-	}
+	return s.loadOn(ctx, c)
 }
 
 func (s *Store) loadOn(ctx context.Context, c *pgx.Conn) error {

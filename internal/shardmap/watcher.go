@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cellgate/cellgate/internal/pgfollow"
 	"github.com/cellgate/cellgate/internal/shards"
 )
 
@@ -161,18 +162,18 @@ func (w *Watcher) Ready(context.Context) error {
 // out it removes its heartbeat row. It returns ctx's error.
 func (w *Watcher) Run(ctx context.Context) error {
 	defer w.forget()
-	for {
-		err := w.follow(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.opt.Log.Warn("shard map: following stopped; the map in force stays", "version", w.Version(), "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(w.opt.Retry):
-		}
-	}
+	return pgfollow.Run(ctx, w.pool, pgfollow.Options{
+		Channel: Channel,
+		Period:  w.beat,
+		Retry:   w.opt.Retry,
+		Stopped: func(err error) {
+			w.opt.Log.Warn("shard map: following stopped; the map in force stays", "version", w.Version(), "err", err)
+		},
+	}, pgfollow.Hooks{
+		Start:    w.start,
+		Notified: func(ctx context.Context) error { return w.sync(ctx, w.pool) },
+		Tick:     func(ctx context.Context, c *pgx.Conn) error { return w.sync(ctx, c) },
+	})
 }
 
 // forget deletes the heartbeat row, so a move does not wait for a process
@@ -183,19 +184,10 @@ func (w *Watcher) forget() {
 	_, _ = w.pool.Exec(ctx, `DELETE FROM cellgate_shard_map_applied WHERE process = $1`, w.opt.Process)
 }
 
-// follow is one connection's life: listen, seed, load, then wait for
-// notifications or the resync tick.
-func (w *Watcher) follow(ctx context.Context) error {
-	conn, err := w.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A listening connection must not return to the pool.
-	defer func() { _ = conn.Hijack().Close(context.Background()) }()
-	c := conn.Conn()
-	if _, err := c.Exec(ctx, "LISTEN "+Channel); err != nil {
-		return err
-	}
+// start begins a listening connection's life: it seeds the record from
+// the boot map when the database holds none, adds the config's new shards,
+// drops long-gone processes' heartbeats and installs the version in force.
+func (w *Watcher) start(ctx context.Context, c *pgx.Conn) error {
 	if _, _, err := Seed(ctx, c, w.opt.Boot); err != nil {
 		return err
 	}
@@ -207,30 +199,7 @@ func (w *Watcher) follow(ctx context.Context) error {
 	if _, err := c.Exec(ctx, `DELETE FROM cellgate_shard_map_applied WHERE heartbeat < now() - interval '1 hour'`); err != nil {
 		return err
 	}
-	if err := w.sync(ctx, c); err != nil {
-		return err
-	}
-	for {
-		wctx, cancel := context.WithTimeout(ctx, w.beat())
-		_, err := c.WaitForNotification(wctx)
-		cancel()
-		switch {
-		case err == nil:
-			// Reload through the pool: a query on the listening
-			// connection can stall behind its last timed-out wait.
-			if err := w.sync(ctx, w.pool); err != nil {
-				return err
-			}
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded) && !c.IsClosed():
-			if err := w.sync(ctx, c); err != nil {
-				return err
-			}
-		default:
-			return err
-		}
-	}
+	return w.sync(ctx, c)
 }
 
 // sync installs the record's version when it is new and good, then beats
