@@ -2,8 +2,8 @@ package shards
 
 import (
 	"fmt"
-	"sync/atomic"
 
+	"github.com/cellgate/cellgate/internal/drain"
 	"github.com/cellgate/cellgate/internal/slots"
 )
 
@@ -20,18 +20,15 @@ type Routing struct {
 	// inflight counts the tenant requests that started on this routing
 	// and have not finished (Enter, Leave): once it is replaced, a move
 	// learns when no request routed by it can still write to the old
-	// shard (Set.OlderInFlight). Padded: it is written per request, the
-	// fields above are only read.
-	_        [64]byte
-	inflight atomic.Int64
-	_        [56]byte
+	// shard (Set.OlderInFlight).
+	inflight drain.Counter
 }
 
 // Enter counts a request that started on r; call Leave when it ends.
-func (r *Routing) Enter() { r.inflight.Add(1) }
+func (r *Routing) Enter() { r.inflight.Enter() }
 
 // Leave ends a request Enter counted.
-func (r *Routing) Leave() { r.inflight.Add(-1) }
+func (r *Routing) Leave() { r.inflight.Leave() }
 
 // NewRouting compiles a routing at version: owner(slot) is the database.shards
 // index of the shard that holds slot, for every slot 0..MaxSlot; frozen are

@@ -16,13 +16,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellgate/cellgate/internal/config"
+	"github.com/cellgate/cellgate/internal/drain"
 	"github.com/cellgate/cellgate/internal/slots"
 )
 
@@ -48,9 +48,7 @@ type Set struct {
 	names      []string // database.shards' names, in spec order
 	routing    atomic.Pointer[Routing]
 	cell       string
-
-	mu      sync.Mutex
-	retired []*Routing // replaced routings that may still count requests
+	retired    drain.Retired // replaced routings' in-flight counts
 }
 
 // Getenv reads an environment variable; tests pass a map's lookup.
@@ -170,9 +168,9 @@ func (s *Set) Install(r *Routing) error {
 			return fmt.Errorf("shards: routing version %d: slot %d goes to shard index %d, but database.shards has %d", r.Version(), slot, i, len(s.byIndex))
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.retired = append(s.retired, s.routing.Swap(r))
+	if old := s.routing.Swap(r); old != nil {
+		s.retired.Add(&old.inflight)
+	}
 	return nil
 }
 
@@ -181,21 +179,7 @@ func (s *Set) Install(r *Routing) error {
 // routings that have none. No request starts on a routing once it is
 // replaced, bar one that loaded it an instant before the swap and has not
 // counted itself yet, which a move's fence at the source covers.
-func (s *Set) OlderInFlight() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var n int64
-	keep := s.retired[:0]
-	for _, r := range s.retired {
-		if k := r.inflight.Load(); k > 0 {
-			n += k
-			keep = append(keep, r)
-		}
-	}
-	clear(s.retired[len(keep):])
-	s.retired = keep
-	return n
-}
+func (s *Set) OlderInFlight() int64 { return s.retired.InFlight() }
 
 // Frozen reports whether tenant's slot is frozen for a move between shards
 // in the map in force (false for an empty or invalid tenant id). It takes

@@ -131,8 +131,8 @@ func TestInstallSwapsTheRouting(t *testing.T) {
 	}
 	boot.Leave()
 	everything1.Leave()
-	if n := set.OlderInFlight(); n != 0 || len(set.retired) != 0 {
-		t.Fatalf("older in flight = %d (%d maps kept), want 0", n, len(set.retired))
+	if n := set.OlderInFlight(); n != 0 || set.retired.Len() != 0 {
+		t.Fatalf("older in flight = %d (%d maps kept), want 0", n, set.retired.Len())
 	}
 	sh, _, err := set.ForTenant("{user1}.following")
 	if err != nil || sh.Name != "shard-1" || !set.Frozen("{user1}.following") || set.Frozen("123456789") || set.Frozen("") {

@@ -18,6 +18,7 @@ import (
 	"github.com/cellgate/cellgate/internal/probe"
 
 	"github.com/cellgate/cellgate/internal/cells"
+	"github.com/cellgate/cellgate/internal/drain"
 	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/requestid"
 	"github.com/cellgate/cellgate/internal/slots"
@@ -236,8 +237,9 @@ type Proxy struct {
 	reloadMu sync.Mutex // guards reloads; never taken per request
 	reloads  reloadRing
 
+	retired drain.Retired // replaced maps' in-flight counts
+
 	mu      sync.Mutex // guards the fields below; never taken per request
-	retired []*table   // replaced maps that may still have requests in flight
 	ctx     context.Context
 	started bool
 	closed  bool
@@ -258,11 +260,8 @@ type table struct {
 	// inflight counts the forwarded requests routed with this map that
 	// have not finished. Once the map is replaced, it tells a slot move
 	// when no request routed by the old map can still reach the source
-	// (ServeReady's requests_on_older_maps). Padded: it is written per
-	// request, the fields above are only read.
-	_        [64]byte
-	inflight atomic.Int64
-	_        [56]byte
+	// (ServeReady's requests_on_older_maps).
+	inflight drain.Counter
 }
 
 // NewProxy builds a Proxy for router's cells. x extracts tenants exactly
@@ -372,7 +371,7 @@ func (p *Proxy) SetRouter(r *cells.CellRouter) error {
 	}
 	p.table.Store(t)
 	if old != nil {
-		p.retired = append(p.retired, old)
+		p.retired.Add(&old.inflight)
 	}
 	for _, b := range keep {
 		b.stop()
@@ -500,8 +499,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // sendOn is send, counted in t's in-flight requests (a deferred decrement:
 // ReverseProxy aborts a broken stream with a panic).
 func (p *Proxy) sendOn(t *table, w http.ResponseWriter, r *http.Request, b *backend, tenant string) {
-	t.inflight.Add(1)
-	defer t.inflight.Add(-1)
+	t.inflight.Enter()
+	defer t.inflight.Leave()
 	p.send(w, r, b, tenant)
 }
 
@@ -510,21 +509,7 @@ func (p *Proxy) sendOn(t *table, w http.ResponseWriter, r *http.Request, b *back
 // no new request starts on a map once it is replaced (bar one that loaded
 // it an instant before the swap and has not counted itself yet, which a
 // slot move's fence covers).
-func (p *Proxy) olderInFlight() int64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var n int64
-	keep := p.retired[:0]
-	for _, t := range p.retired {
-		if k := t.inflight.Load(); k > 0 {
-			n += k
-			keep = append(keep, t)
-		}
-	}
-	clear(p.retired[len(keep):])
-	p.retired = keep
-	return n
-}
+func (p *Proxy) olderInFlight() int64 { return p.retired.InFlight() }
 
 // refused answers r if the edge's rules refuse it, and says so.
 func (p *Proxy) refused(w http.ResponseWriter, r *http.Request) bool {

@@ -379,10 +379,7 @@ func TestReadyReportsMapAndOlderRequests(t *testing.T) {
 		t.Fatalf("held request: %d", code)
 	}
 	waitFor(t, 2*time.Second, func() bool { return readyz().Older == 0 })
-	f.p.mu.Lock()
-	n := len(f.p.retired)
-	f.p.mu.Unlock()
-	if n != 0 {
+	if n := f.p.retired.Len(); n != 0 {
 		t.Errorf("%d replaced maps kept after their requests finished", n)
 	}
 }
