@@ -1,9 +1,6 @@
 package console
 
-import (
-	"sort"
-	"sync"
-)
+import "sync"
 
 // The resources a plan's limits refuse, as the runtime names them
 // (runtime.Options.OnTenantLimit) and the metrics label them.
@@ -61,15 +58,7 @@ type LimitTally struct {
 // It is fed by refusals and shadow refusals, not by every request.
 type LimitCounts struct {
 	mu      sync.Mutex
-	k       int
-	tenants map[string]*limitEntry
-}
-
-type limitEntry struct {
-	// rank is the space-saving count (events, plus the displaced
-	// tenant's count inherited as err).
-	rank  uint64
-	tally LimitTally
+	tenants spaceSaving[LimitTally]
 }
 
 // NewLimitCounts returns a LimitCounts holding at most k tenants (k < 1
@@ -78,7 +67,7 @@ func NewLimitCounts(k int) *LimitCounts {
 	if k < 1 {
 		k = 256
 	}
-	return &LimitCounts{k: k, tenants: make(map[string]*limitEntry, k)}
+	return &LimitCounts{tenants: newSpaceSaving[LimitTally](k)}
 }
 
 // Add counts one event of tenant on resource: a refusal, or with shadow a
@@ -91,68 +80,34 @@ func (l *LimitCounts) Add(tenant, resource string, shadow bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.tenants[tenant]
-	if e == nil {
-		e = l.placeLocked(tenant)
-	}
-	e.rank++
-	counts := &e.tally.Refused
+	e := l.tenants.count(tenant)
+	counts := &e.val.Refused
 	if shadow {
-		counts = &e.tally.Shadow
+		counts = &e.val.Shadow
 	}
 	*counts.at(resource)++
-}
-
-// placeLocked makes room for tenant: a free place, or the least counted
-// tenant's, whose count the newcomer inherits as its error.
-func (l *LimitCounts) placeLocked(tenant string) *limitEntry {
-	e := &limitEntry{}
-	if len(l.tenants) >= l.k {
-		var minKey string
-		var minE *limitEntry
-		for k, x := range l.tenants {
-			if minE == nil || x.rank < minE.rank || (x.rank == minE.rank && k < minKey) {
-				minKey, minE = k, x
-			}
-		}
-		delete(l.tenants, minKey)
-		e.rank, e.tally.Error = minE.rank, minE.rank
-	}
-	l.tenants[tenant] = e
-	return e
 }
 
 // Of returns tenant's counts, and whether it is held.
 func (l *LimitCounts) Of(tenant string) (LimitTally, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e := l.tenants[tenant]; e != nil {
-		return e.tally, true
+	if e := l.tenants.tenants[tenant]; e != nil {
+		t := e.val
+		t.Error = e.err
+		return t, true
 	}
 	return LimitTally{}, false
 }
 
 // Top returns up to n held tenants, the most counted first.
 func (l *LimitCounts) Top(n int) []string {
-	type ranked struct {
-		tenant string
-		rank   uint64
-	}
 	l.mu.Lock()
-	all := make([]ranked, 0, len(l.tenants))
-	for k, e := range l.tenants {
-		all = append(all, ranked{k, e.rank})
-	}
+	top := l.tenants.top(n)
 	l.mu.Unlock()
-	sort.Slice(all, func(i, j int) bool {
-		if all[i].rank != all[j].rank {
-			return all[i].rank > all[j].rank
-		}
-		return all[i].tenant < all[j].tenant
-	})
-	out := make([]string, 0, min(n, len(all)))
-	for _, r := range all[:min(n, len(all))] {
-		out = append(out, r.tenant)
+	out := make([]string, len(top))
+	for i, e := range top {
+		out[i] = e.tenant
 	}
 	return out
 }

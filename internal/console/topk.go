@@ -1,9 +1,6 @@
 package console
 
-import (
-	"sort"
-	"sync"
-)
+import "sync"
 
 // TopK counts the most frequent tenants in bounded memory with the
 // space-saving algorithm: it holds at most k tenants; a new tenant when
@@ -17,13 +14,8 @@ import (
 // every request.
 type TopK struct {
 	mu     sync.Mutex
-	k      int
-	counts map[string]*topEntry
+	counts spaceSaving[struct{}]
 	total  uint64
-}
-
-type topEntry struct {
-	count, err uint64
 }
 
 // TenantCount is one tenant of a TopK report.
@@ -41,7 +33,7 @@ func NewTopK(k int) *TopK {
 	if k < 1 {
 		k = 64
 	}
-	return &TopK{k: k, counts: make(map[string]*topEntry, k)}
+	return &TopK{counts: newSpaceSaving[struct{}](k)}
 }
 
 // Add counts one event of tenant.
@@ -49,43 +41,19 @@ func (t *TopK) Add(tenant string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.total++
-	if e := t.counts[tenant]; e != nil {
-		e.count++
-		return
-	}
-	if len(t.counts) < t.k {
-		t.counts[tenant] = &topEntry{count: 1}
-		return
-	}
-	var minKey string
-	var minE *topEntry
-	for k, e := range t.counts {
-		if minE == nil || e.count < minE.count || (e.count == minE.count && k < minKey) {
-			minKey, minE = k, e
-		}
-	}
-	delete(t.counts, minKey)
-	t.counts[tenant] = &topEntry{count: minE.count + 1, err: minE.count}
+	t.counts.count(tenant)
 }
 
 // Top returns up to n tenants, most counted first, and the events counted
 // in all.
 func (t *TopK) Top(n int) ([]TenantCount, uint64) {
 	t.mu.Lock()
-	out := make([]TenantCount, 0, len(t.counts))
-	for k, e := range t.counts {
-		out = append(out, TenantCount{Tenant: k, Count: e.count, Error: e.err})
-	}
+	top := t.counts.top(n)
 	total := t.total
 	t.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Count != out[j].Count {
-			return out[i].Count > out[j].Count
-		}
-		return out[i].Tenant < out[j].Tenant
-	})
-	if len(out) > n {
-		out = out[:n]
+	out := make([]TenantCount, len(top))
+	for i, e := range top {
+		out[i] = TenantCount{Tenant: e.tenant, Count: e.rank, Error: e.err}
 	}
 	return out, total
 }

@@ -27,8 +27,8 @@ func TestTopKBounded(t *testing.T) {
 		}
 		tk.Add(ten)
 	}
-	if len(tk.counts) != 16 {
-		t.Fatalf("holds %d tenants, want 16", len(tk.counts))
+	if len(tk.counts.tenants) != 16 {
+		t.Fatalf("holds %d tenants, want 16", len(tk.counts.tenants))
 	}
 	top, total := tk.Top(3)
 	if total != 1_000_000 {
