@@ -212,6 +212,7 @@ func TestTraceFromRouterToJob(t *testing.T) {
 	// the console exporter printed the cell's spans with it.
 	traceID := hex.EncodeToString(trace)
 	var access, worker, console bool
+	cellRequestID := ""
 	for _, line := range strings.Split(c.Logs(), "\n") {
 		if !strings.Contains(line, traceID) {
 			continue
@@ -223,6 +224,7 @@ func TestTraceFromRouterToJob(t *testing.T) {
 		switch {
 		case m["msg"] == "request" && m["route"] == "/signup" && m["trace_id"] == traceID && m["tenant"] == tn && m["status"] == 201.0:
 			access = true
+			cellRequestID, _ = m["request_id"].(string)
 		case m["msg"] == "welcome sent" && m["trace_id"] == traceID && m["kind"] == "send_welcome":
 			worker = true
 		case m["SpanContext"] != nil:
@@ -231,5 +233,28 @@ func TestTraceFromRouterToJob(t *testing.T) {
 	}
 	if !access || !worker || !console {
 		t.Errorf("trace %s: access-log line %v, worker line %v, console span %v", traceID, access, worker, console)
+	}
+
+	// The router's access-log line of the sign-up joins the cell's by the
+	// trace id and the request id it forwarded, and names the cell and
+	// slot it chose.
+	slot, err := slots.Slot(tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routerLine := false
+	for _, line := range strings.Split(r.Logs(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "request" || m["trace_id"] != traceID {
+			continue
+		}
+		if m["method"] != "POST" || m["cell"] != "cell-1" || m["status"] != 201.0 || m["tenant"] != tn ||
+			m["slot"] != float64(slot) || m["request_id"] == "" || m["request_id"] != cellRequestID {
+			t.Errorf("router access line %s: want POST to cell-1, slot %d, 201, tenant %s, request id %q", line, slot, tn, cellRequestID)
+		}
+		routerLine = true
+	}
+	if !routerLine {
+		t.Errorf("no router access-log line with trace %s:\n%s", traceID, r.Logs())
 	}
 }
