@@ -225,3 +225,14 @@ func (rig *shardMoveRig) jobsOfMovers() int {
 	}
 	return n
 }
+
+// TestShardsSlotMoveCrashEveryPhase is TestCellsSlotMoveCrashEveryPhase
+// between two shards of one cell: the command killed with SIGKILL once in
+// each phase under the load, `slotmove status -cell` listing the move's
+// replication slot and state after each kill, `slotmove abort` once; the
+// last run finishes with every guarantee, the range's jobs moved and no
+// replication slot left.
+func TestShardsSlotMoveCrashEveryPhase(t *testing.T) {
+	rig := newShardMoveRig(t, 2000)
+	crashEveryPhase(t, rig.moveScenario, rig.run, rig.moveArgs(), []string{"status", "-layout", rig.layout, "-cell", shardMoveCell})
+}

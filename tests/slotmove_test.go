@@ -636,7 +636,14 @@ func sum(m map[string]int) int {
 // no replication slot is left anywhere.
 func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 	rig := newMoveRig(t, 2000)
-	l := rig.startLoad()
+	crashEveryPhase(t, rig.moveScenario, rig.run, rig.moveArgs(), []string{"status", "-layout", rig.layout, "-map", rig.mapFile})
+}
+
+// crashEveryPhase is the body of the crash tests: under sc's load, the
+// move (run with moveArgs) is killed once in each phase and looked at
+// with status (statusArgs), aborted once, and finished by the last run.
+func crashEveryPhase(t *testing.T, sc *moveScenario, run func(extraEnv []string, args ...string) (string, error), moveArgs, statusArgs []string) {
+	l := sc.startLoad()
 	defer func() {
 		if l != nil {
 			l.end()
@@ -644,14 +651,14 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 	status := func() string {
-		out, err := rig.run(nil, "status", "-layout", rig.layout, "-map", rig.mapFile)
+		out, err := run(nil, statusArgs...)
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
 		return out
 	}
 	for _, phase := range []string{"copying", "copied", "streaming", "settled", "fenced", "verified", "switched", "deleting"} {
-		out, err := rig.run([]string{"CELLGATE_SLOTMOVE_CRASH_AT=" + phase})
+		out, err := run([]string{"CELLGATE_SLOTMOVE_CRASH_AT=" + phase}, moveArgs...)
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("run to be killed at %s: %v\n%s", phase, err, out)
@@ -668,7 +675,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 			t.Fatalf("after a kill at %s, status does not list the move's replication slot and state:\n%s", phase, st)
 		}
 		if phase == "streaming" {
-			if out, err := rig.run(nil, append([]string{"abort"}, rig.moveArgs()...)...); err != nil {
+			if out, err := run(nil, append([]string{"abort"}, moveArgs...)...); err != nil {
 				t.Fatalf("abort: %v\n%s", err, out)
 			}
 			if st := status(); !strings.Contains(st, "no replication slots of moves") || !strings.Contains(st, "no unfinished move") {
@@ -676,7 +683,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 			}
 		}
 	}
-	out, err := rig.run(nil)
+	out, err := run(nil, moveArgs...)
 	if err != nil {
 		t.Fatalf("the run after the last kill: %v\n%s", err, out)
 	}
@@ -684,7 +691,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 		t.Errorf("the last run resumed at %q; want delete", s["resumed"])
 	}
 	// Once done, a re-run is a no-op.
-	if out, err := rig.run(nil); err != nil || !strings.Contains(out, "nothing to do") {
+	if out, err := run(nil, moveArgs...); err != nil || !strings.Contains(out, "nothing to do") {
 		t.Errorf("a re-run of the finished move: %v\n%s", err, out)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -692,7 +699,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 	done := l
 	l = nil
 	done.check(t)
-	t.Logf("%d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times through the router; %d mutations fenced",
+	t.Logf("%d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times; %d mutations fenced",
 		len(done.inserted), len(done.updated), len(done.deleted), sum(done.refused), done.fenced)
 }
 
