@@ -1,8 +1,14 @@
 // Package slotmove moves a range of slots, and so the tenants hashed into
-// it, from one cell to another online: the range is copied from a
-// consistent snapshot, its changes are streamed from PostgreSQL logical
-// replication until the target has caught up, and the tenants are refused
-// only for a short freeze at the end.
+// it, from one cell to another, or between two shards of one cell, online:
+// the range is copied from a consistent snapshot, its changes are streamed
+// from PostgreSQL logical replication until the target has caught up, and
+// the tenants are refused only for a short freeze at the end.
+//
+// The map the move freezes and switches is its one difference by kind
+// (mapside.go): between cells, the router's slot map file, confirmed by
+// the routers; between shards (Config.Cell), the cell's shard map record
+// in its control database (internal/shardmap), confirmed by every live
+// process of the cell. The steps below say "the map" for either.
 //
 // The steps, each safe to run again (stream.go and verify.go say why the
 // design is what it is):
@@ -18,29 +24,31 @@
 //     row where a chunk differs, then again only the rows that differed or
 //     that the stream changed since, round after round until a round
 //     compares few rows.
-//  4. freeze: the slot map marks the range frozen; routers answer its
-//     tenants 503 with Retry-After: 1 (after Settle, no router sends them
-//     to the source any more).
+//  4. freeze: the map marks the range frozen; routers (or the cell's
+//     processes) answer its tenants 503 with Retry-After: 1; once they
+//     confirm it, none sends them to the source any more.
 //  5. fence: the triggers installed on the source tables before the
 //     freeze start refusing any write to the range, and the tool waits for
 //     the write transactions in flight (db.go says how).
 //  6. catch up to the fence (a marker written after it), then compare the
 //     rows that differed or changed since the last round. A difference
 //     stops the move: the fence is dropped and the original map restored
-//     byte for byte.
-//  7. switch: the map gives the range to the target and unfreezes it
-//     (written atomically: temporary file + rename).
+//     (a slot map file byte for byte).
+//  7. switch: the map gives the range to the target and unfreezes it (a
+//     slot map file written atomically: temporary file + rename; a shard
+//     map switched, confirmed, then unfrozen).
 //  8. finish: the replication slots and publications are dropped, the
 //     moved tenants' waiting and scheduled shard-local jobs move (see
 //     jobs.go), their rows of the control database's tenant table move
-//     (see plans.go; copied once before the freeze already), the source
+//     between cells (see plans.go; copied once before the freeze already;
+//     a cell's shards share its control database), the source
 //     rows are deleted (child tables first) and the fence dropped.
 //
 // Run again after a crash with the same arguments: the map and the state
 // file say where to resume; Status lists the replication slots of moves
-// and Abort gives a move up. Concurrency: one move per slot map at a time
-// (the state file enforces it); Move and Abort are not safe to call
-// concurrently on the same map.
+// and Abort gives a move up. Concurrency: one move per slot map (or per
+// cell, between its shards) at a time (the state file enforces it); Move
+// and Abort are not safe to call concurrently on the same map.
 package slotmove
 
 import (
@@ -220,8 +228,9 @@ type Report struct {
 }
 
 // FreezeStep is one step inside the freeze and how long it took. The
-// names: "map" (writing the frozen map), "routers" (every router
-// confirming it, or the Settle sleep), "fence", "catch_up" (the streams
+// names: "map" (writing the frozen map), "routers" (every router, or for
+// a move between shards every process of the cell, confirming it, or the
+// Settle sleep), "fence", "catch_up" (the streams
 // delivering everything up to the fence), "verify" (comparing what
 // changed), "state_identity" (writing the state file while the target's
 // identity sequences move past the streamed ids; "identity" alone when a
