@@ -37,15 +37,11 @@ import (
 // tenants' rows of the tenant table (plans) move too: one moving and one
 // staying tenant have one (planned).
 type moveRig struct {
-	tb               testing.TB
+	*moveScenario
 	c1, c2           *runningCell
 	router           *cell
 	dir              string
 	mapFile, layout  string
-	moving           slots.Range
-	movers, stayers  []string
-	account          map[string]int64
-	preloaded        map[orderKey]bool // the movers' orders before the load
 	env              []string          // the layout's DSN variables
 	slotmove         string            // the binary
 	sourceDSN, tgDSN string            // shard-0 of cell 1 and cell 2
@@ -57,10 +53,64 @@ type orderKey struct {
 	id     int64
 }
 
+// moveScenario is what the load (moveLoad) and its checks need of a
+// deployment whose range moves, between cells or between the shards of
+// one cell: the tenants, where inserts go, where the map gives a slot now
+// (its owner: a cell or a shard), and where each owner keeps its orders.
+type moveScenario struct {
+	tb              testing.TB
+	moving          slots.Range
+	movers, stayers []string
+	account         map[string]int64
+	preloaded       map[orderKey]bool // the movers' orders before the load
+	// urls take the inserts in turn: the router, or the processes of the
+	// cell.
+	urls []string
+	// route says which owner the map gives slot to now and whether it is
+	// frozen, as the app's own code on that owner sees it.
+	route func(ctx context.Context, slot int) (owner string, frozen bool, err error)
+	// dsns is the database of each owner where a moving tenant's orders
+	// are; stores every database of each owner (the check reads them all).
+	dsns   map[string]string
+	stores map[string][]string
+	// home is the owner a tenant's orders must be on once the move is done.
+	home func(tenant string) string
+	// afterCheck adds the deployment's own checks to moveLoad.check.
+	afterCheck func(tb testing.TB)
+}
+
+// preloadOrders inserts n orders per moving tenant with conn (their
+// source database) and records them as preloaded.
+func (sc *moveScenario) preloadOrders(conn *pgx.Conn, n int) {
+	tb := sc.tb
+	ctx := context.Background()
+	for _, tn := range sc.movers {
+		s, _ := slots.Slot(tn)
+		rows, err := conn.Query(ctx, `INSERT INTO orders (tenant_id, slot, account_id, amount_cents, note)
+			SELECT $1, $2, $3, g, 'pre' FROM generate_series(1, $4::int) g RETURNING id`, tn, s, sc.account[tn], n)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				tb.Fatal(err)
+			}
+			sc.preloaded[orderKey{tn, id}] = true
+		}
+		if err := rows.Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE orders"); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // newMoveRig starts the rig with preload orders per moving tenant.
 func newMoveRig(tb testing.TB, preload int) *moveRig {
-	rig := &moveRig{tb: tb, slotmove: toolBinary(tb, "slotmove"), moving: slots.Range{Lo: 4096, Hi: 8191},
-		account: map[string]int64{}, preloaded: map[orderKey]bool{}, dir: tb.TempDir()}
+	rig := &moveRig{moveScenario: &moveScenario{tb: tb, moving: slots.Range{Lo: 4096, Hi: 8191},
+		account: map[string]int64{}, preloaded: map[orderKey]bool{}}, slotmove: toolBinary(tb, "slotmove"), dir: tb.TempDir()}
 	pg := testpg.StartCluster(tb, testpg.ClusterOptions{Settings: []string{"max_wal_size = 2GB"}})
 	rig.c1, rig.c2 = startTwoCellsOn(tb, pg.CreateDB)
 	rig.mapFile = filepath.Join(rig.dir, "slotmap.json")
@@ -102,26 +152,34 @@ func newMoveRig(tb testing.TB, preload int) *moveRig {
 		tb.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	for _, tn := range rig.movers {
-		s, _ := slots.Slot(tn)
-		rows, err := conn.Query(ctx, `INSERT INTO orders (tenant_id, slot, account_id, amount_cents, note)
-			SELECT $1, $2, $3, g, 'pre' FROM generate_series(1, $4::int) g RETURNING id`, tn, s, rig.account[tn], preload)
+	rig.preloadOrders(conn, preload)
+	rig.urls = []string{rig.router.url}
+	rig.route = func(_ context.Context, slot int) (string, bool, error) {
+		_, r, err := cells.ReadSlotMap(rig.mapFile)
 		if err != nil {
-			tb.Fatal(err)
+			return "", false, err
 		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				tb.Fatal(err)
-			}
-			rig.preloaded[orderKey{tn, id}] = true
-		}
-		if err := rows.Err(); err != nil {
-			tb.Fatal(err)
-		}
+		owner, _ := r.ForSlot(slot)
+		return owner.Name, r.Frozen(slot), nil
 	}
-	if _, err := conn.Exec(ctx, "ANALYZE orders"); err != nil {
-		tb.Fatal(err)
+	rig.dsns = map[string]string{"cell-1": rig.sourceDSN, "cell-2": rig.tgDSN}
+	rig.stores = map[string][]string{
+		"cell-1": {rig.c1.dsn("CELLGATE_SHARD_0_DSN"), rig.c1.dsn("CELLGATE_SHARD_1_DSN")},
+		"cell-2": {rig.c2.dsn("CELLGATE_SHARD_0_DSN"), rig.c2.dsn("CELLGATE_SHARD_1_DSN")},
+	}
+	rig.home = func(tn string) string {
+		if s, _ := slots.Slot(tn); s >= 8192 || rig.moving.Contains(s) {
+			return "cell-2"
+		}
+		return "cell-1"
+	}
+	rig.afterCheck = func(tb testing.TB) {
+		rig.checkPlans(tb)
+		// No replication slot of a move is left anywhere.
+		out, err := rig.run(nil, "status", "-layout", rig.layout, "-map", rig.mapFile)
+		if err != nil || !strings.Contains(out, "no replication slots of moves") || !strings.Contains(out, "no unfinished move") {
+			tb.Errorf("slotmove status after the move: %v\n%s", err, out)
+		}
 	}
 	return rig
 }
@@ -209,8 +267,14 @@ func (rig *moveRig) run(extraEnv []string, args ...string) (string, error) {
 	if len(args) == 0 {
 		args = rig.moveArgs()
 	}
-	cmd := exec.Command(rig.slotmove, args...)
-	cmd.Env = append(append(os.Environ(), rig.env...), extraEnv...)
+	return runTool(rig.slotmove, append(append([]string(nil), rig.env...), extraEnv...), args...)
+}
+
+// runTool runs bin with args and env added to the environment, and
+// returns its combined output and error.
+func runTool(bin string, env []string, args ...string) (string, error) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -224,7 +288,7 @@ func (rig *moveRig) moveArgs() []string {
 // orders with SQL on whichever cell the map gives its slot to, as the
 // app's own handler on that cell would.
 type moveLoad struct {
-	rig  *moveRig
+	sc   *moveScenario
 	stop chan struct{}
 	wg   sync.WaitGroup
 
@@ -240,8 +304,8 @@ type moveLoad struct {
 	failures            []string
 }
 
-func (rig *moveRig) startLoad() *moveLoad {
-	l := &moveLoad{rig: rig, stop: make(chan struct{}), inserted: map[orderKey]bool{}, ids: map[string][]int64{},
+func (rig *moveScenario) startLoad() *moveLoad {
+	l := &moveLoad{sc: rig, stop: make(chan struct{}), inserted: map[orderKey]bool{}, ids: map[string][]int64{},
 		updated: map[orderKey]string{}, deleted: map[orderKey]bool{}, refused: map[string]int{}}
 	for k := range rig.preloaded {
 		if len(l.ids[k.tenant]) < 2000 {
@@ -272,13 +336,13 @@ func (l *moveLoad) stopped() bool {
 	}
 }
 
-// inserts creates orders for tn through the router until stopped; a 503
-// is retried after 20 ms and is not an acknowledgement.
+// inserts creates orders for tn through the scenario's URLs in turn until
+// stopped; a 503 is retried after 20 ms and is not an acknowledgement.
 func (l *moveLoad) inserts(tn string) {
-	mover := slices.Contains(l.rig.movers, tn)
+	mover := slices.Contains(l.sc.movers, tn)
 	for n := 0; !l.stopped(); n++ {
-		req, _ := http.NewRequest("POST", l.rig.router.url+"/orders", strings.NewReader(
-			fmt.Sprintf(`{"account_id":%d,"amount_cents":%d,"note":"n%d"}`, l.rig.account[tn], n, n)))
+		req, _ := http.NewRequest("POST", l.sc.urls[n%len(l.sc.urls)]+"/orders", strings.NewReader(
+			fmt.Sprintf(`{"account_id":%d,"amount_cents":%d,"note":"n%d"}`, l.sc.account[tn], n, n)))
 		req.Header.Set("X-Tenant-ID", tn)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := routerClient.Do(req)
@@ -317,8 +381,8 @@ func (l *moveLoad) inserts(tn string) {
 	}
 }
 
-// mutations updates (3 in 4) and deletes (1 in 4) tn's orders on the cell
-// the map file gives tn's slot to. While the slot is frozen it waits, as
+// mutations updates (3 in 4) and deletes (1 in 4) tn's orders on the owner
+// (cell or shard) the map gives tn's slot to. While the slot is frozen it waits, as
 // the router makes the app's requests wait. A write the source's fence
 // refuses (SQLSTATE 55000) or that finds no row (the range has moved and
 // been deleted there) is not acknowledged.
@@ -331,29 +395,27 @@ func (l *moveLoad) mutations(tn string) {
 			_ = c.Close(ctx)
 		}
 	}()
-	dsn := map[string]string{"cell-1": l.rig.sourceDSN, "cell-2": l.rig.tgDSN}
 	rnd := rand.New(rand.NewPCG(uint64(slot), 7))
 	for n := 0; !l.stopped(); n++ {
-		_, r, err := cells.ReadSlotMap(l.rig.mapFile)
+		owner, frozen, err := l.sc.route(ctx, slot)
 		if err != nil {
 			l.failf("%s: read map: %v", tn, err)
 			return
 		}
-		if r.Frozen(slot) {
+		if frozen {
 			l.mu.Lock()
 			l.frozenSkips++
 			l.mu.Unlock()
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
-		owner, _ := r.ForSlot(slot)
-		c := conns[owner.Name]
+		c := conns[owner]
 		if c == nil {
-			if c, err = pgx.Connect(ctx, dsn[owner.Name]); err != nil {
-				l.failf("%s: connect %s: %v", tn, owner.Name, err)
+			if c, err = pgx.Connect(ctx, l.sc.dsns[owner]); err != nil {
+				l.failf("%s: connect %s: %v", tn, owner, err)
 				return
 			}
-			conns[owner.Name] = c
+			conns[owner] = c
 		}
 		l.mu.Lock()
 		ids := l.ids[tn]
@@ -368,7 +430,7 @@ func (l *moveLoad) mutations(tn string) {
 		k := orderKey{tn, id}
 		var got int64
 		del := rnd.IntN(4) == 0
-		note := fmt.Sprintf("u%d-%s", n, owner.Name)
+		note := fmt.Sprintf("u%d-%s", n, owner)
 		if del {
 			err = c.QueryRow(ctx, `DELETE FROM orders WHERE tenant_id = $1 AND id = $2 RETURNING id`, tn, id).Scan(&got)
 		} else {
@@ -384,7 +446,7 @@ func (l *moveLoad) mutations(tn string) {
 		case errors.Is(err, pgx.ErrNoRows):
 			continue
 		case err != nil:
-			l.failf("%s: mutate %d on %s: %v", tn, id, owner.Name, err)
+			l.failf("%s: mutate %d on %s: %v", tn, id, owner, err)
 			continue
 		}
 		l.mu.Lock()
@@ -420,15 +482,16 @@ func (l *moveLoad) window() time.Duration {
 	return l.lastRefusal.Sub(l.firstRefusal)
 }
 
-// check asserts the issue's guarantees on the final state of both cells:
+// check asserts the issue's guarantees on the final state of every owner:
 // every acknowledged insert (and preloaded order) of a moving tenant is at
 // the target exactly once and gone from the source, unless acknowledged
 // deleted, then it is nowhere; every acknowledged update is the target's
 // value; tenants outside the range were never refused and their orders
-// are on their own cell exactly once; nothing unacknowledged exists.
+// are on their own owner exactly once; nothing unacknowledged exists; then
+// the scenario's own checks.
 func (l *moveLoad) check(tb testing.TB) {
 	tb.Helper()
-	rig := l.rig
+	rig := l.sc
 	for _, f := range l.failures {
 		tb.Errorf("request failed: %s", f)
 	}
@@ -443,12 +506,9 @@ func (l *moveLoad) check(tb testing.TB) {
 	}
 	where := map[orderKey][]row{}
 	ctx := context.Background()
-	for _, c := range []struct {
-		name string
-		tc   *runningCell
-	}{{"cell-1", rig.c1}, {"cell-2", rig.c2}} {
-		for _, sh := range []string{"CELLGATE_SHARD_0_DSN", "CELLGATE_SHARD_1_DSN"} {
-			conn, err := pgx.Connect(ctx, c.tc.dsn(sh))
+	for name, dsns := range rig.stores {
+		for _, dsn := range dsns {
+			conn, err := pgx.Connect(ctx, dsn)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -459,7 +519,7 @@ func (l *moveLoad) check(tb testing.TB) {
 				if err := rows.Scan(&k.tenant, &k.id, &note); err != nil {
 					tb.Fatal(err)
 				}
-				where[k] = append(where[k], row{c.name, note})
+				where[k] = append(where[k], row{name, note})
 			}
 			if err := rows.Err(); err != nil {
 				tb.Fatal(err)
@@ -489,10 +549,7 @@ func (l *moveLoad) check(tb testing.TB) {
 			}
 			continue
 		}
-		want := "cell-1"
-		if s, _ := slots.Slot(k.tenant); s >= 8192 || rig.moving.Contains(s) {
-			want = "cell-2"
-		}
+		want := rig.home(k.tenant)
 		if len(locs) != 1 || locs[0].cell != want {
 			errorf("order %s/%d is on %v; want exactly once on %s", k.tenant, k.id, locs, want)
 			continue
@@ -510,12 +567,7 @@ func (l *moveLoad) check(tb testing.TB) {
 	if len(l.updated) == 0 || len(l.deleted) == 0 {
 		tb.Errorf("the load acknowledged %d updates and %d deletes; the scenario needs both", len(l.updated), len(l.deleted))
 	}
-	rig.checkPlans(tb)
-	// No replication slot of a move is left anywhere.
-	out, err := rig.run(nil, "status", "-layout", rig.layout, "-map", rig.mapFile)
-	if err != nil || !strings.Contains(out, "no replication slots of moves") || !strings.Contains(out, "no unfinished move") {
-		tb.Errorf("slotmove status after the move: %v\n%s", err, out)
-	}
+	rig.afterCheck(tb)
 }
 
 // summary parses the command's final "slot move complete" line.
@@ -584,7 +636,14 @@ func sum(m map[string]int) int {
 // no replication slot is left anywhere.
 func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 	rig := newMoveRig(t, 2000)
-	l := rig.startLoad()
+	crashEveryPhase(t, rig.moveScenario, rig.run, rig.moveArgs(), []string{"status", "-layout", rig.layout, "-map", rig.mapFile})
+}
+
+// crashEveryPhase is the body of the crash tests: under sc's load, the
+// move (run with moveArgs) is killed once in each phase and looked at
+// with status (statusArgs), aborted once, and finished by the last run.
+func crashEveryPhase(t *testing.T, sc *moveScenario, run func(extraEnv []string, args ...string) (string, error), moveArgs, statusArgs []string) {
+	l := sc.startLoad()
 	defer func() {
 		if l != nil {
 			l.end()
@@ -592,14 +651,14 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 	}()
 	time.Sleep(300 * time.Millisecond)
 	status := func() string {
-		out, err := rig.run(nil, "status", "-layout", rig.layout, "-map", rig.mapFile)
+		out, err := run(nil, statusArgs...)
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
 		return out
 	}
 	for _, phase := range []string{"copying", "copied", "streaming", "settled", "fenced", "verified", "switched", "deleting"} {
-		out, err := rig.run([]string{"CELLGATE_SLOTMOVE_CRASH_AT=" + phase})
+		out, err := run([]string{"CELLGATE_SLOTMOVE_CRASH_AT=" + phase}, moveArgs...)
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("run to be killed at %s: %v\n%s", phase, err, out)
@@ -616,7 +675,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 			t.Fatalf("after a kill at %s, status does not list the move's replication slot and state:\n%s", phase, st)
 		}
 		if phase == "streaming" {
-			if out, err := rig.run(nil, append([]string{"abort"}, rig.moveArgs()...)...); err != nil {
+			if out, err := run(nil, append([]string{"abort"}, moveArgs...)...); err != nil {
 				t.Fatalf("abort: %v\n%s", err, out)
 			}
 			if st := status(); !strings.Contains(st, "no replication slots of moves") || !strings.Contains(st, "no unfinished move") {
@@ -624,7 +683,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 			}
 		}
 	}
-	out, err := rig.run(nil)
+	out, err := run(nil, moveArgs...)
 	if err != nil {
 		t.Fatalf("the run after the last kill: %v\n%s", err, out)
 	}
@@ -632,7 +691,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 		t.Errorf("the last run resumed at %q; want delete", s["resumed"])
 	}
 	// Once done, a re-run is a no-op.
-	if out, err := rig.run(nil); err != nil || !strings.Contains(out, "nothing to do") {
+	if out, err := run(nil, moveArgs...); err != nil || !strings.Contains(out, "nothing to do") {
 		t.Errorf("a re-run of the finished move: %v\n%s", err, out)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -640,7 +699,7 @@ func TestCellsSlotMoveCrashEveryPhase(t *testing.T) {
 	done := l
 	l = nil
 	done.check(t)
-	t.Logf("%d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times through the router; %d mutations fenced",
+	t.Logf("%d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times; %d mutations fenced",
 		len(done.inserted), len(done.updated), len(done.deleted), sum(done.refused), done.fenced)
 }
 

@@ -182,9 +182,9 @@ func shardOwners(cfg config.Config) []slots.Owner {
 	return out
 }
 
-// slotMoves lists each run of slots whose cell or shard changes. A cell
-// move comes with the slotmove command; a shard move inside one cell is a
-// data copy between databases the operator must plan.
+// slotMoves lists each run of slots whose cell or shard changes, each
+// with its slotmove command: between cells, or between two shards of one
+// cell.
 func slotMoves(old, cur config.Config) ([]string, error) {
 	a, err := owners(old)
 	if err != nil {
@@ -224,19 +224,14 @@ func slotMoves(old, cur config.Config) ([]string, error) {
 // shardMoveSteps is the procedure for a range that changes shard inside
 // one cell. The cell's control database holds its shard map
 // (internal/shardmap), which wins over database.shards once written, so
-// the spec is deployed first (the new shard's pool opens, the range stays
-// where it is) and the map is switched with the range's rows.
+// the spec is deployed first (the new shard's pool opens and joins the
+// map with no slots, the range stays where it is), then slotmove moves
+// the range and switches the map.
 func shardMoveSteps(rg slots.Range, cell, from, to string) string {
-	ranges := fmt.Sprintf("[]slots.Range{{Lo: %d, Hi: %d}}", rg.Lo, rg.Hi)
-	return fmt.Sprintf("slots %s move from shard %s to shard %s in cell %s: no tool moves a range between shards yet; "+
-		"deploy this spec (cell %s keeps serving the range from %s: its control database's shard map wins over database.shards), "+
-		"then with internal/shardmap on cell %s's control database: copy the range's rows from %s to %s; "+
-		"v, _ := shardmap.Freeze(ctx, control, %s); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{Drain: true}); "+
-		"copy the rows written since and verify both sides; "+
-		"v, _ = shardmap.Switch(ctx, control, %s, %q); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+
-		"v, _ = shardmap.Unfreeze(ctx, control, %s); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{}); "+
-		"move the range's waiting jobs and delete its rows at %s (docs/cells.md, \"Moving a range between shards\")",
-		rg, from, to, cell, cell, from, cell, from, to, ranges, ranges, to, ranges, from)
+	return fmt.Sprintf("slots %s move from shard %s to shard %s in cell %s: deploy this spec first "+
+		"(cell %s keeps serving the range from %s: its control database's shard map wins over database.shards), then "+
+		"slotmove -layout <layout.json> -cell %s -from-shard %s -to-shard %s -slots %s",
+		rg, from, to, cell, cell, from, cell, from, to, rg)
 }
 
 // laneChange reports a shuffle-shard change and the share of tenants whose

@@ -67,18 +67,14 @@ func TestPlanKnownActions(t *testing.T) {
 	if !has(p.Actions, "slots 12288-16383 move from shard shard-2 to shard shard-3") || !has(p.Actions, "set S3 in every cell's environment") {
 		t.Errorf("shard split: %q", p.Actions)
 	}
-	if has(p.Actions, "slotmove") {
-		t.Errorf("a shard split inside one cell needs no slotmove: %q", p.Actions)
+	if has(p.Actions, "-from cell") {
+		t.Errorf("a shard split inside one cell needs no move between cells: %q", p.Actions)
 	}
-	// Until slotmove moves ranges between shards, the plan spells out the
-	// shard map's steps on the cell's control database.
+	// A shard split is moved by slotmove's shard mode, after deploying.
 	for _, step := range []string{
-		"slots 12288-16383 move from shard shard-2 to shard shard-3 in cell cell-2: no tool moves a range between shards yet",
-		"deploy this spec (cell cell-2 keeps serving the range from shard-2",
-		"shardmap.Freeze(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}}); shardmap.WaitApplied(ctx, control, v, shardmap.WaitOptions{Drain: true})",
-		`shardmap.Switch(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}}, "shard-3")`,
-		"shardmap.Unfreeze(ctx, control, []slots.Range{{Lo: 12288, Hi: 16383}})",
-		"delete its rows at shard-2",
+		"slots 12288-16383 move from shard shard-2 to shard shard-3 in cell cell-2: deploy this spec first",
+		"(cell cell-2 keeps serving the range from shard-2",
+		"slotmove -layout <layout.json> -cell cell-2 -from-shard shard-2 -to-shard shard-3 -slots 12288-16383",
 	} {
 		if !has(p.Actions, step) {
 			t.Errorf("shard split: no %q in %q", step, p.Actions)

@@ -7,9 +7,18 @@
 //	slotmove -map deploy/slotmap.json -layout cells.layout.json \
 //	         -slots 100-199 -from cell-1 -to cell-2 [-routers http://r1:8090,...] [-confirm-timeout 5s]
 //	         [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs] [-metrics-file slotmove.prom]
-//	slotmove status -layout cells.layout.json [-map deploy/slotmap.json]
+//	slotmove -layout cells.layout.json -cell cell-1 -from-shard shard-0 -to-shard shard-1 \
+//	         -slots 4096-8191 [-state cell-1.shardmove.json] [-confirm-timeout 5s] [-reset-target] [-tables a,b] [-skip-jobs]
+//	slotmove status -layout cells.layout.json [-map deploy/slotmap.json | -cell cell-1]
 //	slotmove check  -layout cells.layout.json [-tables a,b]
 //	slotmove abort  -map deploy/slotmap.json -layout cells.layout.json -slots 100-199 -from cell-1 -to cell-2
+//	slotmove abort  -layout cells.layout.json -cell cell-1 -from-shard shard-0 -to-shard shard-1 -slots 4096-8191
+//
+// With -cell, the range moves between two shards of that cell: the map
+// switched is the cell's shard map in its control database (the layout's
+// "control" names the variable holding its DSN), and every live process
+// of the cell confirms each change instead of the routers. The cell's
+// control database rows stay; its shard-local jobs move.
 //
 // check connects to every shard of the layout and fails, in one line
 // naming the shard or table and the fix, where an online move could not
@@ -76,18 +85,21 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 		return check(ctx, args, os.Stdout, getenv)
 	}
 	fs := flag.NewFlagSet("slotmove "+cmd, flag.ContinueOnError)
-	mapFile := fs.String("map", "", "the router's slot map file (rewritten atomically)")
+	mapFile := fs.String("map", "", "the router's slot map file (rewritten atomically); for a move between cells")
 	layoutFile := fs.String("layout", "", "JSON file naming each cell's shards and their DSN variables")
 	spec := fs.String("slots", "", "slot range to move, e.g. 100-199")
 	from := fs.String("from", "", "source cell")
 	to := fs.String("to", "", "target cell")
-	state := fs.String("state", "", "state file (default: <map>.move.json)")
+	cell := fs.String("cell", "", "move between two shards of this cell (with -from-shard and -to-shard) instead of between cells")
+	fromShard := fs.String("from-shard", "", "with -cell: the source shard")
+	toShard := fs.String("to-shard", "", "with -cell: the target shard")
+	state := fs.String("state", "", "state file (default: <map>.move.json; with -cell: <layout>.<cell>.move.json)")
 	tables := fs.String("tables", strings.Join(defaultTables(genspec.Config().Database.TenantTables, genspec.Config().IdempotentRoutes()), ","), "tables to move, parents first (default: the spec's database.tenant_tables, and the idempotency keys' table when a route is idempotent)")
 	skipJobs := fs.Bool("skip-jobs", false, "leave the moved tenants' waiting and scheduled jobs at the source")
 	chunk := fs.Int("chunk", 1024, "slots per copy/verify/delete statement")
 	settle := fs.Duration("settle", 3*time.Second, "without routers to confirm: wait after freezing, at least the routers' reload interval plus a request's duration")
 	routers := fs.String("routers", "", "comma-separated base URLs of every router reading the map (default: the layout's \"routers\"); the tool waits until each confirms the frozen map instead of sleeping -settle")
-	confirm := fs.Duration("confirm-timeout", 5*time.Second, "how long the routers may take to confirm a map before the move stops")
+	confirm := fs.Duration("confirm-timeout", 5*time.Second, "how long the routers (with -cell: the cell's processes) may take to confirm a map before the move stops")
 	reset := fs.Bool("reset-target", false, "delete the target's rows of the range before copying (after a failed verify)")
 	metricsFile := fs.String("metrics-file", "", "write the run's cellgate_slotmove_* metrics to this Prometheus textfile when it ends (e.g. for node_exporter's textfile collector)")
 	if err := fs.Parse(args); err != nil {
@@ -96,45 +108,20 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	if *tables == "" {
 		return errors.New("-tables is empty and the spec declares no database.tenant_tables")
 	}
-	if *mapFile == "" || *layoutFile == "" || *spec == "" || *from == "" || *to == "" {
-		fs.Usage()
-		return errors.New("-map, -layout, -slots, -from and -to are required")
+	var cfg slotmove.Config
+	var err error
+	if *cell != "" || *fromShard != "" || *toShard != "" {
+		cfg, err = shardMove(fs, *cell, *fromShard, *toShard, *mapFile, *from, *to, *routers, *layoutFile, *spec, *state, getenv)
+	} else {
+		cfg, err = cellMove(fs, *mapFile, *from, *to, *routers, *layoutFile, *spec, *state, getenv)
 	}
-	rg, err := slots.ParseSpec(*spec)
-	if err != nil {
-		return fmt.Errorf("-slots: %w", err)
-	}
-	layout, err := slotmove.ReadLayout(*layoutFile)
 	if err != nil {
 		return err
 	}
-	src, err := layout.Shards(*from, getenv)
-	if err != nil {
-		return err
-	}
-	dst, err := layout.Shards(*to, getenv)
-	if err != nil {
-		return err
-	}
-	srcCtl, err := layout.ControlDB(*from, getenv)
-	if err != nil {
-		return err
-	}
-	dstCtl, err := layout.ControlDB(*to, getenv)
-	if err != nil {
-		return err
-	}
-	rts := layout.Routers
-	if *routers != "" {
-		rts = strings.Split(*routers, ",")
-	}
-	cfg := slotmove.Config{
-		MapFile: *mapFile, StateFile: *state, Range: rg, From: *from, To: *to,
-		Source: src, Target: dst, Tables: strings.Split(*tables, ","),
-		SourceControl: srcCtl, TargetControl: dstCtl,
-		ChunkSlots: *chunk, Settle: *settle, Routers: rts, ConfirmTimeout: *confirm,
-		ResetTarget: *reset, SkipJobs: *skipJobs, Logger: log,
-	}
+	cfg.Tables = strings.Split(*tables, ",")
+	cfg.ChunkSlots, cfg.Settle, cfg.ConfirmTimeout = *chunk, *settle, *confirm
+	cfg.ResetTarget, cfg.SkipJobs, cfg.Logger = *reset, *skipJobs, log
+	rg := cfg.Range
 	if cmd == "abort" {
 		return slotmove.Abort(ctx, cfg)
 	}
@@ -158,7 +145,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	if err != nil {
 		return err
 	}
-	log.Info("slot move complete", "slots", rg.String(), "from", *from, "to", *to,
+	log.Info("slot move complete", "slots", rg.String(), "cell", cfg.Cell, "from", cfg.From, "to", cfg.To,
 		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
 		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes, "peak_lag", rep.PeakLag.Round(time.Millisecond).String(),
 		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "freeze_steps", rep.FreezeStepsString(), "verified_in_freeze", rep.FreezeVerified,
@@ -166,6 +153,115 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 		"jobs_moved", rep.JobsMoved, "jobs_duplicate", rep.JobsDuplicate, "jobs_left_running", rep.JobsLeftRunning,
 		"tenant_rows_moved", rep.TenantsMoved)
 	return nil
+}
+
+// cellMove is the Config of a move between two cells.
+func cellMove(fs *flag.FlagSet, mapFile, from, to, routers, layoutFile, spec, state string, getenv func(string) string) (slotmove.Config, error) {
+	if mapFile == "" || layoutFile == "" || spec == "" || from == "" || to == "" {
+		fs.Usage()
+		return slotmove.Config{}, errors.New("-map, -layout, -slots, -from and -to are required (or -cell, -from-shard and -to-shard to move between shards of one cell)")
+	}
+	rg, err := slots.ParseSpec(spec)
+	if err != nil {
+		return slotmove.Config{}, fmt.Errorf("-slots: %w", err)
+	}
+	layout, err := slotmove.ReadLayout(layoutFile)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	src, err := layout.Shards(from, getenv)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	dst, err := layout.Shards(to, getenv)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	srcCtl, err := layout.ControlDB(from, getenv)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	dstCtl, err := layout.ControlDB(to, getenv)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	rts := layout.Routers
+	if routers != "" {
+		rts = strings.Split(routers, ",")
+	}
+	return slotmove.Config{
+		MapFile: mapFile, StateFile: state, Range: rg, From: from, To: to,
+		Source: src, Target: dst, SourceControl: srcCtl, TargetControl: dstCtl, Routers: rts,
+	}, nil
+}
+
+// shardMove is the Config of a move between two shards of one cell.
+func shardMove(fs *flag.FlagSet, cell, fromShard, toShard, mapFile, from, to, routers, layoutFile, spec, state string, getenv func(string) string) (slotmove.Config, error) {
+	switch {
+	case mapFile != "" || from != "" || to != "" || routers != "":
+		return slotmove.Config{}, errors.New("-cell moves between shards of one cell, confirmed by its processes: drop -map, -from, -to and -routers (they are for a move between cells)")
+	case cell == "" || fromShard == "" || toShard == "" || layoutFile == "" || spec == "":
+		fs.Usage()
+		return slotmove.Config{}, errors.New("a move between shards needs -cell, -from-shard, -to-shard, -layout and -slots")
+	case fromShard == toShard:
+		return slotmove.Config{}, fmt.Errorf("-from-shard and -to-shard are both %q", fromShard)
+	}
+	rg, err := slots.ParseSpec(spec)
+	if err != nil {
+		return slotmove.Config{}, fmt.Errorf("-slots: %w", err)
+	}
+	layout, err := slotmove.ReadLayout(layoutFile)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	if _, ok := layout.Cells[cell]; !ok {
+		return slotmove.Config{}, fmt.Errorf("-cell %q: the layout %s has no such cell", cell, layoutFile)
+	}
+	all, err := layout.Shards(cell, getenv)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	pick := func(flagName, name string) (slotmove.Shard, error) {
+		var names []string
+		for _, sh := range all {
+			if sh.Name == name {
+				// The cell's shard map, not the layout, says which slots
+				// the shard holds.
+				sh.Slots = nil
+				return sh, nil
+			}
+			names = append(names, sh.Name)
+		}
+		return slotmove.Shard{}, fmt.Errorf("-%s %q: cell %s has no such shard in the layout (it has %s)", flagName, name, cell, strings.Join(names, ", "))
+	}
+	src, err := pick("from-shard", fromShard)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	dst, err := pick("to-shard", toShard)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	ctl, err := layout.ControlDB(cell, getenv)
+	if err != nil {
+		return slotmove.Config{}, err
+	}
+	if ctl.DSN == "" {
+		return slotmove.Config{}, fmt.Errorf("-cell %q: the layout %s names no control database for it (\"control\": {%q: \"<DSN variable>\"}); its shard map lives there", cell, layoutFile, cell)
+	}
+	if state == "" {
+		state = shardStateFile(layoutFile, cell)
+	}
+	return slotmove.Config{
+		Cell: cell, Control: ctl, StateFile: state, Range: rg, From: fromShard, To: toShard,
+		Source: []slotmove.Shard{src}, Target: []slotmove.Shard{dst},
+	}, nil
+}
+
+// shardStateFile is the default state file of a move between shards of
+// cell: one unfinished move per cell at a time, as per slot map.
+func shardStateFile(layoutFile, cell string) string {
+	return layoutFile + "." + cell + ".move.json"
 }
 
 // check connects to every shard of the layout's cells and checks what an
@@ -211,7 +307,8 @@ func status(ctx context.Context, args []string, out io.Writer, getenv func(strin
 	fs := flag.NewFlagSet("slotmove status", flag.ContinueOnError)
 	layoutFile := fs.String("layout", "", "JSON file naming each cell's shards and their DSN variables")
 	mapFile := fs.String("map", "", "the router's slot map file (to show its unfinished move)")
-	state := fs.String("state", "", "state file (default: <map>.move.json)")
+	cell := fs.String("cell", "", "a cell whose unfinished move between shards to show (its default state file)")
+	state := fs.String("state", "", "state file (default: <map>.move.json; with -cell: <layout>.<cell>.move.json)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -253,9 +350,13 @@ func status(ctx context.Context, args []string, out io.Writer, getenv func(strin
 	} else {
 		fmt.Fprintln(out, "an inactive slot holds WAL until dropped: run the move again, or `slotmove abort` with its arguments")
 	}
-	if *mapFile != "" {
+	if *mapFile != "" || *cell != "" || *state != "" {
 		path := *state
-		if path == "" {
+		switch {
+		case path != "":
+		case *cell != "":
+			path = shardStateFile(*layoutFile, *cell)
+		default:
 			path = *mapFile + ".move.json"
 		}
 		raw, err := os.ReadFile(path)

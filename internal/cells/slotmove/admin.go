@@ -8,8 +8,6 @@ import (
 	"sort"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/cellgate/cellgate/internal/cells"
 )
 
 // MoveSlot is a replication slot a move created on a shard. A slot nobody
@@ -72,17 +70,15 @@ func Abort(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	log := cfg.Logger.With("slots", cfg.Range.String(), "from", cfg.From, "to", cfg.To)
+	log := cfg.logger()
 	mv, err := open(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer mv.close()
-	m, r, err := cells.ReadSlotMap(cfg.MapFile)
-	if err != nil {
-		return err
-	}
-	owner, frozen, err := rangeState(r, cfg)
+	side := newMapSide(mv)
+	defer side.close()
+	owner, frozen, err := side.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -96,12 +92,8 @@ func Abort(ctx context.Context, cfg Config) error {
 		return err
 	}
 	if frozen {
-		uf, err := m.WithFrozen(cfg.Range, false)
-		if err != nil {
+		if err := side.unfreeze(ctx); err != nil {
 			return err
-		}
-		if err := cells.WriteSlotMap(cfg.MapFile, uf); err != nil {
-			return fmt.Errorf("slotmove: unfreeze: %w", err)
 		}
 	}
 	n, err := mv.deleteRange(ctx, mv.target, "target")

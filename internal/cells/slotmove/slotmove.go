@@ -1,8 +1,14 @@
 // Package slotmove moves a range of slots, and so the tenants hashed into
-// it, from one cell to another online: the range is copied from a
-// consistent snapshot, its changes are streamed from PostgreSQL logical
-// replication until the target has caught up, and the tenants are refused
-// only for a short freeze at the end.
+// it, from one cell to another, or between two shards of one cell, online:
+// the range is copied from a consistent snapshot, its changes are streamed
+// from PostgreSQL logical replication until the target has caught up, and
+// the tenants are refused only for a short freeze at the end.
+//
+// The map the move freezes and switches is its one difference by kind
+// (mapside.go): between cells, the router's slot map file, confirmed by
+// the routers; between shards (Config.Cell), the cell's shard map record
+// in its control database (internal/shardmap), confirmed by every live
+// process of the cell. The steps below say "the map" for either.
 //
 // The steps, each safe to run again (stream.go and verify.go say why the
 // design is what it is):
@@ -18,29 +24,31 @@
 //     row where a chunk differs, then again only the rows that differed or
 //     that the stream changed since, round after round until a round
 //     compares few rows.
-//  4. freeze: the slot map marks the range frozen; routers answer its
-//     tenants 503 with Retry-After: 1 (after Settle, no router sends them
-//     to the source any more).
+//  4. freeze: the map marks the range frozen; routers (or the cell's
+//     processes) answer its tenants 503 with Retry-After: 1; once they
+//     confirm it, none sends them to the source any more.
 //  5. fence: the triggers installed on the source tables before the
 //     freeze start refusing any write to the range, and the tool waits for
 //     the write transactions in flight (db.go says how).
 //  6. catch up to the fence (a marker written after it), then compare the
 //     rows that differed or changed since the last round. A difference
 //     stops the move: the fence is dropped and the original map restored
-//     byte for byte.
-//  7. switch: the map gives the range to the target and unfreezes it
-//     (written atomically: temporary file + rename).
+//     (a slot map file byte for byte).
+//  7. switch: the map gives the range to the target and unfreezes it (a
+//     slot map file written atomically: temporary file + rename; a shard
+//     map switched, confirmed, then unfrozen).
 //  8. finish: the replication slots and publications are dropped, the
 //     moved tenants' waiting and scheduled shard-local jobs move (see
 //     jobs.go), their rows of the control database's tenant table move
-//     (see plans.go; copied once before the freeze already), the source
+//     between cells (see plans.go; copied once before the freeze already;
+//     a cell's shards share its control database), the source
 //     rows are deleted (child tables first) and the fence dropped.
 //
 // Run again after a crash with the same arguments: the map and the state
 // file say where to resume; Status lists the replication slots of moves
-// and Abort gives a move up. Concurrency: one move per slot map at a time
-// (the state file enforces it); Move and Abort are not safe to call
-// concurrently on the same map.
+// and Abort gives a move up. Concurrency: one move per slot map (or per
+// cell, between its shards) at a time (the state file enforces it); Move
+// and Abort are not safe to call concurrently on the same map.
 package slotmove
 
 import (
@@ -71,15 +79,30 @@ type Shard struct {
 }
 
 // Config describes one move. Zero fields take the defaults named on each.
+//
+// A move between two shards of one cell sets Cell and Control instead of
+// MapFile: From and To then name the shards, Source and Target hold one
+// shard each, and the map switched is the cell's shard map record in its
+// control database (internal/shardmap), confirmed by every live process
+// of the cell (shardmap.WaitApplied) instead of the routers. The control
+// database is the same on both sides, so its rows (plain-enqueued jobs,
+// the tenant table) stay; the shard-local jobs move as between cells.
 type Config struct {
-	// MapFile is the router's slot map file. Required.
+	// MapFile is the router's slot map file. Required for a move between
+	// cells.
 	MapFile string
-	// StateFile records a verified move between the switch and the delete.
-	// Default: MapFile + ".move.json".
+	// Cell, set for a move between two shards of that cell, names it.
+	Cell string
+	// Control is Cell's control database, which holds its shard map.
+	// Required with Cell.
+	Control Shard
+	// StateFile records where a move stands, so that a run after a crash
+	// resumes it. Default: MapFile + ".move.json"; required with Cell.
 	StateFile string
 	// Range is the slots to move.
 	Range slots.Range
-	// From and To name the source and target cells in the map. Required.
+	// From and To name the source and target cells in the map, or with
+	// Cell the source and target shards. Required.
 	From, To string
 	// Source and Target are the two cells' shards. Every slot of Range
 	// must have a shard on both sides.
@@ -205,8 +228,9 @@ type Report struct {
 }
 
 // FreezeStep is one step inside the freeze and how long it took. The
-// names: "map" (writing the frozen map), "routers" (every router
-// confirming it, or the Settle sleep), "fence", "catch_up" (the streams
+// names: "map" (writing the frozen map), "routers" (every router, or for
+// a move between shards every process of the cell, confirming it, or the
+// Settle sleep), "fence", "catch_up" (the streams
 // delivering everything up to the fence), "verify" (comparing what
 // changed), "state_identity" (writing the state file while the target's
 // identity sequences move past the streamed ids; "identity" alone when a
@@ -257,6 +281,7 @@ func (e *VerifyError) Error() string {
 
 // state is the state file's content.
 type state struct {
+	Cell  string `json:"cell,omitempty"` // a move between shards of this cell
 	From  string `json:"from"`
 	To    string `json:"to"`
 	Slots string `json:"slots"`
@@ -271,7 +296,7 @@ const (
 )
 
 func (c Config) withDefaults() Config {
-	if c.StateFile == "" {
+	if c.StateFile == "" && c.Cell == "" {
 		c.StateFile = c.MapFile + ".move.json"
 	}
 	if c.ChunkSlots == 0 {
@@ -306,7 +331,17 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	switch {
-	case c.MapFile == "":
+	case c.Cell != "" && c.MapFile != "":
+		return errors.New("slotmove: Config.Cell (a move between shards of one cell) and Config.MapFile (between cells) exclude each other")
+	case c.Cell != "" && c.Control.DSN == "":
+		return fmt.Errorf("slotmove: Config.Control is required: the control database of cell %s holds its shard map", c.Cell)
+	case c.Cell != "" && c.StateFile == "":
+		return errors.New("slotmove: Config.StateFile is required for a move between shards")
+	case c.Cell != "" && len(c.Routers) > 0:
+		return errors.New("slotmove: Config.Routers: a move between shards of one cell is confirmed by the cell's processes, not by routers")
+	case c.Cell != "" && (len(c.Source) != 1 || len(c.Target) != 1):
+		return fmt.Errorf("slotmove: Config.Source and Config.Target: a move between shards takes one shard each, got %d and %d", len(c.Source), len(c.Target))
+	case c.Cell == "" && c.MapFile == "":
 		return errors.New("slotmove: Config.MapFile is required")
 	case c.From == "" || c.To == "":
 		return errors.New("slotmove: Config.From and Config.To are required")
@@ -345,7 +380,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := cfg.validate(); err != nil {
 		return rep, err
 	}
-	log := cfg.Logger.With("slots", cfg.Range.String(), "from", cfg.From, "to", cfg.To)
+	log := cfg.logger()
 	mv, err := open(ctx, cfg, log)
 	if err != nil {
 		return rep, err
@@ -355,24 +390,18 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		rep.Streamed, rep.PeakLagBytes, rep.PeakLag = mv.streamed, mv.peakLag, mv.peakLagTime
 	}()
 
-	origRaw, err := os.ReadFile(cfg.MapFile)
-	if err != nil {
-		return rep, fmt.Errorf("slotmove: %w", err)
-	}
-	m, r, err := cells.ParseSlotMap(origRaw)
-	if err != nil {
-		return rep, fmt.Errorf("slotmove: %s: %w", cfg.MapFile, err)
-	}
+	side := newMapSide(mv)
+	defer side.close()
 	st, err := readState(cfg.StateFile)
 	if err != nil {
 		return rep, err
 	}
-	want := state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String()}
-	if st != nil && (st.From != want.From || st.To != want.To || st.Slots != want.Slots) {
+	want := cfg.state("")
+	if st != nil && (st.Cell != want.Cell || st.From != want.From || st.To != want.To || st.Slots != want.Slots) {
 		return rep, fmt.Errorf("slotmove: another move (slots %s from %s to %s) is unfinished according to %s; finish it first",
 			st.Slots, st.From, st.To, cfg.StateFile)
 	}
-	owner, frozen, err := rangeState(r, cfg)
+	owner, frozen, err := side.load(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -397,9 +426,17 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 			return rep, fmt.Errorf("slotmove: the map already gives slots %s to %s, but %s records no verified move; refusing to delete the %d rows left at %s",
 				cfg.Range, cfg.To, cfg.StateFile, left, cfg.From)
 		}
+		if frozen {
+			// Switched, but a run died before serving the range again
+			// (a shard map is switched and unfrozen in two writes).
+			if err := side.unfreeze(ctx); err != nil {
+				return rep, err
+			}
+			log.Info("resuming: range switched but still frozen; unfrozen")
+		}
 		rep.Resumed = "delete"
 		log.Info("resuming: map already switched; deleting at the source")
-		return rep, mv.finish(ctx, &rep)
+		return rep, mv.finish(ctx, &rep, side)
 	}
 	if err := mv.preflight(ctx); err != nil {
 		return rep, err
@@ -411,7 +448,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		// verdict still holds.
 		rep.Resumed = "switch"
 		log.Info("resuming: range verified while frozen; switching")
-		return rep, mv.switchAndFinish(ctx, &rep, m, &freezeClock{rep: &rep, last: time.Now()}, false)
+		return rep, mv.switchAndFinish(ctx, &rep, side, &freezeClock{rep: &rep, last: time.Now()}, false)
 	}
 	if frozen {
 		// A run died inside the freeze: give the range back to its
@@ -419,15 +456,9 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		if err := mv.unfence(ctx); err != nil {
 			return rep, err
 		}
-		uf, err := m.WithFrozen(cfg.Range, false)
-		if err != nil {
+		if err := side.unfreeze(ctx); err != nil {
 			return rep, err
 		}
-		if err := cells.WriteSlotMap(cfg.MapFile, uf); err != nil {
-			return rep, fmt.Errorf("slotmove: unfreeze: %w", err)
-		}
-		m = uf
-		origRaw = uf.Marshal()
 		log.Info("resuming: a run stopped inside the freeze; range unfrozen and unfenced")
 	}
 
@@ -460,7 +491,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		} else if err := mv.targetEmpty(ctx); err != nil {
 			return rep, err
 		}
-		if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepCopying}); err != nil {
+		if err := writeState(cfg.StateFile, cfg.state(stepCopying)); err != nil {
 			return rep, err
 		}
 		if err := mv.initialCopy(ctx, &rep); err != nil {
@@ -469,7 +500,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 		if err := mv.crashAt("copied"); err != nil {
 			return rep, err
 		}
-		if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepStreaming}); err != nil {
+		if err := writeState(cfg.StateFile, cfg.state(stepStreaming)); err != nil {
 			return rep, err
 		}
 	}
@@ -534,54 +565,20 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
-	fm, err := m.WithFrozen(cfg.Range, true)
-	if err != nil {
-		return rep, err
-	}
-	frozenRaw := fm.Marshal()
 	frozenAt := time.Now()
 	clock := &freezeClock{rep: &rep, last: frozenAt}
-	if err := cells.WriteFileAtomic(cfg.MapFile, frozenRaw, 0o644); err != nil {
-		return rep, fmt.Errorf("slotmove: freeze: %w", err)
+	if err := side.freeze(ctx); err != nil {
+		return rep, err
 	}
 	clock.mark("map")
-	if len(cfg.Routers) > 0 {
-		log.Info("phase: freeze; range frozen in the slot map, waiting for every router to confirm it", "routers", len(cfg.Routers))
-	} else {
-		log.Info("phase: freeze; range frozen in the slot map, waiting for routers to reload", "settle", cfg.Settle.String())
+	log.Info("phase: freeze; range frozen in the map, waiting for " + mv.confirmWhat() + " to confirm it")
+	restore := func(cause error) error { return mv.restoreAfter(ctx, side, cause) }
+	if err := side.settle(ctx); err != nil {
+		return rep, restore(err)
 	}
-	restore := func(cause error) error {
-		// Put routing back exactly as it was, unless someone else has
-		// changed the file meanwhile: then leave theirs and say so.
-		if err := mv.unfence(context.WithoutCancel(ctx)); err != nil {
-			cause = errors.Join(cause, err)
-		}
-		cur, err := os.ReadFile(cfg.MapFile)
-		switch {
-		case err != nil:
-			return errors.Join(cause, err)
-		case string(cur) != string(frozenRaw):
-			return errors.Join(cause, fmt.Errorf("slotmove: %s changed during the move; not restoring it", cfg.MapFile))
-		}
-		if err := cells.WriteFileAtomic(cfg.MapFile, origRaw, 0o644); err != nil {
-			return errors.Join(cause, err)
-		}
-		return cause
-	}
-	if len(cfg.Routers) > 0 {
-		if err := mv.confirmRouters(ctx, fm, true); err != nil {
-			return rep, restore(err)
-		}
-		clock.mark("routers")
-		rep.Settle = time.Since(frozenAt)
-		log.Info("every router confirmed the frozen map", "settle", rep.Settle.Round(time.Millisecond).String())
-	} else {
-		if err := cfg.Sleep(ctx, cfg.Settle); err != nil {
-			return rep, restore(err)
-		}
-		clock.mark("routers")
-		rep.Settle = cfg.Settle
-	}
+	clock.mark("routers")
+	rep.Settle = time.Since(frozenAt)
+	log.Info("frozen map confirmed", "by", mv.confirmWhat(), "settle", rep.Settle.Round(time.Millisecond).String())
 	if err := mv.crashAt("settled"); err != nil {
 		return rep, err
 	}
@@ -603,7 +600,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	n, err := mv.keyVerify(ctx, true)
 	if err != nil {
-		log.Error("verify failed; slot map restored", "error", err.Error())
+		log.Error("verify failed; map restored", "error", err.Error())
 		return rep, restore(err)
 	}
 	rep.FreezeVerified = n
@@ -612,7 +609,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	// switch needs both, neither needs the other.
 	stateErr := make(chan error, 1)
 	go func() {
-		stateErr <- writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepVerified})
+		stateErr <- writeState(cfg.StateFile, cfg.state(stepVerified))
 	}()
 	idErr := mv.bumpStreamedIdentity(ctx)
 	if err := errors.Join(<-stateErr, idErr); err != nil {
@@ -623,7 +620,21 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := mv.crashAt("verified"); err != nil {
 		return rep, err
 	}
-	return rep, mv.switchAndFinish(ctx, &rep, fm, clock, true)
+	return rep, mv.switchAndFinish(ctx, &rep, side, clock, true)
+}
+
+// logger is the move's logger, naming the move in every line.
+func (c Config) logger() *slog.Logger {
+	log := c.Logger.With("slots", c.Range.String(), "from", c.From, "to", c.To)
+	if c.Cell != "" {
+		log = log.With("cell", c.Cell)
+	}
+	return log
+}
+
+// state is the state file's content at step.
+func (c Config) state(step string) state {
+	return state{Cell: c.Cell, From: c.From, To: c.To, Slots: c.Range.String(), Step: step}
 }
 
 // freezeKeysTarget and maxKeyRounds end the compare rounds before the
@@ -663,7 +674,7 @@ func (mv *mover) catchUpQuick(ctx context.Context) error {
 // switchAndFinish moves the target's identity sequences past the streamed
 // ids (unless identityDone), gives the range to the target (unfrozen), and
 // finishes the move.
-func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.SlotMap, clock *freezeClock, identityDone bool) error {
+func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, side mapSide, clock *freezeClock, identityDone bool) error {
 	cfg := mv.cfg
 	if !identityDone {
 		if err := mv.bumpStreamedIdentity(ctx); err != nil {
@@ -671,47 +682,36 @@ func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, frozen cells.
 		}
 		clock.mark("identity")
 	}
-	sw, err := frozen.Reassign(cfg.Range, cfg.From, cfg.To)
-	if err == nil {
-		sw, err = sw.WithFrozen(cfg.Range, false)
-	}
-	if err != nil {
-		return err
-	}
-	if err := cells.WriteSlotMap(cfg.MapFile, sw); err != nil {
+	if err := side.switchOver(ctx); err != nil {
 		return err
 	}
 	clock.mark("switch")
-	if len(cfg.Routers) > 0 {
-		// The tenants are served again once every router has the new map.
-		if err := mv.confirmRouters(ctx, sw, false); err != nil {
-			mv.log.Warn("the map is switched, but a router has not confirmed it; it refuses or misroutes the range's tenants until it reloads", "error", err.Error())
+	if cfg.Cell != "" || len(cfg.Routers) > 0 {
+		// The tenants are served again once every reader has the new map.
+		if err := side.confirmSwitched(ctx); err != nil {
+			mv.log.Warn("the map is switched, but a reader of it has not confirmed it; it refuses or misroutes the range's tenants until it reloads", "error", err.Error())
 		}
 		clock.mark("routers_switched")
 	}
 	for _, s := range rep.FreezeSteps {
 		rep.Freeze += s.Took
 	}
-	if err := writeState(cfg.StateFile, state{From: cfg.From, To: cfg.To, Slots: cfg.Range.String(), Step: stepSwitched}); err != nil {
+	if err := writeState(cfg.StateFile, cfg.state(stepSwitched)); err != nil {
 		return err
 	}
-	mv.log.Info("slot map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified,
+	mv.log.Info("map switched to the target", "freeze", rep.Freeze.Round(time.Millisecond).String(), "keys_verified_in_freeze", rep.FreezeVerified,
 		"steps", rep.FreezeStepsString())
 	if err := mv.crashAt("switched"); err != nil {
 		return err
 	}
-	return mv.finish(ctx, rep)
+	return mv.finish(ctx, rep, side)
 }
 
 // finish drops the replication, deletes the range at the source, drops
 // the fence and the state.
-func (mv *mover) finish(ctx context.Context, rep *Report) error {
+func (mv *mover) finish(ctx context.Context, rep *Report, side mapSide) error {
 	// Re-read the map: delete only what the map really gives the target.
-	_, r, err := cells.ReadSlotMap(mv.cfg.MapFile)
-	if err != nil {
-		return err
-	}
-	if owner, _, err := rangeState(r, mv.cfg); err != nil || owner != mv.cfg.To {
+	if owner, _, err := side.load(ctx); err != nil || owner != mv.cfg.To {
 		return fmt.Errorf("slotmove: refusing to delete: the map does not give slots %s to %s (%v)", mv.cfg.Range, mv.cfg.To, err)
 	}
 	// The source's changes no longer matter: an abandoned slot would hold
