@@ -58,14 +58,15 @@ const SlotPrefix = "cellgate_move_"
 // preflight fails early, in one line naming the fix, when a source shard
 // cannot stream the range: wal_level below logical, or a table whose
 // replica identity does not cover slot (PostgreSQL would then refuse the
-// app's UPDATEs and DELETEs on it once the filtered publication exists).
+// app's UPDATEs and DELETEs on it once the filtered publication exists);
+// or when a target's identity sequence caches values (identity.go).
 func (mv *mover) preflight(ctx context.Context) error {
 	for _, sc := range mv.source {
 		if err := checkReplication(ctx, sc.name, sc.conn, mv.tables); err != nil {
 			return err
 		}
 	}
-	return nil
+	return mv.checkIdentityCache(ctx)
 }
 
 // CheckShard checks that a shard can be the source of an online move of
@@ -145,6 +146,14 @@ type stream struct {
 	walEnd   pglogrepl.LSN // the server's position, from its last message
 	markers  map[string]bool
 	status   time.Time // last status update sent
+	// txCommit is the source commit time of the transaction being read,
+	// batchCommit that of the oldest transaction in the batches (zero when
+	// they are empty), and clockOffset the server's clock minus ours (from
+	// its last message): a flush's lag in time is how long after its
+	// oldest transaction committed at the source it committed at the
+	// target, on the source's clock.
+	txCommit, batchCommit time.Time
+	clockOffset           time.Duration
 }
 
 // relInfo maps a relation of the stream onto a moved table.
@@ -230,6 +239,7 @@ func (mv *mover) startStreams(ctx context.Context) error {
 		s.markers = map[string]bool{}
 		s.batches = map[int]*pgconn.Batch{}
 		s.batchN = 0
+		s.batchCommit = time.Time{}
 		s.pending = s.applied
 		err := pglogrepl.StartReplication(ctx, s.conn, s.slot, 0, pglogrepl.StartReplicationOptions{
 			Mode: pglogrepl.LogicalReplication,
@@ -444,6 +454,7 @@ func (mv *mover) handle(ctx context.Context, s *stream, data []byte) error {
 			return fmt.Errorf("slotmove: stream of source %s: %w", name, err)
 		}
 		s.walEnd = max(s.walEnd, pkm.ServerWALEnd)
+		s.clockOffset = pkm.ServerTime.Sub(time.Now())
 		if !s.inTx {
 			// Everything before the server's position has been sent:
 			// confirming it once applied lets the slot release WAL that
@@ -463,6 +474,7 @@ func (mv *mover) handle(ctx context.Context, s *stream, data []byte) error {
 			return fmt.Errorf("slotmove: stream of source %s: %w", name, err)
 		}
 		s.walEnd = max(s.walEnd, xld.ServerWALEnd)
+		s.clockOffset = xld.ServerTime.Sub(time.Now())
 		if int64(s.walEnd)-int64(s.applied) > mv.peakLag {
 			mv.peakLag = int64(s.walEnd) - int64(s.applied)
 		}
@@ -487,9 +499,13 @@ func (mv *mover) apply(ctx context.Context, s *stream, msg pglogrepl.Message, at
 		s.rels[m.RelationID] = ri
 	case *pglogrepl.BeginMessage:
 		s.inTx = true
+		s.txCommit = m.CommitTime
 	case *pglogrepl.CommitMessage:
 		s.inTx = false
 		s.pending = max(s.pending, m.TransactionEndLSN)
+		if s.batchN > 0 && s.batchCommit.IsZero() {
+			s.batchCommit = s.txCommit
+		}
 		if s.batchN == 0 {
 			s.applied = s.pending
 		} else if s.batchN >= 2000 || time.Since(s.batchAge) > 100*time.Millisecond {
@@ -756,5 +772,11 @@ func (mv *mover) flush(ctx context.Context, s *stream) error {
 	}
 	s.batchN = 0
 	s.applied = max(s.applied, s.pending)
+	if !s.batchCommit.IsZero() {
+		// Changes committed at the source while the tool copied or
+		// compared wait for it: this is the lag they saw.
+		mv.peakLagTime = max(mv.peakLagTime, time.Now().Add(s.clockOffset).Sub(s.batchCommit))
+		s.batchCommit = time.Time{}
+	}
 	return nil
 }
