@@ -72,7 +72,8 @@ type identKey struct {
 // identState is what the run knows of one identity column (see
 // mover.identity).
 type identState struct {
-	bumped      int64 // the sequence is at least this (this run's last advance); 0 = not advanced in this run
+	bumped      int64 // the sequence is at least this (this run's last advance)
+	advanced    bool  // this run has advanced it (a resumed run has not)
 	streamedMax int64 // the largest value the streams wrote; math.MaxInt64 when one did not parse
 }
 

@@ -134,7 +134,7 @@ func (mv *mover) advanceIdentity(ctx context.Context, mode identMode) error {
 			t := &mv.tables[ti]
 			for _, col := range t.identity {
 				st := mv.identityOf(identKey{d, t.name, col})
-				j := job{t: t, col: col, st: st, scan: mode == identFull || st.bumped == 0}
+				j := job{t: t, col: col, st: st, scan: mode == identFull || !st.advanced}
 				if st.streamedMax == math.MaxInt64 {
 					// A streamed value that did not parse: read what it
 					// was from the rows instead.
@@ -173,7 +173,7 @@ func (mv *mover) advanceIdentity(ctx context.Context, mode identMode) error {
 					errs[d] = fmt.Errorf("slotmove: identity %s.%s on target %s: %w", j.t.name, j.col, dst.name, err)
 					return
 				}
-				j.st.bumped = max(j.st.bumped, now)
+				j.st.bumped, j.st.advanced = max(j.st.bumped, now), true
 			}
 		})
 	}
