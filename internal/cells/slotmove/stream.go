@@ -37,6 +37,10 @@ import (
 // once its transactions are committed on the target, so a stream restarted
 // after a crash re-sends at most what was applied but not yet confirmed.
 
+// streamSenderTimeout is the replication connections' wal_sender_timeout
+// (replConn).
+const streamSenderTimeout = "10min"
+
 // markerPrefix names the tool's logical decoding messages.
 const markerMessagePrefix = "cellgate_slotmove"
 
@@ -211,6 +215,11 @@ func (mv *mover) replConn(ctx context.Context, i int) (*pgconn.PgConn, error) {
 	}
 	pc.RuntimeParams["replication"] = "database"
 	pc.RuntimeParams["application_name"] = "cellgate-slotmove-stream"
+	// The stream waits while the tool verifies, and one verify statement
+	// on a busy server can outlast the default 60 s without a status
+	// update: the server would end the stream. A killed tool's
+	// connection still ends its walsender at once (the socket closes).
+	pc.RuntimeParams["wal_sender_timeout"] = streamSenderTimeout
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("slotmove: replication connection to source %s: %w", mv.cfg.Source[i].Name, err)
