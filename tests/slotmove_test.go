@@ -757,8 +757,10 @@ func BenchmarkSlotMove(b *testing.B) {
 		b.ReportMetric(float64(peakLag.Milliseconds()), "peak-lag-ms")
 		b.ReportMetric(float64(freeze.Milliseconds()), "freeze-ms")
 		b.Logf("slotmove:\n%s", out)
-		b.Logf("%d rows copied in %s; %d inserts, %d updates, %d deletes acknowledged; moving tenants refused %d times; freeze %s: %s",
-			copied, copyTime, len(l.inserted), len(l.updated), len(l.deleted), sum(l.refused), freeze, s["freeze_steps"])
+		b.Logf("figures: move %s; initial copy %d rows in %s (%.0f rows/s); peak replication lag %s, %.0f bytes; 503 window through the router %s (%d refusals); freeze %s: %s",
+			total.Round(time.Millisecond), copied, copyTime, float64(copied)/copyTime.Seconds(), peakLag, lagBytes,
+			l.window(), sum(l.refused), freeze, s["freeze_steps"])
+		b.Logf("%d inserts, %d updates, %d deletes acknowledged during the move", len(l.inserted), len(l.updated), len(l.deleted))
 		if w := l.window(); w > time.Second {
 			b.Errorf("the moving tenants' 503 window through the router was %s; the budget is 1s", w)
 		}

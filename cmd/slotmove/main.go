@@ -136,7 +136,9 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 			select {} // the signal is on its way
 		}
 	}
+	start := time.Now()
 	rep, err := slotmove.Move(ctx, cfg)
+	took := time.Since(start)
 	if *metricsFile != "" {
 		if merr := slotmove.WriteMetricsFile(*metricsFile, rep, err == nil, time.Now()); merr != nil {
 			log.Error("metrics file not written", "path", *metricsFile, "error", merr.Error())
@@ -146,7 +148,8 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 		return err
 	}
 	log.Info("slot move complete", "slots", rg.String(), "cell", cfg.Cell, "from", cfg.From, "to", cfg.To,
-		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(),
+		"took", took.Round(time.Millisecond).String(),
+		"copied", fmt.Sprint(rep.Copied), "copy_time", rep.CopyTime.Round(time.Millisecond).String(), "copy_rows_per_s", rep.CopyRate(),
 		"streamed", rep.Streamed, "peak_lag_bytes", rep.PeakLagBytes, "peak_lag", rep.PeakLag.Round(time.Millisecond).String(),
 		"freeze", rep.Freeze.Round(time.Millisecond).String(), "settle", rep.Settle.Round(time.Millisecond).String(), "freeze_steps", rep.FreezeStepsString(), "verified_in_freeze", rep.FreezeVerified,
 		"verified", fmt.Sprint(rep.Verified), "deleted", fmt.Sprint(rep.Deleted), "resumed", rep.Resumed,

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,11 +55,11 @@ type mover struct {
 	http *http.Client
 
 	// identity is, per target shard and identity column, what this run
-	// knows of it: the value bumpIdentity last set the sequence to, and
-	// the largest value the streams have written since the move began
+	// knows of it: the value advanceIdentity last moved the sequence to,
+	// and the largest value the streams have written since the move began
 	// (a value that does not parse as an integer counts as unbounded).
 	// Inside the freeze, a sequence already past every streamed value
-	// needs no locked bump.
+	// needs nothing (identity.go).
 	identity map[identKey]*identState
 }
 
@@ -73,7 +72,8 @@ type identKey struct {
 // identState is what the run knows of one identity column (see
 // mover.identity).
 type identState struct {
-	bumped      int64 // the sequence's value after this run's last bump; 0 = none yet
+	bumped      int64 // the sequence is at least this (this run's last advance)
+	advanced    bool  // this run has advanced it (a resumed run has not)
 	streamedMax int64 // the largest value the streams wrote; math.MaxInt64 when one did not parse
 }
 
@@ -343,7 +343,8 @@ func describe(ctx context.Context, c *pgx.Conn, table string) (tableInfo, error)
 
 // initialCopy creates each source shard's publication and replication
 // slot and copies the range's rows from the slot's exported snapshot,
-// parents first, then moves the target's identity sequences past them.
+// parents first. (The target's identity sequences move past the copied
+// ids later, before the freeze: see identity.go.)
 func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 	start := time.Now()
 	lastLog := start
@@ -385,11 +386,6 @@ func (mv *mover) initialCopy(ctx context.Context, rep *Report) error {
 		}
 		mv.log.Info("copied from snapshot", "shard", sc.name, "rows", total)
 		if err := mv.crashAt("copying"); err != nil {
-			return err
-		}
-	}
-	for _, t := range mv.tables {
-		if err := mv.bumpIdentity(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -456,100 +452,6 @@ func (mv *mover) copySegment(ctx context.Context, t tableInfo, seg segment) (int
 		return 0, fmt.Errorf("slotmove: target %s: %w", dst.name, err)
 	}
 	return tag.RowsAffected(), nil
-}
-
-// bumpIdentity moves each identity sequence on the target shards past the
-// largest id now in the table, so the moved tenants' new rows never reuse
-// a copied id. Inserts wait for the brief lock, so no id is handed out
-// between reading the maximum and setting the sequence.
-func (mv *mover) bumpIdentity(ctx context.Context, t tableInfo) error {
-	return mv.bumpIdentityIf(ctx, t, func(identKey) bool { return true })
-}
-
-// bumpStreamedIdentity is bumpIdentity inside the freeze. It bumps only
-// the sequences a value the streams wrote may have passed since this run's
-// last bump (all of them when this run has not bumped, as after a resume),
-// each target shard's in one round trip (one transaction: lock the tables
-// that need it, children first, set their sequences), the shards at once.
-func (mv *mover) bumpStreamedIdentity(ctx context.Context) error {
-	errs := make([]error, len(mv.target))
-	var wg sync.WaitGroup
-	for d, dst := range mv.target {
-		var locks []string
-		var sets []string
-		for i := len(mv.tables) - 1; i >= 0; i-- {
-			t := mv.tables[i]
-			need := false
-			for _, col := range t.identity {
-				st := mv.identity[identKey{d, t.name, col}]
-				if st == nil || st.bumped == 0 || st.streamedMax > st.bumped {
-					need = true
-					sets = append(sets, fmt.Sprintf(`SELECT setval(s, GREATEST(coalesce(pg_sequence_last_value(s), 0), (SELECT coalesce(max(%s), 0) FROM %s), 1))
-						FROM (SELECT pg_get_serial_sequence(%s, %s)::regclass AS s) q`,
-						pgx.Identifier{col}.Sanitize(), t.ident, quoteLiteral(t.ident), quoteLiteral(col)))
-				}
-			}
-			if need {
-				locks = append(locks, t.ident)
-			}
-		}
-		if len(sets) == 0 {
-			continue
-		}
-		q := "BEGIN; SET LOCAL lock_timeout = '" + lockTimeout + "'; LOCK TABLE " + strings.Join(locks, ", ") +
-			" IN SHARE ROW EXCLUSIVE MODE; " + strings.Join(sets, "; ") + "; COMMIT"
-		wg.Go(func() {
-			errs[d] = retryLocks(ctx, func() error {
-				_, err := dst.conn.PgConn().Exec(ctx, q).ReadAll()
-				if err != nil {
-					// A failed statement leaves the transaction open and
-					// aborted.
-					_, _ = dst.conn.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
-				}
-				return err
-			})
-			if errs[d] != nil {
-				errs[d] = fmt.Errorf("slotmove: identity sequences on target %s: %w", dst.name, errs[d])
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
-
-// quoteLiteral quotes s as an SQL string literal.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// bumpIdentityIf is bumpIdentity for the identity columns need selects.
-func (mv *mover) bumpIdentityIf(ctx context.Context, t tableInfo, need func(identKey) bool) error {
-	for _, col := range t.identity {
-		for d, dst := range mv.target {
-			k := identKey{d, t.name, col}
-			if !need(k) {
-				continue
-			}
-			var now int64
-			err := retryLocks(ctx, func() error {
-				return pgx.BeginFunc(ctx, dst.conn, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
-						return err
-					}
-					if _, err := tx.Exec(ctx, fmt.Sprintf("LOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE", t.ident)); err != nil {
-						return err
-					}
-					return tx.QueryRow(ctx, fmt.Sprintf(`
-						SELECT setval(s, GREATEST(coalesce(pg_sequence_last_value(s), 0), (SELECT coalesce(max(%s), 0) FROM %s), 1))
-						FROM (SELECT pg_get_serial_sequence($1, $2)::regclass AS s) q`,
-						pgx.Identifier{col}.Sanitize(), t.ident), t.ident, col).Scan(&now)
-				})
-			})
-			if err != nil {
-				return fmt.Errorf("slotmove: identity %s.%s on target %s: %w", t.name, col, dst.name, err)
-			}
-			mv.identityOf(k).bumped = now
-		}
-	}
-	return nil
 }
 
 // sourceRows counts the range's rows left at the source.

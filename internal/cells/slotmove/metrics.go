@@ -42,7 +42,7 @@ func MetricsRegistry(rep Report, ok bool, at time.Time) *prometheus.Registry {
 	counter("cellgate_slotmove_tenant_rows_moved_total", "Rows of the control database's tenant table (plans) moved to the target.", rep.TenantsMoved)
 	gauge("cellgate_slotmove_copy_duration_seconds", "How long the initial copy took.", rep.CopyTime.Seconds())
 	gauge("cellgate_slotmove_peak_lag_bytes", "Largest distance seen between a source's WAL position and what had been applied.", float64(rep.PeakLagBytes))
-	gauge("cellgate_slotmove_peak_lag_seconds", "Longest time a marker written at a source took to come back applied.", rep.PeakLag.Seconds())
+	gauge("cellgate_slotmove_peak_lag_seconds", "Longest time a change committed at a source took to be applied at the target.", rep.PeakLag.Seconds())
 	gauge("cellgate_slotmove_freeze_seconds", "Time from writing the frozen map to every router confirming the switched one.", rep.Freeze.Seconds())
 	steps := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "cellgate_slotmove_freeze_step_seconds",
 		Help: "Time of each step inside the freeze (map, routers, fence, catch_up, verify, state_identity, switch, routers_switched)."}, []string{"step"})

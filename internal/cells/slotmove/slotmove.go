@@ -15,15 +15,17 @@
 //
 //  1. copy: per source shard, a publication of the tables filtered on the
 //     range and a logical replication slot whose exported snapshot the
-//     copy reads; ids are kept (OVERRIDING SYSTEM VALUE) and identity
-//     sequences on the target moved past them. Traffic still flows.
+//     copy reads; ids are kept (OVERRIDING SYSTEM VALUE). Traffic still
+//     flows.
 //  2. stream: the range's inserts, updates and deletes are applied to the
 //     target (upserts and deletes by primary key) until a marker written
 //     at the source comes back quickly.
 //  3. verify before the freeze: count and checksum per chunk, then row by
 //     row where a chunk differs, then again only the rows that differed or
 //     that the stream changed since, round after round until a round
-//     compares few rows.
+//     compares few rows. Meanwhile the target's identity sequences move
+//     past the range's ids and the source's sequences, without a lock
+//     (identity.go).
 //  4. freeze: the map marks the range frozen; routers (or the cell's
 //     processes) answer its tenants 503 with Retry-After: 1; once they
 //     confirm it, none sends them to the source any more.
@@ -208,12 +210,16 @@ type Report struct {
 	TenantsMoved int64
 	// CopyTime is how long the initial copy took (Copied holds its rows).
 	CopyTime time.Duration
-	// PeakLag is the longest a marker written at a source took to come
-	// back through its stream applied: the replication lag in time.
+	// PeakLag is the replication lag in time: the longest a change
+	// committed at a source took to be committed at the target (on the
+	// source's clock), or a catch-up's marker to come back applied, over
+	// the whole move. Changes made during the initial copy wait for it,
+	// so the peak is usually the first catch-up after the copy.
 	PeakLag time.Duration
 	// Streamed counts the changes applied from the replication streams;
 	// PeakLagBytes is the largest distance seen between a source's WAL
-	// position and what had been applied.
+	// position and what had been applied (the WAL written while the tool
+	// copied or compared counts when it next catches up).
 	Streamed, PeakLagBytes int64
 	// Freeze is the time from writing the frozen map to writing the
 	// switched one (with Routers: to every router confirming it), which
@@ -233,8 +239,9 @@ type Report struct {
 // Settle sleep), "fence", "catch_up" (the streams
 // delivering everything up to the fence), "verify" (comparing what
 // changed), "state_identity" (writing the state file while the target's
-// identity sequences move past the streamed ids; "identity" alone when a
-// resumed run switches), "switch" (writing the switched map) and
+// identity sequences move past the streamed ids where one passed the
+// headroom given before the freeze, usually nothing; "identity" alone when
+// a resumed run switches), "switch" (writing the switched map) and
 // "routers_switched".
 type FreezeStep struct {
 	Name string
@@ -252,6 +259,19 @@ func (c *freezeClock) mark(name string) {
 	now := time.Now()
 	c.rep.FreezeSteps = append(c.rep.FreezeSteps, FreezeStep{Name: name, Took: now.Sub(c.last)})
 	c.last = now
+}
+
+// CopyRate is the initial copy's rows per second (0 when this run did not
+// copy).
+func (r Report) CopyRate() int64 {
+	var n int64
+	for _, k := range r.Copied {
+		n += k
+	}
+	if r.CopyTime <= 0 {
+		return 0
+	}
+	return int64(float64(n) / r.CopyTime.Seconds())
 }
 
 // FreezeStepsString is the steps as "map=1ms routers=52ms ...", for logs.
@@ -536,13 +556,11 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := mv.installFence(ctx); err != nil {
 		return rep, err
 	}
-	// The target's identity sequences go past what has been streamed so
-	// far now, so that the freeze bumps only those the last moments'
-	// changes passed.
-	for _, t := range mv.tables {
-		if err := mv.bumpIdentity(ctx, t); err != nil {
-			return rep, err
-		}
+	// The target's identity sequences go past the range's rows there and
+	// the source's sequences now, without a lock (identity.go), so that
+	// the freeze has nothing to do for them.
+	if err := mv.advanceIdentity(ctx, identFull); err != nil {
+		return rep, err
 	}
 	// Catch up and compare what changed since, round after round, until a
 	// round compares few keys: the streams pause while it compares, so a
@@ -562,6 +580,10 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 			break
 		}
 		prev = n
+	}
+	// Past what the source has handed out during the rounds too.
+	if err := mv.advanceIdentity(ctx, identTopUp); err != nil {
+		return rep, err
 	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
@@ -606,12 +628,14 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	rep.FreezeVerified = n
 	clock.mark("verify")
 	// The state file and the target's identity sequences at once: the
-	// switch needs both, neither needs the other.
+	// switch needs both, neither needs the other. The sequences need
+	// something only where the stream applied an id past the headroom
+	// given before the freeze: then a few nextval calls, no lock.
 	stateErr := make(chan error, 1)
 	go func() {
 		stateErr <- writeState(cfg.StateFile, cfg.state(stepVerified))
 	}()
-	idErr := mv.bumpStreamedIdentity(ctx)
+	idErr := mv.advanceIdentity(ctx, identFreeze)
 	if err := errors.Join(<-stateErr, idErr); err != nil {
 		return rep, restore(err)
 	}
@@ -677,7 +701,7 @@ func (mv *mover) catchUpQuick(ctx context.Context) error {
 func (mv *mover) switchAndFinish(ctx context.Context, rep *Report, side mapSide, clock *freezeClock, identityDone bool) error {
 	cfg := mv.cfg
 	if !identityDone {
-		if err := mv.bumpStreamedIdentity(ctx); err != nil {
+		if err := mv.advanceIdentity(ctx, identFreeze); err != nil {
 			return err
 		}
 		clock.mark("identity")

@@ -37,6 +37,10 @@ import (
 // once its transactions are committed on the target, so a stream restarted
 // after a crash re-sends at most what was applied but not yet confirmed.
 
+// streamSenderTimeout is the replication connections' wal_sender_timeout
+// (replConn).
+const streamSenderTimeout = "10min"
+
 // markerPrefix names the tool's logical decoding messages.
 const markerMessagePrefix = "cellgate_slotmove"
 
@@ -58,14 +62,15 @@ const SlotPrefix = "cellgate_move_"
 // preflight fails early, in one line naming the fix, when a source shard
 // cannot stream the range: wal_level below logical, or a table whose
 // replica identity does not cover slot (PostgreSQL would then refuse the
-// app's UPDATEs and DELETEs on it once the filtered publication exists).
+// app's UPDATEs and DELETEs on it once the filtered publication exists);
+// or when a target's identity sequence caches values (identity.go).
 func (mv *mover) preflight(ctx context.Context) error {
 	for _, sc := range mv.source {
 		if err := checkReplication(ctx, sc.name, sc.conn, mv.tables); err != nil {
 			return err
 		}
 	}
-	return nil
+	return mv.checkIdentityCache(ctx)
 }
 
 // CheckShard checks that a shard can be the source of an online move of
@@ -145,6 +150,14 @@ type stream struct {
 	walEnd   pglogrepl.LSN // the server's position, from its last message
 	markers  map[string]bool
 	status   time.Time // last status update sent
+	// txCommit is the source commit time of the transaction being read,
+	// batchCommit that of the oldest transaction in the batches (zero when
+	// they are empty), and clockOffset the server's clock minus ours (from
+	// its last message): a flush's lag in time is how long after its
+	// oldest transaction committed at the source it committed at the
+	// target, on the source's clock.
+	txCommit, batchCommit time.Time
+	clockOffset           time.Duration
 }
 
 // relInfo maps a relation of the stream onto a moved table.
@@ -202,6 +215,11 @@ func (mv *mover) replConn(ctx context.Context, i int) (*pgconn.PgConn, error) {
 	}
 	pc.RuntimeParams["replication"] = "database"
 	pc.RuntimeParams["application_name"] = "cellgate-slotmove-stream"
+	// The stream waits while the tool verifies, and one verify statement
+	// on a busy server can outlast the default 60 s without a status
+	// update: the server would end the stream. A killed tool's
+	// connection still ends its walsender at once (the socket closes).
+	pc.RuntimeParams["wal_sender_timeout"] = streamSenderTimeout
 	conn, err := pgconn.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("slotmove: replication connection to source %s: %w", mv.cfg.Source[i].Name, err)
@@ -230,6 +248,7 @@ func (mv *mover) startStreams(ctx context.Context) error {
 		s.markers = map[string]bool{}
 		s.batches = map[int]*pgconn.Batch{}
 		s.batchN = 0
+		s.batchCommit = time.Time{}
 		s.pending = s.applied
 		err := pglogrepl.StartReplication(ctx, s.conn, s.slot, 0, pglogrepl.StartReplicationOptions{
 			Mode: pglogrepl.LogicalReplication,
@@ -444,6 +463,7 @@ func (mv *mover) handle(ctx context.Context, s *stream, data []byte) error {
 			return fmt.Errorf("slotmove: stream of source %s: %w", name, err)
 		}
 		s.walEnd = max(s.walEnd, pkm.ServerWALEnd)
+		s.clockOffset = pkm.ServerTime.Sub(time.Now())
 		if !s.inTx {
 			// Everything before the server's position has been sent:
 			// confirming it once applied lets the slot release WAL that
@@ -463,6 +483,7 @@ func (mv *mover) handle(ctx context.Context, s *stream, data []byte) error {
 			return fmt.Errorf("slotmove: stream of source %s: %w", name, err)
 		}
 		s.walEnd = max(s.walEnd, xld.ServerWALEnd)
+		s.clockOffset = xld.ServerTime.Sub(time.Now())
 		if int64(s.walEnd)-int64(s.applied) > mv.peakLag {
 			mv.peakLag = int64(s.walEnd) - int64(s.applied)
 		}
@@ -487,9 +508,13 @@ func (mv *mover) apply(ctx context.Context, s *stream, msg pglogrepl.Message, at
 		s.rels[m.RelationID] = ri
 	case *pglogrepl.BeginMessage:
 		s.inTx = true
+		s.txCommit = m.CommitTime
 	case *pglogrepl.CommitMessage:
 		s.inTx = false
 		s.pending = max(s.pending, m.TransactionEndLSN)
+		if s.batchN > 0 && s.batchCommit.IsZero() {
+			s.batchCommit = s.txCommit
+		}
 		if s.batchN == 0 {
 			s.applied = s.pending
 		} else if s.batchN >= 2000 || time.Since(s.batchAge) > 100*time.Millisecond {
@@ -756,5 +781,11 @@ func (mv *mover) flush(ctx context.Context, s *stream) error {
 	}
 	s.batchN = 0
 	s.applied = max(s.applied, s.pending)
+	if !s.batchCommit.IsZero() {
+		// Changes committed at the source while the tool copied or
+		// compared wait for it: this is the lag they saw.
+		mv.peakLagTime = max(mv.peakLagTime, time.Now().Add(s.clockOffset).Sub(s.batchCommit))
+		s.batchCommit = time.Time{}
+	}
 	return nil
 }
