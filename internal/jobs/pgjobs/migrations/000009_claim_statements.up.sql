@@ -7,14 +7,17 @@
 -- snapshot: a claim while one tenant was at its cap cost about 1.6 times
 -- the one-statement claim, for the same rows. cellgate_jobs_claim, as in
 -- 000008 (the same order, caps and places), with:
---   - the paused queues, whether any tenant is capped and whether any
---     waiting placed job has a priority after 1 read in one statement;
+--   - the paused queues, whether any tenant is capped, the tenants at
+--     their caps and whether any waiting placed job has a priority after 1
+--     read in one statement;
 --   - the capped tenants among a fair claim's candidates found by the
 --     statement that picks the candidates;
---   - the displaced jobs' moves, the claim and the head in one statement.
+--   - the displaced jobs' moves, the claim and the head in one statement;
+--   - the look for held jobs only after a claim with capped candidates.
 -- While the capped tenants are at their caps (stepped over) or among no
--- candidates, a fair claim runs five statements, as the one-statement
--- claim does.
+-- candidates, a fair claim runs three statements besides writing the
+-- completions and placing due jobs (000008: nine), the one-statement
+-- claim two.
 CREATE OR REPLACE FUNCTION cellgate_jobs_claim(
     p_now        timestamptz,
     p_limit      integer,
@@ -98,32 +101,33 @@ BEGIN
                WHERE j.state = 'running' AND j.attempt > 0 AND j.kind = c.kind) >= c.cap;
     END IF;
 
-    -- One statement: the paused queues, whether any tenant is capped, and
-    -- (fair) whether any waiting placed job has a priority after 1. A
-    -- scalar subquery ordered by vtime walks cellgate_jobs_priority_idx
-    -- (only the jobs of priority after 1). EXISTS would not do: the
-    -- planner drops its ORDER BY, and a plan made while the table was
-    -- empty may then read all of the tenant-priority index.
-    SELECT q.queues,
-           EXISTS (SELECT 1 FROM cellgate_jobs_tenant_limits l WHERE l.max_running > 0),
+    -- One statement: the paused queues; whether any tenant is capped and,
+    -- if so, the tenants at their cap (from the running jobs, few, each
+    -- checked against its limits row) and how many places they hold at
+    -- most; and (fair) whether any waiting placed job has a priority after
+    -- 1. (c.tcaps gates the count of running jobs: without capped tenants
+    -- it reads nothing.) A scalar subquery ordered by vtime walks
+    -- cellgate_jobs_priority_idx (only the jobs of priority after 1).
+    -- EXISTS would not do: the planner drops its ORDER BY, and a plan made
+    -- while the table was empty may then read all of the tenant-priority
+    -- index.
+    SELECT q.queues, c.tcaps, coalesce(f.tenants, '{}'), coalesce(f.quota, 0),
            p_fair AND (SELECT j.vtime FROM cellgate_jobs j
                        WHERE j.state = 'available' AND j.vtime IS NOT NULL AND j.priority > 1
                          AND j.queue <> ALL (q.queues)
                        ORDER BY j.vtime LIMIT 1) IS NOT NULL
-    INTO v_paused, v_tcaps, v_prio
-    FROM (SELECT coalesce(array_agg(p.queue), '{}') AS queues FROM cellgate_jobs_paused p) q;
-
-    -- The tenants at their cap: from the running jobs (few), each checked
-    -- against its limits row; and how many places they hold at most.
-    IF v_tcaps THEN
-        SELECT coalesce(array_agg(r.tenant), '{}'), coalesce(sum(greatest(l.max_running, 32)), 0)
-        INTO v_fullt, v_fullq
+    INTO v_paused, v_tcaps, v_fullt, v_fullq, v_prio
+    FROM (SELECT coalesce(array_agg(p.queue), '{}') AS queues FROM cellgate_jobs_paused p) q
+    -- (OFFSET 0: c stays a subquery, so its EXISTS runs once.)
+    CROSS JOIN (SELECT EXISTS (SELECT 1 FROM cellgate_jobs_tenant_limits l WHERE l.max_running > 0) AS tcaps
+                OFFSET 0) c
+    CROSS JOIN LATERAL (
+        SELECT array_agg(r.tenant) AS tenants, sum(greatest(l.max_running, 32)) AS quota
         FROM (SELECT j.tenant, count(*) AS n FROM cellgate_jobs j
-              WHERE j.state = 'running' AND j.attempt > 0 AND j.tenant <> ''
+              WHERE c.tcaps AND j.state = 'running' AND j.attempt > 0 AND j.tenant <> ''
               GROUP BY j.tenant) r
         JOIN cellgate_jobs_tenant_limits l ON l.tenant = r.tenant
-        WHERE l.max_running > 0 AND r.n >= l.max_running;
-    END IF;
+        WHERE l.max_running > 0 AND r.n >= l.max_running) f;
 
     IF cardinality(p_cap_kinds) = 0 AND NOT v_tcaps AND NOT v_prio THEN
         -- No caps and no priorities to honour: lock and claim in one
@@ -390,14 +394,17 @@ BEGIN
 
     -- The capped tenants that had a job claimed take places for their
     -- next held jobs (a new statement: it sees the claimed jobs running).
-    IF cardinality(v_capped) > 0
-       AND EXISTS (SELECT 1 FROM cellgate_jobs h WHERE h.state = 'available' AND h.held) THEN
-        PERFORM cellgate_jobs_refill(r.tenants, CASE WHEN p_fair THEN r.counts END, p_now)
-        FROM (SELECT array_agg(c.tenant) AS tenants, array_agg(c.n)::integer[] AS counts
-              FROM (SELECT u.tenant, count(*) AS n FROM unnest(v_ids, v_tenants) AS u(id, tenant)
-                    WHERE u.id IS NOT NULL AND u.tenant = ANY (v_capped)
-                    GROUP BY u.tenant) c) r
-        WHERE r.tenants IS NOT NULL;
+    -- (Two IFs: a condition holding a subquery is a statement of its own,
+    -- which the claims without capped candidates skip.)
+    IF cardinality(v_capped) > 0 THEN
+        IF EXISTS (SELECT 1 FROM cellgate_jobs h WHERE h.state = 'available' AND h.held) THEN
+            PERFORM cellgate_jobs_refill(r.tenants, CASE WHEN p_fair THEN r.counts END, p_now)
+            FROM (SELECT array_agg(c.tenant) AS tenants, array_agg(c.n)::integer[] AS counts
+                  FROM (SELECT u.tenant, count(*) AS n FROM unnest(v_ids, v_tenants) AS u(id, tenant)
+                        WHERE u.id IS NOT NULL AND u.tenant = ANY (v_capped)
+                        GROUP BY u.tenant) c) r
+            WHERE r.tenants IS NOT NULL;
+        END IF;
     END IF;
 END;
 $$;
