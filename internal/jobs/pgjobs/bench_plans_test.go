@@ -167,16 +167,19 @@ func BenchmarkPlansCapViolations(b *testing.B) {
 	lim := mapLimits{"capped": {2, 1}}
 	var violations, peak int64
 	var with, without float64
+	var withCPU, withoutCPU benchResult
 	for range b.N {
 		for k := range 2 {
 			capped := (k+benchRound)%2 == 0
-			v, p, rate := capRun(b, pools, lim, capped, window)
+			v, p, rate, cpu := capRun(b, pools, lim, capped, window)
 			if capped {
 				violations += v
 				peak = max(peak, p)
 				with += rate
+				withCPU.add(cpu)
 			} else {
 				without += rate
+				withoutCPU.add(cpu)
 			}
 		}
 		benchRound++
@@ -185,21 +188,31 @@ func BenchmarkPlansCapViolations(b *testing.B) {
 	b.ReportMetric(float64(violations), "violations")
 	b.ReportMetric(float64(peak), "peak-running")
 	b.ReportMetric(ratio, "others-with/without")
+	// PostgreSQL CPU per job run (all tenants') is steadier than the rates
+	// on a shared machine.
+	if withCPU.jobs > 0 && withoutCPU.jobs > 0 && withCPU.pgCPU > 0 {
+		b.ReportMetric(float64(withCPU.pgCPU.Microseconds())/float64(withCPU.jobs), "with-pg-µs/job")
+		b.ReportMetric(float64(withoutCPU.pgCPU.Microseconds())/float64(withoutCPU.jobs), "without-pg-µs/job")
+	}
 	fmt.Printf("plans: cap-violations=%d\n", violations)
 	fmt.Printf("plans: cap-others-throughput=%.3f\n", ratio)
 }
 
 // capRun is one run of BenchmarkPlansCapViolations: it returns the
-// violations, the capped tenant's peak running jobs and the other tenants'
-// completions per second.
-func capRun(b *testing.B, pools [2]*pgxpool.Pool, lim jobs.TenantLimits, withCapped bool, window time.Duration) (violations, peak int64, rate float64) {
+// violations, the capped tenant's peak running jobs, the other tenants'
+// completions per second, and the PostgreSQL CPU and jobs run (all
+// tenants') in the window.
+func capRun(b *testing.B, pools [2]*pgxpool.Pool, lim jobs.TenantLimits, withCapped bool, window time.Duration) (violations, peak int64, rate float64, cpu benchResult) {
 	if _, err := pools[0].Exec(context.Background(), "TRUNCATE cellgate_jobs, cellgate_jobs_tenant_limits"); err != nil {
 		b.Fatal(err)
 	}
-	var running, others, othersDone, othersQueued atomic.Int64
+	var running, others, othersDone, othersQueued, all atomic.Int64
 	var mu sync.Mutex
 	var measuring atomic.Bool
 	handler := func(ctx context.Context, j *jobs.Job[benchArgs]) error {
+		if measuring.Load() {
+			all.Add(1)
+		}
 		if j.Tenant != "capped" {
 			othersDone.Add(1)
 			if measuring.Load() {
@@ -265,9 +278,12 @@ func capRun(b *testing.B, pools [2]*pgxpool.Pool, lim jobs.TenantLimits, withCap
 		}
 	}
 	time.Sleep(time.Second)
+	meter := startCPU(pools[0])
 	measuring.Store(true)
 	time.Sleep(window)
 	measuring.Store(false)
+	meter.stop(&cpu)
+	cpu.jobs = all.Load()
 	rate = float64(others.Load()) / window.Seconds()
 	close(stop)
 	wg.Wait()
@@ -278,5 +294,5 @@ func capRun(b *testing.B, pools [2]*pgxpool.Pool, lim jobs.TenantLimits, withCap
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	return violations, peak, rate
+	return violations, peak, rate, cpu
 }
