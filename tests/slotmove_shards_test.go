@@ -194,18 +194,7 @@ func (rig *shardMoveRig) run(extraEnv []string, args ...string) (string, error) 
 // guarantee of moveLoad.check, and the range's waiting jobs moved.
 func TestShardsSlotMoveUpdatesAndDeletes(t *testing.T) {
 	rig := newShardMoveRig(t, 2000)
-	l := rig.startLoad()
-	time.Sleep(300 * time.Millisecond)
-	out, err := rig.run(nil)
-	time.Sleep(300 * time.Millisecond) // traffic on the target
-	l.end()
-	if err != nil {
-		t.Fatalf("slotmove: %v\n%s", err, out)
-	}
-	s := summary(t, out)
-	if s["resumed"] != "" {
-		t.Errorf("the move resumed (%q); it must complete on the first run", s["resumed"])
-	}
+	s, l := moveOnceUnderLoad(t, rig.moveScenario, rig.moveArgs(), rig.run)
 	if s["cell"] != shardMoveCell || s["from"] != "shard-0" || s["to"] != "shard-1" {
 		t.Errorf("summary names cell %q, from %q, to %q; want %s, shard-0, shard-1", s["cell"], s["from"], s["to"], shardMoveCell)
 	}
@@ -213,7 +202,6 @@ func TestShardsSlotMoveUpdatesAndDeletes(t *testing.T) {
 		t.Errorf("summary: jobs_moved=%s; want %s", got, want)
 	}
 	l.check(t)
-	t.Logf("slotmove:\n%s", out)
 	t.Logf("summary: freeze %s (settle %s; steps %s), streamed %s, peak lag %s bytes; 503 window at the cell %s (%d refusals); %d inserts, %d updates, %d deletes acknowledged; %d mutations fenced; %s jobs moved",
 		s["freeze"], s["settle"], s["freeze_steps"], s["streamed"], s["peak_lag_bytes"], l.window(), sum(l.refused), len(l.inserted), len(l.updated), len(l.deleted), l.fenced, s["jobs_moved"])
 }

@@ -600,9 +600,21 @@ func summary(tb testing.TB, out string) map[string]string {
 // their range on its first run; then every guarantee of moveLoad.check.
 func TestCellsSlotMoveUpdatesAndDeletes(t *testing.T) {
 	rig := newMoveRig(t, 2000)
-	l := rig.startLoad()
+	s, l := moveOnceUnderLoad(t, rig.moveScenario, rig.moveArgs(), rig.run)
+	l.check(t)
+	t.Logf("summary: freeze %s (settle %s; steps %s), streamed %s, peak lag %s bytes; 503 window through the router %s (%d refusals); %d inserts, %d updates, %d deletes acknowledged; %d mutations fenced",
+		s["freeze"], s["settle"], s["freeze_steps"], s["streamed"], s["peak_lag_bytes"], l.window(), sum(l.refused), len(l.inserted), len(l.updated), len(l.deleted), l.fenced)
+}
+
+// moveOnceUnderLoad runs the move (run with args) once under sc's load,
+// with traffic before it and on the target after it, and checks that it
+// completed on its first run. It returns the command's summary and the
+// ended load, for the caller's checks.
+func moveOnceUnderLoad(t *testing.T, sc *moveScenario, args []string, run func(extraEnv []string, args ...string) (string, error)) (map[string]string, *moveLoad) {
+	t.Helper()
+	l := sc.startLoad()
 	time.Sleep(300 * time.Millisecond)
-	out, err := rig.run(nil)
+	out, err := run(nil, args...)
 	time.Sleep(300 * time.Millisecond) // traffic on the target
 	l.end()
 	if err != nil {
@@ -612,10 +624,8 @@ func TestCellsSlotMoveUpdatesAndDeletes(t *testing.T) {
 	if s["resumed"] != "" {
 		t.Errorf("the move resumed (%q); it must complete on the first run", s["resumed"])
 	}
-	l.check(t)
 	t.Logf("slotmove:\n%s", out)
-	t.Logf("summary: freeze %s (settle %s; steps %s), streamed %s, peak lag %s bytes; 503 window through the router %s (%d refusals); %d inserts, %d updates, %d deletes acknowledged; %d mutations fenced",
-		s["freeze"], s["settle"], s["freeze_steps"], s["streamed"], s["peak_lag_bytes"], l.window(), sum(l.refused), len(l.inserted), len(l.updated), len(l.deleted), l.fenced)
+	return s, l
 }
 
 func sum(m map[string]int) int {
