@@ -585,6 +585,12 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	if err := mv.advanceIdentity(ctx, identTopUp); err != nil {
 		return rep, err
 	}
+	// The streams paused during the last compare round: apply what was
+	// written meanwhile now, so the freeze's catch-up covers only its own
+	// moments.
+	if err := mv.catchUpQuick(ctx); err != nil {
+		return rep, err
+	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
 	frozenAt := time.Now()
