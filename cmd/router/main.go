@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 	// The registry is made here so the console's counter joins the
 	// router's /metrics.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.NewCollector(), tracing.DroppedCollector())
 	// console.oidc is checked only when the router has a console: a
 	// router without one needs no client secret.
 	oidc, err := routerconsole.OIDCFromSpec(cfg.Console.OIDC, os.Getenv)

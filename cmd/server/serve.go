@@ -92,6 +92,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := srv.Registry().Register(shards.NewPoolCollector(set)); err != nil {
 		return fmt.Errorf("pool metrics: %w", err)
 	}
+	if err := srv.Registry().Register(tracing.DroppedCollector()); err != nil {
+		return fmt.Errorf("trace metrics: %w", err)
+	}
 	if err := srv.Registry().Register(buildinfo.NewCollector()); err != nil {
 		return fmt.Errorf("build info metric: %w", err)
 	}

@@ -52,7 +52,7 @@ const (
 // span attributes are bound at registration, so without tracing and
 // access log a request pays two clock reads, one counter increment and one
 // histogram observation, with no label lookup; with tracing it adds the
-// SDK's span, the request's copy carrying it, and nothing built per
+// recorder's span, put in the request's span slot, and nothing built per
 // request of its own.
 func (o *observer) route(method, path string) echo.MiddlewareFunc {
 	r := o.newRoute(method, path)
@@ -156,10 +156,19 @@ func (r *routeObs) spanAttrs(status int) []attribute.KeyValue {
 }
 
 // startSpan starts the route's server span, continuing a caller's trace
-// (the router's), and puts it in the request's context.
+// (the router's), and puts it in the request's context: in its span slot
+// when the request scope made one, else in a copy of the request.
 func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagation.TextMapPropagator) trace.Span {
 	req := c.Request()
 	ctx := req.Context()
+	if slot := telemetry.SlotOf(ctx); slot != nil {
+		// The request scope's context has room for the span: no copy of
+		// the request.
+		if len(req.Header["Traceparent"]) > 0 {
+			slot.Extract(prop, propagation.HeaderCarrier(req.Header))
+		}
+		return slot.StartKind(tracer, r.name, trace.SpanKindServer)
+	}
 	if len(req.Header["Traceparent"]) > 0 {
 		ctx = prop.Extract(ctx, propagation.HeaderCarrier(req.Header))
 	}

@@ -34,7 +34,7 @@ func TestServerSpanAccessLogAndLogger(t *testing.T) {
 	cfg := testConfig()
 	cfg.Server.Cell = "cell-a"
 	s, err := New(cfg, Options{Logger: log, Registry: newRegistry(), Getenv: func(string) string { return "" },
-		Tracing: telemetry.New(sdktrace.WithSyncer(exp)), TraceTenant: true, AccessLog: &AccessLog{Level: slog.LevelInfo}})
+		Tracing: telemetry.New(telemetry.Config{Sync: true}, telemetry.SDKExporter(exp)), TraceTenant: true, AccessLog: &AccessLog{Level: slog.LevelInfo}})
 	if err != nil {
 		t.Fatal(err)
 	}

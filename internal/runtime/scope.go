@@ -10,6 +10,7 @@ import (
 
 	"github.com/cellgate/cellgate/internal/httpguard"
 	"github.com/cellgate/cellgate/internal/requestid"
+	"github.com/cellgate/cellgate/internal/telemetry"
 )
 
 // requestScope is the server's one global middleware. It does, in this
@@ -30,7 +31,11 @@ type requestScope struct {
 	log     *slog.Logger
 	limit   int64
 	timeout time.Duration // 0: no deadline
-	body    httpguard.BodyLimits
+	// spanSlot (tracing on) makes the request's context a
+	// telemetry.SpanSlot, where the route's observation puts its server
+	// span without a second copy of the request.
+	spanSlot bool
+	body     httpguard.BodyLimits
 	// rules are the edge's refusals, the router's too.
 	rules httpguard.Rules
 }
@@ -71,9 +76,16 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 		req.Body = g
 	}
 
-	if rs.timeout > 0 {
-		ctx, cancel := context.WithTimeout(req.Context(), rs.timeout)
-		defer cancel()
+	if rs.timeout > 0 || rs.spanSlot {
+		ctx := req.Context()
+		if rs.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, rs.timeout)
+			defer cancel()
+		}
+		if rs.spanSlot {
+			ctx = telemetry.NewSpanSlot(ctx)
+		}
 		c.SetRequest(req.WithContext(ctx))
 	}
 	return next(c)

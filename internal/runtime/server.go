@@ -209,7 +209,8 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 			Rate:    cfg.Server.BodyMinBytesPerSecond,
 			Grace:   cfg.Server.BodyRateGrace.D(),
 		},
-		rules: httpguard.NewRules(cfg.Tenancy.Header.Name, true),
+		rules:    httpguard.NewRules(cfg.Tenancy.Header.Name, true),
+		spanSlot: s.obs.tracer != nil,
 	}
 	e.Use(rs.middleware)
 	e.GET(probe.Health, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,8 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cellgate/cellgate/internal/shards"
@@ -89,9 +89,9 @@ func BenchmarkTracingCost(b *testing.B) {
 	off.Tenant("GET", "/x", trivial)
 	inner := off.bulk.dbPermits.Shard(off.shards, trivial)
 	off.echo.Add("GET", "/nohook", chain(chain(inner, off.tenantMW...), metricsOnlyRoute(off.obs.metrics, "GET", "/nohook")))
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBlocking()), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	on := build(&telemetry.Tracing{Provider: tp, Propagator: telemetry.Off().Propagator, Enabled: true})
+	tr := benchTracing(exp)
+	b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	on := build(tr)
 	on.Tenant("GET", "/x", trivial)
 
 	for _, tc := range []struct {
@@ -120,50 +120,83 @@ func BenchmarkTracingCost(b *testing.B) {
 			}
 			if tc.name == "on" {
 				b.StartTimer()
-				if err := tp.ForceFlush(context.Background()); err != nil {
+				if err := tr.ForceFlush(context.Background()); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				if got := exp.n.Load() - exported; got != int64(n) {
-					b.Fatalf("exporter got %d spans for %d requests", got, n)
+				if got := exp.n.Load() - exported; got != int64(n) || tr.Dropped() != 0 {
+					b.Fatalf("exporter got %d spans for %d requests, %d dropped", got, n, tr.Dropped())
 				}
 			}
 		})
 	}
 }
 
-// countingExporter is the in-memory exporter keeping only the last
-// batch, and counting the spans it got so the benchmark can show that
-// none was dropped. Keeping one batch is what an OTLP exporter holds (the
-// batch it is sending); keeping thousands would make the benchmark
-// measure the garbage collector marking a heap of finished spans that no
-// production exporter keeps.
-type countingExporter struct {
-	*tracetest.InMemoryExporter
-	n atomic.Int64
+// benchTracing is tracing as FromEnv sets it up with
+// OTEL_TRACES_SAMPLER=always_on, exporting to exp through a blocking
+// batcher.
+func benchTracing(exp telemetry.SpanExporter) *telemetry.Tracing {
+	on := telemetry.AlwaysOn()
+	return telemetry.New(telemetry.Config{Sampler: &on, Batch: telemetry.BatchConfig{Blocking: true}}, exp)
 }
 
-// ExportSpans counts the spans and keeps them in place of the last batch.
-func (e *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
-	e.n.Add(int64(len(spans)))
-	e.Reset()
-	return e.InMemoryExporter.ExportSpans(ctx, spans)
+// countingExporter is the in-memory exporter keeping only the last
+// batch, copied into storage it reuses, and counting the spans it got so
+// the benchmark can show that none was dropped. Keeping one batch is what
+// an OTLP exporter holds (the batch it is sending, in a buffer it
+// reuses); keeping thousands would make the benchmark measure the garbage
+// collector marking a heap of finished spans that no production exporter
+// keeps.
+type countingExporter struct {
+	n     atomic.Int64
+	last  []exportedSpan
+	attrs []attribute.KeyValue
 }
+
+// exportedSpan is what countingExporter keeps of a span: what an OTLP
+// exporter encodes.
+type exportedSpan struct {
+	name        string
+	sc, parent  trace.SpanContext
+	kind        trace.SpanKind
+	start, end  time.Time
+	status      codes.Code
+	description string
+	attrs       []attribute.KeyValue
+	events      []telemetry.Event
+	links       []trace.Link
+}
+
+// ExportSpans counts the spans and copies them in place of the last
+// batch: the records go back to the recorder's pool when it returns.
+func (e *countingExporter) ExportSpans(_ context.Context, spans []*telemetry.SpanRecord) error {
+	e.n.Add(int64(len(spans)))
+	e.last, e.attrs = e.last[:0], e.attrs[:0]
+	for _, r := range spans {
+		from := len(e.attrs)
+		e.attrs = append(e.attrs, r.Attributes...)
+		e.last = append(e.last, exportedSpan{name: r.Name, sc: r.SpanContext, parent: r.Parent, kind: r.Kind,
+			start: r.StartTime, end: r.EndTime, status: r.StatusCode, description: r.StatusDescription,
+			attrs: e.attrs[from:len(e.attrs):len(e.attrs)], events: slices.Clone(r.Events), links: slices.Clone(r.Links)})
+	}
+	return nil
+}
+
+// Shutdown does nothing: the exporter holds no connection.
+func (e *countingExporter) Shutdown(context.Context) error { return nil }
 
 // newCountingExporter is an empty countingExporter.
-func newCountingExporter() *countingExporter {
-	return &countingExporter{InMemoryExporter: tracetest.NewInMemoryExporter()}
-}
+func newCountingExporter() *countingExporter { return &countingExporter{} }
 
-// BenchmarkTracingFloor is the SDK's own cost under BenchmarkTracingCost's
-// "on" setup (same sampler, batcher and exporter): a bare server span
-// started and ended with the route's attributes, nothing of the HTTP
-// chain. It is the floor "on" cannot go below.
+// BenchmarkTracingFloor is the recorder's own cost under
+// BenchmarkTracingCost's "on" setup (same sampler, batcher and exporter):
+// a bare server span started and ended with the route's attributes,
+// nothing of the HTTP chain. It is the floor "on" cannot go below.
 func BenchmarkTracingFloor(b *testing.B) {
 	exp := newCountingExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBlocking()), sdktrace.WithSampler(sdktrace.AlwaysSample()))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	tracer := tp.Tracer("floor")
+	tr := benchTracing(exp)
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+	tracer := tr.Tracer("floor")
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	attrs := []attribute.KeyValue{attribute.String("http.request.method", "GET"), attribute.String("http.route", "/x"),
 		attribute.Int("http.response.status_code", 200)}
@@ -177,11 +210,11 @@ func BenchmarkTracingFloor(b *testing.B) {
 		n++
 	}
 	b.StartTimer()
-	if err := tp.ForceFlush(ctx); err != nil {
+	if err := tr.ForceFlush(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
-	if got := exp.n.Load(); got != int64(n) {
-		b.Fatalf("exporter got %d spans for %d", got, n)
+	if got := exp.n.Load(); got != int64(n) || tr.Dropped() != 0 {
+		b.Fatalf("exporter got %d spans for %d, %d dropped", got, n, tr.Dropped())
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -90,7 +89,7 @@ func OTLPFromEnv(getenv func(string) string) (*OTLP, error) {
 // ExportSpans sends one request holding spans; a 429 or 5xx answer is
 // retried once after a second (the batch processor calls again with the
 // next batch anyway).
-func (o *OTLP) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+func (o *OTLP) ExportSpans(ctx context.Context, spans []*SpanRecord) error {
 	if len(spans) == 0 {
 		return nil
 	}
@@ -146,15 +145,15 @@ func (o *OTLP) Shutdown(context.Context) error {
 // Marshal encodes spans as an ExportTraceServiceRequest: its one field
 // (resource_spans = 1) repeated, each a ResourceSpans message, grouped by
 // resource and instrumentation scope.
-func Marshal(spans []sdktrace.ReadOnlySpan) ([]byte, error) {
+func Marshal(spans []*SpanRecord) ([]byte, error) {
 	type scoped struct {
 		res   *resource.Resource
-		scope instrumentation.Scope
+		scope *instrumentation.Scope
 	}
 	var order []scoped
 	groups := map[scoped][]*tracepb.Span{}
 	for _, s := range spans {
-		k := scoped{s.Resource(), s.InstrumentationScope()}
+		k := scoped{s.Resource, s.Scope}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -171,8 +170,8 @@ func Marshal(spans []sdktrace.ReadOnlySpan) ([]byte, error) {
 			resOrder = append(resOrder, k.res)
 		}
 		rs.ScopeSpans = append(rs.ScopeSpans, &tracepb.ScopeSpans{
-			Scope:     &commonpb.InstrumentationScope{Name: k.scope.Name, Version: k.scope.Version},
-			SchemaUrl: k.scope.SchemaURL,
+			Scope:     &commonpb.InstrumentationScope{Name: scopeName(k.scope), Version: scopeVersion(k.scope)},
+			SchemaUrl: scopeSchema(k.scope),
 			Spans:     groups[k],
 		})
 	}
@@ -187,47 +186,66 @@ func Marshal(spans []sdktrace.ReadOnlySpan) ([]byte, error) {
 	return out, nil
 }
 
-func spanProto(s sdktrace.ReadOnlySpan) *tracepb.Span {
-	sc := s.SpanContext()
+func scopeName(s *instrumentation.Scope) string {
+	if s == nil {
+		return ""
+	}
+	return s.Name
+}
+
+func scopeVersion(s *instrumentation.Scope) string {
+	if s == nil {
+		return ""
+	}
+	return s.Version
+}
+
+func scopeSchema(s *instrumentation.Scope) string {
+	if s == nil {
+		return ""
+	}
+	return s.SchemaURL
+}
+
+func spanProto(s *SpanRecord) *tracepb.Span {
+	sc := s.SpanContext
 	tid, sid := sc.TraceID(), sc.SpanID()
 	p := &tracepb.Span{
 		TraceId:                tid[:],
 		SpanId:                 sid[:],
 		TraceState:             sc.TraceState().String(),
 		Flags:                  uint32(sc.TraceFlags()) | 0x100, // 0x100: the parent's remoteness is known
-		Name:                   s.Name(),
-		Kind:                   tracepb.Span_SpanKind(s.SpanKind()), // the API's kinds and OTLP's share their numbers
-		StartTimeUnixNano:      uint64(s.StartTime().UnixNano()),
-		EndTimeUnixNano:        uint64(s.EndTime().UnixNano()),
-		Attributes:             kvs(s.Attributes()),
-		DroppedAttributesCount: uint32(s.DroppedAttributes()),
-		DroppedEventsCount:     uint32(s.DroppedEvents()),
-		DroppedLinksCount:      uint32(s.DroppedLinks()),
+		Name:                   s.Name,
+		Kind:                   tracepb.Span_SpanKind(s.Kind), // the API's kinds and OTLP's share their numbers
+		StartTimeUnixNano:      uint64(s.StartTime.UnixNano()),
+		EndTimeUnixNano:        uint64(s.EndTime.UnixNano()),
+		Attributes:             kvs(s.Attributes),
+		DroppedAttributesCount: uint32(s.DroppedAttributes),
+		DroppedEventsCount:     uint32(s.DroppedEvents),
+		DroppedLinksCount:      uint32(s.DroppedLinks),
 	}
-	if par := s.Parent(); par.IsValid() {
+	if par := s.Parent; par.IsValid() {
 		psid := par.SpanID()
 		p.ParentSpanId = psid[:]
 		if par.IsRemote() {
 			p.Flags |= 0x200
 		}
 	}
-	for _, e := range s.Events() {
+	for _, e := range s.Events {
 		p.Events = append(p.Events, &tracepb.Span_Event{
-			TimeUnixNano: uint64(e.Time.UnixNano()), Name: e.Name,
-			Attributes: kvs(e.Attributes), DroppedAttributesCount: uint32(e.DroppedAttributeCount),
+			TimeUnixNano: uint64(e.Time.UnixNano()), Name: e.Name, Attributes: kvs(e.Attributes),
 		})
 	}
-	for _, l := range s.Links() {
+	for _, l := range s.Links {
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
 		p.Links = append(p.Links, &tracepb.Span_Link{
 			TraceId: ltid[:], SpanId: lsid[:], TraceState: l.SpanContext.TraceState().String(),
-			Attributes: kvs(l.Attributes), DroppedAttributesCount: uint32(l.DroppedAttributeCount),
-			Flags: uint32(l.SpanContext.TraceFlags()),
+			Attributes: kvs(l.Attributes), Flags: uint32(l.SpanContext.TraceFlags()),
 		})
 	}
-	switch st := s.Status(); st.Code {
+	switch s.StatusCode {
 	case codes.Error:
-		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: st.Description}
+		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: s.StatusDescription}
 	case codes.Ok:
 		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_OK}
 	}

@@ -113,7 +113,7 @@ func TestOTLPExport(t *testing.T) {
 func TestLogHandlerAddsTraceID(t *testing.T) {
 	var b bytes.Buffer
 	log := slog.New(telemetry.LogHandler{slog.NewJSONHandler(&b, nil)}).With("a", 1)
-	tr := telemetry.New()
+	tr := telemetry.New(telemetry.Config{})
 	ctx, span := tr.Tracer("t").Start(context.Background(), "s")
 	log.InfoContext(ctx, "inside")
 	span.End()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	"log/slog"
 	"strconv"
@@ -13,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 )
@@ -31,7 +32,7 @@ type Tracing struct {
 	// span at all.
 	Enabled bool
 
-	sdk *sdktrace.TracerProvider
+	rec *provider // nil when off
 }
 
 // Off is tracing switched off: no spans, nothing exported.
@@ -50,12 +51,41 @@ func (t *Tracing) Tracer(name string) trace.Tracer {
 	return t.Provider.Tracer(name)
 }
 
-// Shutdown flushes the spans still queued and stops the exporters.
+// Shutdown flushes the spans still queued and stops the exporters; spans
+// ended after it are dropped.
 func (t *Tracing) Shutdown(ctx context.Context) error {
-	if t == nil || t.sdk == nil {
+	if t == nil || t.rec == nil {
 		return nil
 	}
-	return t.sdk.Shutdown(ctx)
+	return t.rec.batch.shutdown(ctx)
+}
+
+// ForceFlush exports every span ended before the call, returning the
+// exporters' first error.
+func (t *Tracing) ForceFlush(ctx context.Context) error {
+	if t == nil || t.rec == nil {
+		return nil
+	}
+	return t.rec.batch.forceFlush(ctx)
+}
+
+// Dropped is how many ended spans were not exported because the queue was
+// full (OTEL_BSP_MAX_QUEUE_SIZE) or tracing was shut down.
+func (t *Tracing) Dropped() int64 {
+	if t == nil || t.rec == nil {
+		return 0
+	}
+	return t.rec.batch.dropped.Load()
+}
+
+// DroppedCollector is cellgate_trace_spans_dropped_total, the spans
+// Dropped counts, for the process's registry: a queue too small for the
+// span rate shows here, not as traces that silently lack spans.
+func (t *Tracing) DroppedCollector() prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "cellgate_trace_spans_dropped_total",
+		Help: "Ended spans not exported because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE) or tracing had shut down.",
+	}, func() float64 { return float64(t.Dropped()) })
 }
 
 // Close flushes and stops the tracing within 5 s, logging a failure: what
@@ -121,36 +151,65 @@ func FromEnv(ctx context.Context, getenv func(string) string, stdout io.Writer, 
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithSampler(sampler), sdktrace.WithResource(res)}
+	batch, err := BatchConfigFromEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	var exps []SpanExporter
 	for _, name := range strings.Split(names, ",") {
-		var exp sdktrace.SpanExporter
 		switch name = strings.TrimSpace(name); name {
 		case "none":
 			continue
 		case "otlp":
-			if exp, err = OTLPFromEnv(getenv); err != nil {
+			exp, err := OTLPFromEnv(getenv)
+			if err != nil {
 				return nil, err
 			}
+			exps = append(exps, exp)
 		case "console":
-			if exp, err = stdouttrace.New(stdouttrace.WithWriter(stdout)); err != nil {
+			exp, err := stdouttrace.New(stdouttrace.WithWriter(stdout))
+			if err != nil {
 				return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=console: %w", err)
 			}
+			exps = append(exps, SDKExporter(exp))
 		default:
 			return nil, fmt.Errorf("OTEL_TRACES_EXPORTER: unknown exporter %q (want otlp, console or none)", name)
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
-	return New(opts...), nil
+	return New(Config{Sampler: &sampler, Resource: res, Batch: batch}, exps...), nil
 }
 
-// New is tracing on, with the given provider options (tests pass an
-// in-memory exporter through sdktrace.WithSyncer).
-func New(opts ...sdktrace.TracerProviderOption) *Tracing {
-	tp := sdktrace.NewTracerProvider(opts...)
-	return &Tracing{Provider: tp, Propagator: propagator, Enabled: true, sdk: tp}
+// Config is the span recorder's setup beside its exporters.
+type Config struct {
+	// Sampler decides which spans are recorded; nil is
+	// ParentBased(AlwaysOn()), OpenTelemetry's default.
+	Sampler *Sampler
+	// Resource describes the process in every export; nil is
+	// resource.Default().
+	Resource *resource.Resource
+	// Batch is the export queue and its timing.
+	Batch BatchConfig
+	// Sync exports each span from End, on the caller's goroutine, with no
+	// queue: for tests that read an in-memory exporter right after a
+	// request.
+	Sync bool
 }
 
-func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
+// New is tracing on: spans recorded by this package's recorder (see
+// SpanRecord) and exported in batches to exporters.
+func New(cfg Config, exporters ...SpanExporter) *Tracing {
+	p := &provider{sampler: ParentBased(AlwaysOn()), res: cfg.Resource, tracers: map[instrumentation.Scope]*recTracer{}}
+	if cfg.Sampler != nil {
+		p.sampler = *cfg.Sampler
+	}
+	if p.res == nil {
+		p.res = resource.Default()
+	}
+	p.batch = newBatcher(cfg.Batch, cfg.Sync, exporters)
+	return &Tracing{Provider: p, Propagator: propagator, Enabled: true, rec: p}
+}
+
+func samplerFromEnv(getenv func(string) string) (Sampler, error) {
 	name := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER"))
 	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
 	ratio := func() (float64, error) {
@@ -165,22 +224,22 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 	}
 	switch name {
 	case "", "parentbased_always_on":
-		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+		return ParentBased(AlwaysOn()), nil
 	case "always_on":
-		return sdktrace.AlwaysSample(), nil
+		return AlwaysOn(), nil
 	case "always_off":
-		return sdktrace.NeverSample(), nil
+		return AlwaysOff(), nil
 	case "parentbased_always_off":
-		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+		return ParentBased(AlwaysOff()), nil
 	case "traceidratio", "parentbased_traceidratio":
 		r, err := ratio()
 		if err != nil {
-			return nil, err
+			return Sampler{}, err
 		}
 		if name == "traceidratio" {
-			return sdktrace.TraceIDRatioBased(r), nil
+			return TraceIDRatio(r), nil
 		}
-		return sdktrace.ParentBased(sdktrace.TraceIDRatioBased(r)), nil
+		return ParentBased(TraceIDRatio(r)), nil
 	}
-	return nil, fmt.Errorf("OTEL_TRACES_SAMPLER: unknown sampler %q", name)
+	return Sampler{}, fmt.Errorf("OTEL_TRACES_SAMPLER: unknown sampler %q", name)
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/cellgate/cellgate/internal/telemetry"
@@ -57,7 +56,7 @@ func TestRouterAccessLog(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	var logs bytes.Buffer
 	f := newFixture(t, ProxyConfig{
-		Tracing: telemetry.New(sdktrace.WithSyncer(exp)), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Tracing: telemetry.New(telemetry.Config{Sync: true}, telemetry.SDKExporter(exp)), Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
 		AccessLog: &telemetry.AccessLog{Level: slog.LevelInfo},
 	})
 	w := serveDirect(f, tenant1)

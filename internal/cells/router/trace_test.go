@@ -28,7 +28,7 @@ func attr(s sdktrace.ReadOnlySpan, key string) (attribute.Value, bool) {
 // event naming its code.
 func TestRouterSpan(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
-	f := newFixture(t, ProxyConfig{Tracing: telemetry.New(sdktrace.WithSyncer(exp)), TraceTenant: true})
+	f := newFixture(t, ProxyConfig{Tracing: telemetry.New(telemetry.Config{Sync: true}, telemetry.SDKExporter(exp)), TraceTenant: true})
 	var got string
 	f.cells[0].extra = func(w http.ResponseWriter, r *http.Request) { got = r.Header.Get("traceparent") }
 	const clientTrace = "0af7651916cd43dd8448eb211c80319c"

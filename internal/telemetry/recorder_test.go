@@ -1,0 +1,326 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// memExporter keeps copies of every span it gets.
+type memExporter struct {
+	mu    sync.Mutex
+	spans []SpanRecord
+	block chan struct{} // when set, ExportSpans waits for it
+}
+
+func (e *memExporter) ExportSpans(_ context.Context, spans []*SpanRecord) error {
+	if e.block != nil {
+		<-e.block
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range spans {
+		c := *r
+		c.Attributes = append([]attribute.KeyValue(nil), r.Attributes...)
+		e.spans = append(e.spans, c)
+	}
+	return nil
+}
+
+func (e *memExporter) Shutdown(context.Context) error { return nil }
+
+func (e *memExporter) byName(t *testing.T, name string) SpanRecord {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, s := range e.spans {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no span %q", name)
+	return SpanRecord{}
+}
+
+func attrOf(s SpanRecord, key string) (attribute.Value, bool) {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+// TestRecorderSpans: parentage, kinds, links, events, status rules, and
+// attributes beyond the inline capacity with the last value of a key
+// winning.
+func TestRecorderSpans(t *testing.T) {
+	exp := &memExporter{}
+	tr := New(Config{}, exp)
+	tracer := tr.Tracer("t")
+	ctx, parent := tracer.Start(context.Background(), "parent", trace.WithSpanKind(trace.SpanKindServer))
+	_, child := tracer.Start(ctx, "child", trace.WithLinks(trace.Link{SpanContext: parent.SpanContext(),
+		Attributes: []attribute.KeyValue{attribute.String("l", "x")}}))
+	for i := range inlineAttributes + 3 {
+		child.SetAttributes(attribute.Int(fmt.Sprintf("k%d", i), i))
+	}
+	child.SetAttributes(attribute.Int("k0", 100), attribute.String("", "invalid"))
+	child.AddEvent("refused", trace.WithAttributes(attribute.String("code", "full")))
+	child.RecordError(errors.New("boom"))
+	child.SetStatus(codes.Error, "boom")
+	child.SetStatus(codes.Unset, "")
+	child.End()
+	child.SetAttributes(attribute.Int("late", 1)) // after End: ignored
+	child.End()                                   // twice: once exported
+	parent.SetStatus(codes.Ok, "")
+	parent.SetStatus(codes.Error, "after ok") // Ok is final
+	parent.End()
+	if child.IsRecording() || !child.SpanContext().IsValid() {
+		t.Error("an ended span records, or lost its context")
+	}
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(exp.spans) != 2 {
+		t.Fatalf("%d spans exported, want 2", len(exp.spans))
+	}
+	p, c := exp.byName(t, "parent"), exp.byName(t, "child")
+	if p.Parent.IsValid() || p.Kind != trace.SpanKindServer || p.StatusCode != codes.Ok || p.StatusDescription != "" {
+		t.Errorf("parent %+v", p)
+	}
+	if c.Parent.SpanID() != p.SpanContext.SpanID() || c.SpanContext.TraceID() != p.SpanContext.TraceID() ||
+		c.Kind != trace.SpanKindInternal || !c.SpanContext.IsSampled() {
+		t.Errorf("child's parentage: %+v", c)
+	}
+	if len(c.Attributes) != inlineAttributes+3 || c.DroppedAttributes != 1 {
+		t.Errorf("child attributes %v, %d dropped", c.Attributes, c.DroppedAttributes)
+	}
+	if v, _ := attrOf(c, "k0"); v.AsInt64() != 100 {
+		t.Errorf("k0 = %v, want the last value", v)
+	}
+	if _, ok := attrOf(c, "late"); ok {
+		t.Error("an attribute set after End was kept")
+	}
+	if len(c.Links) != 1 || c.Links[0].SpanContext.SpanID() != p.SpanContext.SpanID() || len(c.Links[0].Attributes) != 1 {
+		t.Errorf("links %v", c.Links)
+	}
+	if len(c.Events) != 2 || c.Events[0].Name != "refused" || c.Events[1].Name != "exception" || c.Events[0].Time.IsZero() {
+		t.Errorf("events %v", c.Events)
+	}
+	if c.StatusCode != codes.Error || c.StatusDescription != "boom" {
+		t.Errorf("status %v %q", c.StatusCode, c.StatusDescription)
+	}
+	if c.StartTime.IsZero() || c.EndTime.Before(c.StartTime) {
+		t.Errorf("times %v .. %v", c.StartTime, c.EndTime)
+	}
+}
+
+// TestRecorderIDsUnique: trace and span ids from concurrent roots never
+// repeat.
+func TestRecorderIDsUnique(t *testing.T) {
+	tr := New(Config{Sampler: ptr(AlwaysOff())})
+	tracer := tr.Tracer("t")
+	var mu sync.Mutex
+	traces, spans := map[trace.TraceID]bool{}, map[trace.SpanID]bool{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				_, s := tracer.Start(context.Background(), "s")
+				sc := s.SpanContext()
+				mu.Lock()
+				if traces[sc.TraceID()] || spans[sc.SpanID()] || !sc.IsValid() {
+					t.Errorf("id repeated or invalid: %v", sc)
+				}
+				traces[sc.TraceID()], spans[sc.SpanID()] = true, true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestSamplers: the root decision, the ratio by trace id, and
+// parent-based following local and remote parents either way.
+func TestSamplers(t *testing.T) {
+	remote := func(sampled bool) trace.SpanContext {
+		c := trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, Remote: true}
+		if sampled {
+			c.TraceFlags = trace.FlagsSampled
+		}
+		return trace.NewSpanContext(c)
+	}
+	var none trace.SpanContext
+	low, high := trace.TraceID{15: 1}, trace.TraceID{8: 0xff, 15: 0xff}
+	for _, tc := range []struct {
+		name   string
+		s      Sampler
+		parent trace.SpanContext
+		id     trace.TraceID
+		want   bool
+	}{
+		{"always_on", AlwaysOn(), remote(false), low, true},
+		{"always_off", AlwaysOff(), remote(true), low, false},
+		{"ratio low id", TraceIDRatio(0.5), none, low, true},
+		{"ratio high id", TraceIDRatio(0.5), none, high, false},
+		{"ratio 1", TraceIDRatio(1), none, high, true},
+		{"ratio 0", TraceIDRatio(0), none, low, false},
+		{"parentbased sampled remote", ParentBased(AlwaysOff()), remote(true), low, true},
+		{"parentbased unsampled remote", ParentBased(AlwaysOn()), remote(false), low, false},
+		{"parentbased root", ParentBased(AlwaysOn()), none, low, true},
+	} {
+		if got := tc.s.sample(tc.parent, tc.id); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	// Through the tracer: a remote unsampled parent makes a
+	// non-recording child that carries the trace on.
+	exp := &memExporter{}
+	tr := New(Config{}, exp)
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), remote(false))
+	_, s := tr.Tracer("t").Start(ctx, "dropped")
+	if s.IsRecording() || s.SpanContext().TraceID() != (trace.TraceID{1}) || s.SpanContext().IsSampled() {
+		t.Errorf("child of an unsampled remote parent: recording %v, %v", s.IsRecording(), s.SpanContext())
+	}
+	s.End()
+	_ = tr.Shutdown(context.Background())
+	if len(exp.spans) != 0 {
+		t.Errorf("an unsampled span was exported")
+	}
+}
+
+// TestBatcherDropsAndFlushes: with the exporter stuck, spans beyond the
+// queue are dropped and counted; ForceFlush then exports the rest.
+func TestBatcherDropsAndFlushes(t *testing.T) {
+	exp := &memExporter{block: make(chan struct{})}
+	tr := New(Config{Batch: BatchConfig{MaxQueueSize: 4, MaxExportBatchSize: 2}}, exp)
+	tracer := tr.Tracer("t")
+	for i := range 20 {
+		_, s := tracer.Start(context.Background(), fmt.Sprint(i))
+		s.End()
+	}
+	if tr.Dropped() == 0 {
+		t.Fatal("nothing dropped with the exporter stuck and a queue of 4")
+	}
+	close(exp.block)
+	if err := tr.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := int64(len(exp.spans)) + tr.Dropped(); got != 20 {
+		t.Errorf("%d exported + %d dropped, want 20", len(exp.spans), tr.Dropped())
+	}
+	if got := testutil.ToFloat64(tr.DroppedCollector()); got != float64(tr.Dropped()) {
+		t.Errorf("cellgate_trace_spans_dropped_total = %v, Dropped() = %d", got, tr.Dropped())
+	}
+	_ = tr.Shutdown(context.Background())
+	_, s := tracer.Start(context.Background(), "late")
+	s.End()
+	if err := tr.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecordReuseNeverLeaks: records are reused across many concurrent
+// spans (run with -race), and a span held after End keeps its own
+// context and writes nothing into a record another span now uses.
+func TestRecordReuseNeverLeaks(t *testing.T) {
+	var exported atomic.Int64
+	check := exporterFunc(func(spans []*SpanRecord) {
+		for _, r := range spans {
+			v, _ := attrOf(*r, "name")
+			if v.AsString() != r.Name || len(r.Attributes) != 1 {
+				t.Errorf("span %q carries %v", r.Name, r.Attributes)
+			}
+			exported.Add(1)
+		}
+	})
+	tr := New(Config{Batch: BatchConfig{MaxQueueSize: 64, MaxExportBatchSize: 8, Blocking: true}}, check)
+	tracer := tr.Tracer("t")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var old []trace.Span
+			for i := range 500 {
+				name := fmt.Sprintf("%d-%d", g, i)
+				_, s := tracer.Start(context.Background(), name)
+				s.SetAttributes(attribute.String("name", name))
+				s.End()
+				old = append(old, s)
+			}
+			for _, s := range old { // stale spans: no effect on live records
+				s.SetAttributes(attribute.String("name", "stale"))
+				s.SetName("stale")
+				s.AddEvent("stale")
+				s.End()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if exported.Load() != 2000 {
+		t.Errorf("%d spans exported, want 2000", exported.Load())
+	}
+}
+
+type exporterFunc func([]*SpanRecord)
+
+func (f exporterFunc) ExportSpans(_ context.Context, s []*SpanRecord) error { f(s); return nil }
+func (f exporterFunc) Shutdown(context.Context) error                       { return nil }
+
+// TestSpanSlot: a span started in a slot is what the API finds in the
+// slot and in contexts derived from it, and its parent is the trace
+// extracted into the slot.
+func TestSpanSlot(t *testing.T) {
+	if spanKey == nil {
+		t.Fatal("the trace API's span key was not learnt")
+	}
+	exp := &memExporter{}
+	tr := New(Config{}, exp)
+	slot := NewSpanSlot(context.Background())
+	if SlotOf(slot) != slot || SlotOf(context.Background()) != nil {
+		t.Fatal("SlotOf")
+	}
+	slot.Extract(tr.Propagator, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+	s := slot.StartKind(tr.Tracer("t"), "server", trace.SpanKindServer)
+	derived := context.WithValue(slot, struct{}{}, 1)
+	if trace.SpanFromContext(slot) != s || trace.SpanFromContext(derived) != s {
+		t.Fatal("the API does not find the slot's span")
+	}
+	if s.SpanContext().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+		t.Errorf("trace %v: the extracted parent was not used", s.SpanContext().TraceID())
+	}
+	s.End()
+	_ = tr.Shutdown(context.Background())
+	if r := exp.byName(t, "server"); r.Kind != trace.SpanKindServer || !r.Parent.IsRemote() {
+		t.Errorf("slot span %+v", r)
+	}
+}
+
+type propagationCarrier map[string]string
+
+func (c propagationCarrier) Get(k string) string { return c[k] }
+func (c propagationCarrier) Set(k, v string)     { c[k] = v }
+func (c propagationCarrier) Keys() []string {
+	var ks []string
+	for k := range c {
+		ks = append(ks, k)
+	}
+	return ks
+}

@@ -1,0 +1,93 @@
+package telemetry
+
+import "sync/atomic"
+
+// ring is a bounded multi-producer, multi-consumer queue of records
+// (Dmitry Vyukov's bounded MPMC queue): a push or a pop is one
+// compare-and-swap on its index and two atomic loads/stores on its cell,
+// no lock, so a span's End does not serialize with other requests on a
+// mutex the way a channel send does.
+type ring struct {
+	mask uint64
+	_    [56]byte // head and tail on cache lines of their own
+	head atomic.Uint64
+	_    [56]byte
+	tail atomic.Uint64
+	_    [56]byte
+	cell []ringCell
+}
+
+type ringCell struct {
+	// seq is the cell's turn: pos when free for the push at pos, pos+1
+	// when holding the record pushed at pos.
+	seq atomic.Uint64
+	r   *SpanRecord
+}
+
+// newRing holds at least n records (a power of two).
+func newRing(n int) *ring {
+	size := 1
+	for size < n {
+		size <<= 1
+	}
+	q := &ring{mask: uint64(size - 1), cell: make([]ringCell, size)}
+	for i := range q.cell {
+		q.cell[i].seq.Store(uint64(i))
+	}
+	return q
+}
+
+// push adds r, reporting false when the ring is full.
+func (q *ring) push(r *SpanRecord) bool {
+	pos := q.tail.Load()
+	for {
+		c := &q.cell[pos&q.mask]
+		seq := c.seq.Load()
+		switch {
+		case seq == pos:
+			if q.tail.CompareAndSwap(pos, pos+1) {
+				c.r = r
+				c.seq.Store(pos + 1)
+				return true
+			}
+			pos = q.tail.Load()
+		case seq < pos:
+			return false // the cell still holds the record of a lap ago
+		default:
+			pos = q.tail.Load()
+		}
+	}
+}
+
+// pop takes the oldest record, or nil when the ring is empty.
+func (q *ring) pop() *SpanRecord {
+	pos := q.head.Load()
+	for {
+		c := &q.cell[pos&q.mask]
+		seq := c.seq.Load()
+		switch {
+		case seq == pos+1:
+			if q.head.CompareAndSwap(pos, pos+1) {
+				r := c.r
+				c.r = nil
+				c.seq.Store(pos + q.mask + 1)
+				return r
+			}
+			pos = q.head.Load()
+		case seq < pos+1:
+			return nil
+		default:
+			pos = q.head.Load()
+		}
+	}
+}
+
+// len is how many records the ring holds, give or take the pushes and
+// pops under way.
+func (q *ring) len() int {
+	n := int64(q.tail.Load() - q.head.Load())
+	if n < 0 {
+		return 0
+	}
+	return int(n)
+}

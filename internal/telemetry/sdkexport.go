@@ -1,0 +1,49 @@
+package telemetry
+
+import (
+	"context"
+	"slices"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// SDKExporter adapts an OpenTelemetry SDK exporter (the console's
+// stdouttrace, tracetest's in-memory exporter) to the recorder: each
+// batch is copied into the SDK's read-only spans, in the batcher's
+// goroutine, off the request path.
+func SDKExporter(e sdktrace.SpanExporter) SpanExporter { return sdkExporter{e} }
+
+type sdkExporter struct{ e sdktrace.SpanExporter }
+
+func (s sdkExporter) ExportSpans(ctx context.Context, spans []*SpanRecord) error {
+	ro := make([]sdktrace.ReadOnlySpan, len(spans))
+	for i, r := range spans {
+		ro[i] = r.Stub().Snapshot()
+	}
+	return s.e.ExportSpans(ctx, ro)
+}
+
+func (s sdkExporter) Shutdown(ctx context.Context) error { return s.e.Shutdown(ctx) }
+
+// Stub copies the record into the SDK's test form, which outlives the
+// record (what an exporter keeping spans stores).
+func (r *SpanRecord) Stub() tracetest.SpanStub {
+	st := tracetest.SpanStub{
+		Name: r.Name, SpanContext: r.SpanContext, Parent: r.Parent, SpanKind: r.Kind,
+		StartTime: r.StartTime, EndTime: r.EndTime, Attributes: slices.Clone(r.Attributes),
+		Status:            sdktrace.Status{Code: r.StatusCode, Description: r.StatusDescription},
+		DroppedAttributes: r.DroppedAttributes, DroppedEvents: r.DroppedEvents, DroppedLinks: r.DroppedLinks,
+		Resource: r.Resource,
+	}
+	if r.Scope != nil {
+		st.InstrumentationScope = *r.Scope
+	}
+	for _, e := range r.Events {
+		st.Events = append(st.Events, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: slices.Clone(e.Attributes)})
+	}
+	for _, l := range r.Links {
+		st.Links = append(st.Links, sdktrace.Link{SpanContext: l.SpanContext, Attributes: slices.Clone(l.Attributes)})
+	}
+	return st
+}

@@ -1,0 +1,104 @@
+package telemetry
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// SpanSlot is a request's context with room for the request's server
+// span, set after the context was made. A server that already gives each
+// request a context of its own (its deadline) makes that context a slot
+// when tracing is on; the per-route observation then puts the server span
+// in the slot instead of deriving a context and copying the
+// *http.Request to carry it (a 256-byte copy per traced request).
+//
+// trace.SpanFromContext on the slot, or on any context derived from it,
+// finds the span once set. The slot is written only by the request's own
+// goroutine, before the handler runs or starts goroutines of its own.
+type SpanSlot struct {
+	context.Context
+	span trace.Span
+	// own is the room for a span the recorder starts in the slot: the
+	// request's context and its server span are one allocation. Like
+	// every span of the recorder it is never reused, so holding it after
+	// End is safe.
+	own span
+}
+
+// NewSpanSlot is an empty slot over parent.
+func NewSpanSlot(parent context.Context) *SpanSlot { return &SpanSlot{Context: parent} }
+
+// SlotOf is ctx as a slot, or nil when ctx is not one (a context derived
+// from a slot is not a slot: only the request's own context is filled).
+func SlotOf(ctx context.Context) *SpanSlot {
+	s, _ := ctx.(*SpanSlot)
+	return s
+}
+
+// Extract puts what prop extracts from carrier (a caller's trace
+// context, baggage) under the slot, so the span started next continues
+// the caller's trace.
+func (s *SpanSlot) Extract(prop propagation.TextMapPropagator, carrier propagation.TextMapCarrier) {
+	s.Context = prop.Extract(s.Context, carrier)
+}
+
+// Start starts a span with tracer as a child of the slot's context and
+// puts it in the slot. The recorder's tracer starts it without the
+// context it would otherwise derive; any other tracer's context is
+// dropped, keeping only the span.
+func (s *SpanSlot) Start(tracer trace.Tracer, name string, opts ...trace.SpanStartOption) trace.Span {
+	var sp trace.Span
+	if t, ok := tracer.(*recTracer); ok {
+		cfg := trace.NewSpanStartConfig(opts...)
+		sp = t.begin(s.Context, name, &cfg, cfg.SpanKind(), &s.own)
+	} else {
+		_, sp = tracer.Start(s.Context, name, opts...)
+	}
+	s.span = sp
+	return sp
+}
+
+// StartKind is Start with only a span kind, the one option a server span
+// needs: the recorder's tracer then skips building a start
+// configuration from options.
+func (s *SpanSlot) StartKind(tracer trace.Tracer, name string, kind trace.SpanKind) trace.Span {
+	t, ok := tracer.(*recTracer)
+	if !ok {
+		return s.Start(tracer, name, trace.WithSpanKind(kind))
+	}
+	var cfg trace.SpanConfig
+	s.span = t.begin(s.Context, name, &cfg, kind, &s.own)
+	return s.span
+}
+
+// Value answers the API's current-span key with the slot's span once
+// set, and anything else from the context under the slot.
+func (s *SpanSlot) Value(key any) any {
+	if key == spanKey && s.span != nil {
+		return s.span
+	}
+	return s.Context.Value(key)
+}
+
+// spanKey is the key under which the trace API keeps a context's span. It
+// is unexported there; trace.SpanFromContext asks a context for it, so a
+// context that records the key it is asked for learns it (TestSpanSlot
+// fails if the API stops looking spans up this way).
+var spanKey = func() any {
+	var k keyCatcher
+	trace.SpanFromContext(&k)
+	return k.key
+}()
+
+// keyCatcher records the key Value is called with.
+type keyCatcher struct {
+	context.Context
+	key any
+}
+
+func (k *keyCatcher) Value(key any) any {
+	k.key = key
+	return nil
+}
