@@ -463,7 +463,7 @@ func (mv *mover) handle(ctx context.Context, s *stream, data []byte) error {
 			return fmt.Errorf("slotmove: stream of source %s: %w", name, err)
 		}
 		s.walEnd = max(s.walEnd, pkm.ServerWALEnd)
-		s.clockOffset = pkm.ServerTime.Sub(time.Now())
+		s.clockOffset = time.Until(pkm.ServerTime)
 		if !s.inTx {
 			// Everything before the server's position has been sent:
 			// confirming it once applied lets the slot release WAL that
@@ -483,7 +483,7 @@ func (mv *mover) handle(ctx context.Context, s *stream, data []byte) error {
 			return fmt.Errorf("slotmove: stream of source %s: %w", name, err)
 		}
 		s.walEnd = max(s.walEnd, xld.ServerWALEnd)
-		s.clockOffset = xld.ServerTime.Sub(time.Now())
+		s.clockOffset = time.Until(xld.ServerTime)
 		if int64(s.walEnd)-int64(s.applied) > mv.peakLag {
 			mv.peakLag = int64(s.walEnd) - int64(s.applied)
 		}
