@@ -841,31 +841,29 @@ func setParams(t *testing.T, c echo.Context, q string) {
 			call = "serve" + r.Handler + "(h)(c)"
 		}
 		serve := "func(h Handler, c echo.Context) error { return " + call + " }"
-		if r.Params != "" {
-			cases, err := pathCases(api.Lookup(r.Params))
+		// A route's invalid path and query parameters each get a test that
+		// they are refused before the handler.
+		for _, part := range []struct {
+			name, test, in string
+			cases          func(*Schema) ([]testCase, error)
+		}{
+			{r.Params, "Path", "path", pathCases},
+			{r.Query, "Query", "query", queryCases},
+		} {
+			if part.name == "" {
+				continue
+			}
+			cases, err := part.cases(api.Lookup(part.name))
 			if err != nil {
 				return nil, err
 			}
-			p("// TestInvalid%sPathNeverReachesHandler: %s %s's invalid path parameters.\n", r.Handler, r.Method, r.Path)
-			p("func TestInvalid%sPathNeverReachesHandler(t *testing.T) {\n", r.Handler)
+			p("// TestInvalid%s%sNeverReachesHandler: %s %s's invalid %s parameters.\n", r.Handler, part.test, r.Method, r.Path, part.in)
+			p("func TestInvalid%s%sNeverReachesHandler(t *testing.T) {\n", r.Handler, part.test)
 			p("\texpectRefused(t, %q, %q, []invalidCase{\n", r.Method, examplePath(r.Path))
 			for _, c := range cases {
 				p("\t\t{%s, %q},\n", strconv.Quote(c.input), c.field)
 			}
-			p("\t}, \"path\", %s)\n}\n\n", serve)
-		}
-		if r.Query != "" {
-			cases, err := queryCases(api.Lookup(r.Query))
-			if err != nil {
-				return nil, err
-			}
-			p("// TestInvalid%sQueryNeverReachesHandler: %s %s's invalid query parameters.\n", r.Handler, r.Method, r.Path)
-			p("func TestInvalid%sQueryNeverReachesHandler(t *testing.T) {\n", r.Handler)
-			p("\texpectRefused(t, %q, %q, []invalidCase{\n", r.Method, examplePath(r.Path))
-			for _, c := range cases {
-				p("\t\t{%s, %q},\n", strconv.Quote(c.input), c.field)
-			}
-			p("\t}, \"query\", %s)\n}\n\n", serve)
+			p("\t}, %q, %s)\n}\n\n", part.in, serve)
 		}
 		if r.Request != "" {
 			cases, err := bodyCases(api, api.Lookup(r.Request), "")

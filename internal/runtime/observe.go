@@ -167,7 +167,7 @@ func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagati
 		if len(req.Header["Traceparent"]) > 0 {
 			slot.Extract(prop, propagation.HeaderCarrier(req.Header))
 		}
-		return slot.StartKind(tracer, r.name, trace.SpanKindServer)
+		return slot.Start(tracer, r.name, trace.SpanKindServer)
 	}
 	if len(req.Header["Traceparent"]) > 0 {
 		ctx = prop.Extract(ctx, propagation.HeaderCarrier(req.Header))

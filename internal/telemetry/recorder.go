@@ -147,7 +147,7 @@ func (t *recTracer) start(ctx context.Context, name string, opts []trace.SpanSta
 }
 
 // begin starts a span from its start configuration and kind (kind wins:
-// SpanSlot.StartKind passes an empty configuration), in into when not
+// SpanSlot.Start passes an empty configuration), in into when not
 // nil (a SpanSlot's room for its span), else in a new span.
 func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfig, kind trace.SpanKind, into *span) trace.Span {
 	var parent trace.SpanContext

@@ -298,7 +298,7 @@ func TestSpanSlot(t *testing.T) {
 		t.Fatal("SlotOf")
 	}
 	slot.Extract(tr.Propagator, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
-	s := slot.StartKind(tr.Tracer("t"), "server", trace.SpanKindServer)
+	s := slot.Start(tr.Tracer("t"), "server", trace.SpanKindServer)
 	derived := context.WithValue(slot, derivedKey{}, 1)
 	if trace.SpanFromContext(slot) != s || trace.SpanFromContext(derived) != s {
 		t.Fatal("the API does not find the slot's span")

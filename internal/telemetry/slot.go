@@ -44,32 +44,18 @@ func (s *SpanSlot) Extract(prop propagation.TextMapPropagator, carrier propagati
 	s.Context = prop.Extract(s.Context, carrier)
 }
 
-// Start starts a span with tracer as a child of the slot's context and
-// puts it in the slot. The recorder's tracer starts it without the
-// context it would otherwise derive; any other tracer's context is
-// dropped, keeping only the span.
-func (s *SpanSlot) Start(tracer trace.Tracer, name string, opts ...trace.SpanStartOption) trace.Span {
-	var sp trace.Span
+// Start starts a span of kind with tracer as a child of the slot's
+// context and puts it in the slot. The recorder's tracer starts it in the
+// slot's own room, without deriving a context or building a start
+// configuration from options; any other tracer's context is dropped,
+// keeping only the span.
+func (s *SpanSlot) Start(tracer trace.Tracer, name string, kind trace.SpanKind) trace.Span {
 	if t, ok := tracer.(*recTracer); ok {
-		cfg := trace.NewSpanStartConfig(opts...)
-		sp = t.begin(s.Context, name, &cfg, cfg.SpanKind(), &s.own)
+		var cfg trace.SpanConfig
+		s.span = t.begin(s.Context, name, &cfg, kind, &s.own)
 	} else {
-		_, sp = tracer.Start(s.Context, name, opts...)
+		_, s.span = tracer.Start(s.Context, name, trace.WithSpanKind(kind))
 	}
-	s.span = sp
-	return sp
-}
-
-// StartKind is Start with only a span kind, the one option a server span
-// needs: the recorder's tracer then skips building a start
-// configuration from options.
-func (s *SpanSlot) StartKind(tracer trace.Tracer, name string, kind trace.SpanKind) trace.Span {
-	t, ok := tracer.(*recTracer)
-	if !ok {
-		return s.Start(tracer, name, trace.WithSpanKind(kind))
-	}
-	var cfg trace.SpanConfig
-	s.span = t.begin(s.Context, name, &cfg, kind, &s.own)
 	return s.span
 }
 

@@ -184,25 +184,11 @@ func TestMoveJobsResumesWithoutDoubling(t *testing.T) {
 func TestMoveControlJobs(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
-	srcCtl := Shard{Name: "cell-1/control", DSN: cluster.CreateDB(t, "c1ctl")}
-	dstCtl := Shard{Name: "cell-2/control", DSN: cluster.CreateDB(t, "c2ctl")}
-	conns := map[string]*pgx.Conn{}
-	for _, sh := range []Shard{srcCtl, dstCtl} {
-		if err := pgjobs.Migrate(ctx, sh.DSN); err != nil {
-			t.Fatal(err)
-		}
-		c, err := pgx.Connect(ctx, sh.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		conns[sh.Name] = c
-	}
+	srcCtl, dstCtl, src, dst := controlPair(t, pgjobs.Migrate)
 	in := tenantsIn(moveRange, 3)
 	out := tenantsIn(slots.Range{Lo: 0, Hi: 8000}, 2)
 	w.seed(t, in, 1)
 	w.seed(t, out, 1)
-	src := conns[srcCtl.Name]
 	job := func(tenant, state, runAt string) {
 		t.Helper()
 		if _, err := src.Exec(ctx, `INSERT INTO cellgate_jobs (kind, queue, tenant, args, state, max_attempts, run_at, created_at)
@@ -225,7 +211,7 @@ func TestMoveControlJobs(t *testing.T) {
 		t.Errorf("report: moved %d, left running %d; want 6, 1", rep.JobsMoved, rep.JobsLeftRunning)
 	}
 	var moved, others int
-	if err := conns[dstCtl.Name].QueryRow(ctx, `SELECT count(*) FILTER (WHERE tenant = ANY($1) AND state = 'available'), count(*) FILTER (WHERE NOT tenant = ANY($1)) FROM cellgate_jobs`, in).Scan(&moved, &others); err != nil {
+	if err := dst.QueryRow(ctx, `SELECT count(*) FILTER (WHERE tenant = ANY($1) AND state = 'available'), count(*) FILTER (WHERE NOT tenant = ANY($1)) FROM cellgate_jobs`, in).Scan(&moved, &others); err != nil {
 		t.Fatal(err)
 	}
 	if moved != 6 || others != 0 {
@@ -238,4 +224,27 @@ func TestMoveControlJobs(t *testing.T) {
 	if left != 0 || running != 1 || stay != 4 {
 		t.Errorf("source control database: %d waiting jobs of moved tenants (want 0), %d running (want 1), %d of other tenants (want 4)", left, running, stay)
 	}
+}
+
+// controlPair is two cells' control databases (cell-1's the source),
+// each migrated by migrate, and a connection to each, closed at the end
+// of the test.
+func controlPair(t *testing.T, migrate func(ctx context.Context, dsn string) error) (srcCtl, dstCtl Shard, src, dst *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	srcCtl = Shard{Name: "cell-1/control", DSN: cluster.CreateDB(t, "c1ctl")}
+	dstCtl = Shard{Name: "cell-2/control", DSN: cluster.CreateDB(t, "c2ctl")}
+	conns := make([]*pgx.Conn, 2)
+	for i, sh := range []Shard{srcCtl, dstCtl} {
+		if err := migrate(ctx, sh.DSN); err != nil {
+			t.Fatal(err)
+		}
+		c, err := pgx.Connect(ctx, sh.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(ctx) })
+		conns[i] = c
+	}
+	return srcCtl, dstCtl, conns[0], conns[1]
 }

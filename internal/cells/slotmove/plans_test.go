@@ -19,21 +19,7 @@ import (
 func TestMoveTenantRows(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
-	srcCtl := Shard{Name: "cell-1/control", DSN: cluster.CreateDB(t, "c1ctl")}
-	dstCtl := Shard{Name: "cell-2/control", DSN: cluster.CreateDB(t, "c2ctl")}
-	conns := map[string]*pgx.Conn{}
-	for _, sh := range []Shard{srcCtl, dstCtl} {
-		if err := plans.Migrate(ctx, sh.DSN); err != nil {
-			t.Fatal(err)
-		}
-		c, err := pgx.Connect(ctx, sh.DSN)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(ctx)
-		conns[sh.Name] = c
-	}
-	src, dst := conns[srcCtl.Name], conns[dstCtl.Name]
+	srcCtl, dstCtl, src, dst := controlPair(t, plans.Migrate)
 	in := tenantsIn(moveRange, 3)
 	out := tenantsIn(slots.Range{Lo: 0, Hi: 8000}, 1)
 	w.seed(t, in, 1)
