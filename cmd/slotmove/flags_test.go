@@ -48,3 +48,26 @@ func TestShardMoveFlags(t *testing.T) {
 		t.Errorf("no control database: %v", err)
 	}
 }
+
+// TestCellMoveNamesEveryMissingCell: a move between cells that the layout
+// cannot resolve on either side says so for both at once, so the operator
+// fixes the layout in one go.
+func TestCellMoveNamesEveryMissingCell(t *testing.T) {
+	dir := t.TempDir()
+	layout := filepath.Join(dir, "layout.json")
+	if err := os.WriteFile(layout, []byte(`{"cells":{"cell-1":[{"name":"shard-0","dsn_env":"S0"}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	getenv := func(string) string { return "" }
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	err := run(context.Background(), []string{"-map", filepath.Join(dir, "slots.json"), "-layout", layout,
+		"-slots", "0-99", "-from", "cell-1", "-to", "cell-2"}, log, getenv)
+	if err == nil {
+		t.Fatal("a layout without cell-2 and without S0 set: no error")
+	}
+	for _, want := range []string{`cells.cell-1[0] (shard-0): environment variable "S0" is not set`, `no shards for cell "cell-2"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}

@@ -172,20 +172,12 @@ func cellMove(fs *flag.FlagSet, mapFile, from, to, routers, layoutFile, spec, st
 	if err != nil {
 		return slotmove.Config{}, err
 	}
-	src, err := layout.Shards(from, getenv)
-	if err != nil {
-		return slotmove.Config{}, err
-	}
-	dst, err := layout.Shards(to, getenv)
-	if err != nil {
-		return slotmove.Config{}, err
-	}
-	srcCtl, err := layout.ControlDB(from, getenv)
-	if err != nil {
-		return slotmove.Config{}, err
-	}
-	dstCtl, err := layout.ControlDB(to, getenv)
-	if err != nil {
+	// Every lookup runs, so one error names each cell the layout lacks.
+	src, srcErr := layout.Shards(from, getenv)
+	dst, dstErr := layout.Shards(to, getenv)
+	srcCtl, srcCtlErr := layout.ControlDB(from, getenv)
+	dstCtl, dstCtlErr := layout.ControlDB(to, getenv)
+	if err := errors.Join(srcErr, dstErr, srcCtlErr, dstCtlErr); err != nil {
 		return slotmove.Config{}, err
 	}
 	rts := layout.Routers

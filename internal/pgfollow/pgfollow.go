@@ -9,11 +9,36 @@ package pgfollow
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// DefaultResync is how often a follower checks its record besides
+// following notifications: a notification lost with a broken connection
+// is caught within it.
+const DefaultResync = time.Second
+
+// DefaultRetry is the pause before reconnecting after a connection ended.
+const DefaultRetry = 500 * time.Millisecond
+
+// Defaults returns a follower's owner's settings with the zero (or
+// negative) ones replaced by DefaultResync, DefaultRetry and
+// slog.Default(): every owner documents the same defaults.
+func Defaults(resync, retry time.Duration, log *slog.Logger) (time.Duration, time.Duration, *slog.Logger) {
+	if resync <= 0 {
+		resync = DefaultResync
+	}
+	if retry <= 0 {
+		retry = DefaultRetry
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return resync, retry, log
+}
 
 // Hooks are what a follower does at each point of a connection's life.
 // Each returning an error ends that connection; Run reconnects.

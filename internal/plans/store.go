@@ -18,16 +18,12 @@ import (
 	"github.com/cellgate/cellgate/internal/slots"
 )
 
-// DefaultResync is how often a Store checks the table's version besides
-// following notifications: a notification lost with a broken connection
-// is caught within it.
-const DefaultResync = time.Second
-
 // Options tune a Store; zero values take the defaults.
 type Options struct {
-	// Resync is the version-check period (default DefaultResync).
+	// Resync is the version-check period (default pgfollow.DefaultResync).
 	Resync time.Duration
-	// Retry is the wait before reconnecting after an error (default 500ms).
+	// Retry is the wait before reconnecting after an error (default
+	// pgfollow.DefaultRetry).
 	Retry time.Duration
 	// Log receives load errors and rows naming unknown plans (default
 	// slog.Default()).
@@ -60,15 +56,7 @@ type Store struct {
 // NewStore returns a store over the control database's pool. It holds only
 // the default plan until Load or Run reads the table.
 func NewStore(pool *pgxpool.Pool, cat *Catalog, o Options) *Store {
-	if o.Resync <= 0 {
-		o.Resync = DefaultResync
-	}
-	if o.Retry <= 0 {
-		o.Retry = 500 * time.Millisecond
-	}
-	if o.Log == nil {
-		o.Log = slog.Default()
-	}
+	o.Resync, o.Retry, o.Log = pgfollow.Defaults(o.Resync, o.Retry, o.Log)
 	s := &Store{pool: pool, cat: cat, opt: o}
 	empty, _ := NewSnapshot(cat, nil, -1)
 	s.base = empty

@@ -19,11 +19,6 @@ import (
 	"github.com/cellgate/cellgate/internal/shards"
 )
 
-// DefaultResync is how often a Watcher checks the record's version (and
-// beats its heartbeat) besides following notifications: a notification
-// lost with a broken connection is caught within it.
-const DefaultResync = time.Second
-
 // Options tune a Watcher; zero values take the defaults.
 type Options struct {
 	// Boot is the map of the config (FromConfig), written as the first
@@ -33,9 +28,10 @@ type Options struct {
 	// "<host>/<pid>/<random>").
 	Process string
 	// Resync is the version-check and heartbeat period (default
-	// DefaultResync).
+	// pgfollow.DefaultResync).
 	Resync time.Duration
-	// Retry is the wait before reconnecting after an error (default 500ms).
+	// Retry is the wait before reconnecting after an error (default
+	// pgfollow.DefaultRetry).
 	Retry time.Duration
 	// Log receives refused records and connection errors (default
 	// slog.Default()).
@@ -74,15 +70,7 @@ func NewWatcher(pool *pgxpool.Pool, set *shards.Set, o Options) (*Watcher, error
 	if o.Process == "" {
 		o.Process = defaultProcess()
 	}
-	if o.Resync <= 0 {
-		o.Resync = DefaultResync
-	}
-	if o.Retry <= 0 {
-		o.Retry = 500 * time.Millisecond
-	}
-	if o.Log == nil {
-		o.Log = slog.Default()
-	}
+	o.Resync, o.Retry, o.Log = pgfollow.Defaults(o.Resync, o.Retry, o.Log)
 	w := &Watcher{pool: pool, set: set, opt: o, m: metrics{
 		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cellgate_shard_map_loads_total",
