@@ -71,14 +71,18 @@ func mountConsole(cfg config.Config, srv *runtime.Server, set *shards.Set, clien
 		Registry:         srv.Registry(),
 		Databases:        databases,
 		Spec:             cfg,
-		Admission:        func() any { return srv.Bulkheads().Report() },
-		Rejections:       feeds.rejections,
-		LimitCounts:      feeds.limited,
-		Plans:            feeds.tenants,
-		InFlight:         inFlight,
-		Workers:          client.WorkerJobs,
-		Completed:        client.Completed,
-		Logger:           log,
+		ShardMap: func() console.ShardMap {
+			r := set.Routing()
+			return console.ShardMap{Version: r.Version(), Owner: r.Shard, Frozen: r.FrozenRanges()}
+		},
+		Admission:   func() any { return srv.Bulkheads().Report() },
+		Rejections:  feeds.rejections,
+		LimitCounts: feeds.limited,
+		Plans:       feeds.tenants,
+		InFlight:    inFlight,
+		Workers:     client.WorkerJobs,
+		Completed:   client.Completed,
+		Logger:      log,
 	})
 	if err != nil {
 		return nil, err

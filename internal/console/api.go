@@ -47,7 +47,7 @@ func (c *Console) registerAPI(e *echo.Echo) {
 		return ec.JSON(http.StatusOK, c.admission())
 	}))
 	get(APIPrefix+"slots", c.api(RoleReader, func(ec echo.Context, _ who) error {
-		return ec.JSON(http.StatusOK, c.slots)
+		return ec.JSON(http.StatusOK, c.liveReport())
 	}))
 	get(APIPrefix+"lanes", c.api(RoleReader, func(ec echo.Context, _ who) error {
 		return ec.JSON(http.StatusOK, c.lanes())

@@ -89,6 +89,11 @@ type Config struct {
 	// Spec is the cell's config: the slot map, the cells and the job lanes
 	// come from it.
 	Spec config.Config
+	// ShardMap, when set, returns the cell's shard map in force (the
+	// control database's record, installed live); the cells page and the
+	// tenants view show it instead of the spec's database.shards, which a
+	// move between the cell's shards leaves behind.
+	ShardMap func() ShardMap
 	// Admission returns the admission report (JSON-encodable); nil leaves
 	// the admission page empty.
 	Admission func() any

@@ -101,6 +101,7 @@ func (c *Console) tenants(ctx context.Context) TenantsReport {
 		rep.TableTenants = len(snap.Rows())
 	}
 	names := tenantNames(top, c.cfg.LimitCounts, snap)
+	place := c.placeNow()
 	_, lanes, perTenant, applyLanes := c.laneLayout()
 	byName := make(map[string]*TenantRow, len(names))
 	rep.Tenants = make([]TenantRow, len(names))
@@ -110,7 +111,7 @@ func (c *Console) tenants(ctx context.Context) TenantsReport {
 		if i < len(top) {
 			r.Rejections, r.RejectionsError = top[i].Count, top[i].Error
 		}
-		r.Slot, r.Shard, r.Cell = c.place.of(name)
+		r.Slot, r.Shard, r.Cell = place.of(name)
 		r.Lanes = []int{}
 		if applyLanes {
 			r.Lanes = jobs.ShuffleShard(name, lanes, perTenant)

@@ -212,7 +212,7 @@ func (c *Console) registerUI(e *echo.Echo) {
 	// console's headers like every other answer.
 	e.Any(Prefix+"*", withHeaders(func(echo.Context) error { return echo.ErrNotFound }))
 	get(Prefix+"cells", c.page(RoleReader, func(ec echo.Context, w who) error {
-		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.slots, "Lanes": c.lanes(), "Admission": c.admission()}))
+		return c.render(ec, c.view(w, "cells", "Cells", map[string]any{"Slots": c.liveReport(), "Lanes": c.lanes(), "Admission": c.admission()}))
 	}))
 }
 
