@@ -344,12 +344,6 @@ func TestCellBootsWithBulkheads(t *testing.T) {
 	if code, body := c.do(t, "GET", fmt.Sprintf("/orders?account_id=%d", acct.ID), "acme", ""); code != 200 || !strings.Contains(string(body), `"amount_cents":100`) {
 		t.Fatalf("list orders: %d %s", code, body)
 	}
-	req, _ := http.NewRequest("GET", c.url+"/admin/admission", nil)
-	req.Header.Set("Authorization", "Bearer test-admin-token-0123456789abcdef0123456789")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var report struct {
 		Server struct {
 			Max      int64 `json:"max_concurrent_requests"`
@@ -365,17 +359,15 @@ func TestCellBootsWithBulkheads(t *testing.T) {
 			Outcomes      map[string]uint64 `json:"outcomes"`
 		} `json:"db"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&report)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("admin report: %d %v", resp.StatusCode, err)
+	if err := getAdminJSON(c.url+"/admin/admission", "test-admin-token-0123456789abcdef0123456789", &report); err != nil {
+		t.Fatalf("admin report: %v", err)
 	}
 	if report.Server.Max != 64 || report.Requests.MaxConcurrent != 16 || report.DB.MaxConcurrent != 4 ||
 		report.Requests.Outcomes["admitted"] != 4 || report.DB.Outcomes["admitted"] != 4 || report.DB.InFlight != 0 {
 		t.Fatalf("admin report: %+v", report)
 	}
 
-	resp, err = http.Get(c.url + "/metrics")
+	resp, err := http.Get(c.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

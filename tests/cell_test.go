@@ -157,6 +157,26 @@ func (c *cell) do(t testing.TB, method, path, tenant, body string) (int, []byte)
 
 // doChunked POSTs body without a Content-Length (chunked) and returns the
 // status.
+// getAdminJSON GETs a console URL with an admin (bearer) token and decodes
+// its 200 JSON answer into out.
+func getAdminJSON(url, token string, out any) error {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
 func (c *cell) doChunked(t testing.TB, path, tenant, body string) int {
 	t.Helper()
 	req, err := http.NewRequest("POST", c.url+path, strings.NewReader(body))

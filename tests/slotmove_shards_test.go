@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/cellgate/cellgate/internal/console"
 	"github.com/cellgate/cellgate/internal/shardmap"
 	"github.com/cellgate/cellgate/internal/slots"
 	"github.com/cellgate/cellgate/internal/testpg"
@@ -38,11 +40,15 @@ type shardMoveRig struct {
 
 const shardMoveCell = "cell-1"
 
+// shardMoveAdminToken opens the processes' consoles: each must show the
+// shard map the move left.
+const shardMoveAdminToken = "shard-move-admin-token-0123456789abcdef0123"
+
 func newShardMoveRig(tb testing.TB, preload int) *shardMoveRig {
 	rig := &shardMoveRig{moveScenario: &moveScenario{tb: tb, moving: slots.Range{Lo: 4096, Hi: 8191},
 		account: map[string]int64{}, preloaded: map[orderKey]bool{}}, slotmove: toolBinary(tb, "slotmove"), jobs: map[string]int{}}
 	pg := testpg.StartCluster(tb, testpg.ClusterOptions{Settings: []string{"max_wal_size = 2GB"}})
-	env := cellEnvOn(tb, pg.CreateDB)
+	env := append(cellEnvOn(tb, pg.CreateDB), "CELLGATE_ADMIN_TOKEN="+shardMoveAdminToken)
 	// The second process starts once the first has migrated the databases
 	// and written the shard map from its config.
 	for range 2 {
@@ -145,6 +151,19 @@ func (rig *shardMoveRig) checkCell(tb testing.TB) {
 	}
 	if got := rec.ShardOf(rig.moving.Lo - 1); got != "shard-0" {
 		tb.Errorf("shard map version %d gives slot %d to %q; want shard-0 (outside the range)", version, rig.moving.Lo-1, got)
+	}
+	for _, p := range rig.procs {
+		var rep console.SlotReport
+		if err := getAdminJSON(p.url+"/admin/api/slots", shardMoveAdminToken, &rep); err != nil {
+			tb.Errorf("console at %s: %v", p.url, err)
+			continue
+		}
+		// The spec's shard-1 (8192-16383) joined by the moved range.
+		want0, want1 := fmt.Sprintf("0-%d", rig.moving.Lo-1), fmt.Sprintf("%d-%d", rig.moving.Lo, slots.MaxSlot)
+		if rep.Version != version || len(rep.Frozen) != 0 || len(rep.Shards) != 2 ||
+			!slices.Equal(rep.Shards[0].Slots, []string{want0}) || !slices.Equal(rep.Shards[1].Slots, []string{want1}) {
+			tb.Errorf("console at %s shows shard map version %d (frozen %v, shards %+v); want version %d, nothing frozen, shard-0 %s, shard-1 %s", p.url, rep.Version, rep.Frozen, rep.Shards, version, want0, want1)
+		}
 	}
 	jobs := func(dsn, tenant string) int {
 		c, err := pgx.Connect(ctx, dsn)
