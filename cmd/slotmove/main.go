@@ -6,7 +6,7 @@
 //
 //	slotmove -map deploy/slotmap.json -layout cells.layout.json \
 //	         -slots 100-199 -from cell-1 -to cell-2 [-routers http://r1:8090,...] [-confirm-timeout 5s]
-//	         [-settle 3s] [-reset-target] [-tables a,b] [-skip-jobs] [-metrics-file slotmove.prom]
+//	         [-settle 3s] [-max-freeze-lag 0] [-reset-target] [-tables a,b] [-skip-jobs] [-metrics-file slotmove.prom]
 //	slotmove -layout cells.layout.json -cell cell-1 -from-shard shard-0 -to-shard shard-1 \
 //	         -slots 4096-8191 [-state cell-1.shardmove.json] [-confirm-timeout 5s] [-reset-target] [-tables a,b] [-skip-jobs]
 //	slotmove status -layout cells.layout.json [-map deploy/slotmap.json | -cell cell-1]
@@ -100,6 +100,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 	settle := fs.Duration("settle", 3*time.Second, "without routers to confirm: wait after freezing, at least the routers' reload interval plus a request's duration")
 	routers := fs.String("routers", "", "comma-separated base URLs of every router reading the map (default: the layout's \"routers\"); the tool waits until each confirms the frozen map instead of sleeping -settle")
 	confirm := fs.Duration("confirm-timeout", 5*time.Second, "how long the routers (with -cell: the cell's processes) may take to confirm a map before the move stops")
+	maxLag := fs.Duration("max-freeze-lag", 0, "refuse to freeze while the streams, caught up, still lag more than this behind the source (the move stays resumable); 0: no bound")
 	reset := fs.Bool("reset-target", false, "delete the target's rows of the range before copying (after a failed verify)")
 	metricsFile := fs.String("metrics-file", "", "write the run's cellgate_slotmove_* metrics to this Prometheus textfile when it ends (e.g. for node_exporter's textfile collector)")
 	if err := fs.Parse(args); err != nil {
@@ -119,7 +120,7 @@ func run(ctx context.Context, args []string, log *slog.Logger, getenv func(strin
 		return err
 	}
 	cfg.Tables = strings.Split(*tables, ",")
-	cfg.ChunkSlots, cfg.Settle, cfg.ConfirmTimeout = *chunk, *settle, *confirm
+	cfg.ChunkSlots, cfg.Settle, cfg.ConfirmTimeout, cfg.MaxFreezeLag = *chunk, *settle, *confirm, *maxLag
 	cfg.ResetTarget, cfg.SkipJobs, cfg.Logger = *reset, *skipJobs, log
 	rg := cfg.Range
 	if cmd == "abort" {

@@ -156,6 +156,13 @@ type Config struct {
 	// catches up with the streams until a marker it writes at the source
 	// comes back within this time. Default: 200ms.
 	CatchUpTarget time.Duration
+	// MaxFreezeLag, when set, bounds the freeze's catch-up: right before
+	// freezing, the tool catches up once more, and if a marker still takes
+	// longer than this to come back applied (the range is written faster
+	// than the target applies it), it refuses to freeze and returns a
+	// *FreezeLagError. Nothing is frozen then and the copy is kept: run
+	// the move again later (it resumes streaming) or abort it. 0: no bound.
+	MaxFreezeLag time.Duration
 	// BeforeVerify, when set, runs after the initial copy and catch-up,
 	// before the full verify (tests damage the target here).
 	BeforeVerify func(ctx context.Context) error
@@ -299,6 +306,20 @@ func (e *VerifyError) Error() string {
 		e.Table, e.Range, e.SourceRows, e.SourceSum, e.TargetRows, e.TargetSum)
 }
 
+// FreezeLagError is the refusal to freeze while the streams lag more than
+// Config.MaxFreezeLag behind the source.
+type FreezeLagError struct {
+	// Lag is the last catch-up's marker round trip; Max the bound.
+	Lag, Max time.Duration
+	// Bytes is how far the streams were behind the source's WAL then.
+	Bytes int64
+}
+
+func (e *FreezeLagError) Error() string {
+	return fmt.Sprintf("slotmove: not freezing: the streams lag %s (%d bytes of WAL) behind the source after catching up, more than the bound %s (-max-freeze-lag); nothing is frozen and the copy is kept: run the move again when the range is written less (it resumes streaming), raise the bound, or abort it",
+		e.Lag.Round(time.Millisecond), e.Bytes, e.Max)
+}
+
 // state is the state file's content.
 type state struct {
 	Cell  string `json:"cell,omitempty"` // a move between shards of this cell
@@ -373,6 +394,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("slotmove: Config.ChunkSlots must be >= 1, got %d", c.ChunkSlots)
 	case c.Settle < 0:
 		return fmt.Errorf("slotmove: Config.Settle must be >= 0, got %s", c.Settle)
+	case c.MaxFreezeLag < 0:
+		return fmt.Errorf("slotmove: Config.MaxFreezeLag must be >= 0 (0: no bound), got %s", c.MaxFreezeLag)
 	case c.ConfirmTimeout < 0:
 		return fmt.Errorf("slotmove: Config.ConfirmTimeout must be > 0, got %s", c.ConfirmTimeout)
 	case len(c.Source) == 0 || len(c.Target) == 0:
@@ -535,7 +558,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	// and then what changed meanwhile (the streams paused each time), then
 	// freeze: the freeze is left with only the last moments' changes to
 	// apply and compare.
-	if err := mv.catchUpQuick(ctx); err != nil {
+	if _, _, err := mv.catchUpQuick(ctx); err != nil {
 		return rep, err
 	}
 	if cfg.BeforeVerify != nil {
@@ -568,7 +591,7 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	// moments to apply and compare. The freeze follows at once.
 	prev := -1
 	for round := 1; ; round++ {
-		if err := mv.catchUpQuick(ctx); err != nil {
+		if _, _, err := mv.catchUpQuick(ctx); err != nil {
 			return rep, err
 		}
 		n, err := mv.keyVerify(ctx, false)
@@ -587,9 +610,13 @@ func Move(ctx context.Context, cfg Config) (rep Report, err error) {
 	}
 	// The streams paused during the last compare round: apply what was
 	// written meanwhile now, so the freeze's catch-up covers only its own
-	// moments.
-	if err := mv.catchUpQuick(ctx); err != nil {
+	// moments. The bound, if any, is checked on this last catch-up.
+	lag, lagBytes, err := mv.catchUpQuick(ctx)
+	if err != nil {
 		return rep, err
+	}
+	if cfg.MaxFreezeLag > 0 && lag > cfg.MaxFreezeLag {
+		return rep, &FreezeLagError{Lag: lag, Max: cfg.MaxFreezeLag, Bytes: lagBytes}
 	}
 
 	// Freeze, settle, fence, catch up to the fence, verify what changed.
@@ -687,16 +714,17 @@ func (mv *mover) mismatchedCount() int {
 
 // catchUpQuick catches up with the streams until a marker comes back
 // within CatchUpTarget (at most 20 rounds: a range written faster than it
-// can be applied still moves, with a longer freeze).
-func (mv *mover) catchUpQuick(ctx context.Context) error {
+// can be applied still moves, with a longer freeze, unless MaxFreezeLag
+// bounds it). It returns the last round's marker round trip and WAL lag.
+func (mv *mover) catchUpQuick(ctx context.Context) (time.Duration, int64, error) {
 	for round := 1; ; round++ {
 		rtt, lag, err := mv.catchUp(ctx)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		mv.log.Info("caught up", "phase", "stream", "round", round, "lag", rtt.Round(time.Millisecond).String(), "lag_bytes", lag, "changes_applied", mv.streamed)
 		if rtt <= mv.cfg.CatchUpTarget || round >= 20 {
-			return nil
+			return rtt, lag, nil
 		}
 	}
 }

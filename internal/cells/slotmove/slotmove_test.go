@@ -321,6 +321,57 @@ func TestMoveResumesAfterSwitch(t *testing.T) {
 	}
 }
 
+// TestMoveRefusesToFreezeWhileLagging: with a MaxFreezeLag no catch-up can
+// meet, the move stops right before the freeze with a FreezeLagError: the
+// map is untouched, the range's tenants still write at the source, and a
+// run without the bound resumes the stream (no second copy) and finishes
+// with every row, the ones written in between included.
+func TestMoveRefusesToFreezeWhileLagging(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	in := tenantsIn(moveRange, 4)
+	w.seedBulk(t, in, 20)
+	before, err := os.ReadFile(w.mapFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := w.config(t, moveRange)
+	cfg.MaxFreezeLag = time.Nanosecond
+	_, err = Move(ctx, cfg)
+	var le *FreezeLagError
+	if !errors.As(err, &le) || le.Max != time.Nanosecond || le.Lag <= le.Max || !strings.Contains(err.Error(), "nothing is frozen") {
+		t.Fatalf("err = %v; want a FreezeLagError above 1ns", err)
+	}
+	after, err := os.ReadFile(w.mapFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(before, after) {
+		t.Fatalf("map changed by a refused freeze:\n%s\n---\n%s", before, after)
+	}
+	w.writeThroughMap(t, in) // the source still takes the range's writes
+	want := rangeRows(t, w.conns["c1s0"], w.conns["c1s1"])
+
+	cfg.MaxFreezeLag = 0
+	rep, err := Move(ctx, cfg)
+	if err != nil {
+		t.Fatalf("re-run without the bound: %v", err)
+	}
+	if rep.Resumed != "stream" {
+		t.Errorf("re-run resumed at %q; want stream (the copy kept)", rep.Resumed)
+	}
+	got := rangeRows(t, w.conns["c2s0"])
+	if len(got) != len(want) {
+		t.Errorf("target has %d orders of the range; want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("order %s at the target: %q; want %q", k, got[k], v)
+		}
+	}
+	assertNoReplication(t, w)
+}
+
 func TestConfigErrors(t *testing.T) {
 	ctx := context.Background()
 	base := Config{MapFile: "m", From: "a", To: "b", Tables: []string{"accounts"}, Range: slots.Range{Lo: 1, Hi: 2}, Source: []Shard{{Name: "s", DSN: "x"}}, Target: []Shard{{Name: "t", DSN: "y"}}}
@@ -335,6 +386,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.ChunkSlots = -1 }, "ChunkSlots"},
 		{func(c *Config) { c.Target[0].DSN = "x" }, "same database"},
 		{func(c *Config) { c.Tables = nil }, "database.tenant_tables"},
+		{func(c *Config) { c.MaxFreezeLag = -time.Second }, "MaxFreezeLag must be >= 0"},
 	} {
 		c := base
 		c.Target = append([]Shard(nil), base.Target...)
