@@ -152,8 +152,15 @@ func enqueueBacklog(b *testing.B, c *jobs.Client, tenantID string, n int) {
 	}
 }
 
+// cappedJobTime is how long each of the capped tenant's jobs runs in
+// BenchmarkPlansCapViolations: a tenant with slow jobs, the one a cap is
+// for. With short jobs the capped tenant's own claims and completions
+// would be a tenth of the run's work (capped-share), which the run without
+// it does not do, so the ratio would measure that work, not the cap.
+const cappedJobTime = 50 * time.Millisecond
+
 // BenchmarkPlansCapViolations is cap-violations: a tenant capped at 2
-// running jobs (each 5 ms) and four uncapped tenants (no-op jobs), all
+// running jobs (each cappedJobTime) and four uncapped tenants (no-op jobs), all
 // backlogged, claimed by two processes (two backends, two pools) with 8
 // workers each from one database. The capped tenant's jobs count how many
 // of them run at once, inside the handler; cap-violations is the number of
@@ -235,7 +242,7 @@ func capRun(b *testing.B, pools [2]*pgxpool.Pool, lim jobs.TenantLimits, withCap
 			violations++
 		}
 		mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(cappedJobTime)
 		running.Add(-1)
 		return nil
 	}
@@ -254,7 +261,7 @@ func capRun(b *testing.B, pools [2]*pgxpool.Pool, lim jobs.TenantLimits, withCap
 		clients = append(clients, c)
 	}
 	if withCapped {
-		enqueueBacklog(b, clients[0], "capped", int(window/(5*time.Millisecond))*2+1000)
+		enqueueBacklog(b, clients[0], "capped", int(window/cappedJobTime)*2+1000)
 	}
 	// Kept backlogged: producers top the other tenants up to about 4,000
 	// waiting jobs.
