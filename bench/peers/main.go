@@ -147,10 +147,6 @@ func report(sh shape, cg, rv []result) {
 	if sh.wait {
 		unit, ratio = "ms p99 quiet wait", fmt.Sprintf("river/cellgate=%.1f", mr.value/mc.value)
 	}
-	stalled := stalls(sh, "cellgate", cg) + stalls(sh, "river", rv)
-	if stalled > 0 {
-		ratio += fmt.Sprintf(" UNRELIABLE: %d stalled rounds", stalled)
-	}
 	fmt.Printf("peers: %s cellgate=%.1f river=%.1f %s\n", sh.name, mc.value, mr.value, ratio)
 	fmt.Printf("peers-unit: %s %s\n", sh.name, unit)
 	for _, s := range []struct {
@@ -166,27 +162,6 @@ func report(sh shape, cg, rv []result) {
 			fmt.Printf("peers-detail: %s %s %s\n", sh.name, s.name, s.r.detail)
 		}
 	}
-}
-
-// stalls prints a peers-warn line for each throughput round of a side
-// that did under a quarter of its best round (a side stalled by something
-// outside what is measured, e.g. the shared server, makes a median of
-// nothing) and returns how many there were. Wait shapes are not checked:
-// their rounds vary by nature.
-func stalls(sh shape, side string, rs []result) int {
-	if sh.wait {
-		return 0
-	}
-	best := slices.MaxFunc(rs, func(a, b result) int { return cmp.Compare(a.value, b.value) }).value
-	n := 0
-	for i, r := range rs {
-		if r.value < best/4 {
-			n++
-			fmt.Printf("peers-warn: %s %s round %d did %.1f jobs/s, under a quarter of its best round (%.1f): it stalled; the median is not a figure, run again\n",
-				sh.name, side, i+1, r.value, best)
-		}
-	}
-	return n
 }
 
 // median returns the round with the median value (the lower middle one for
