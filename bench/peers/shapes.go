@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,58 @@ type result struct {
 	// detail is printed with the median round (noisy: where the wait
 	// goes).
 	detail string
+	// stall says why the round is not a figure of the side at its best
+	// (see pace), or is "".
+	stall string
+}
+
+// pace samples a phase's completed-jobs counter every 250ms, so a round in
+// which a side stalled part of the window is caught: the median of a run
+// must not silently stand on a stalled baseline.
+type pace struct {
+	stop    chan struct{}
+	done    chan struct{}
+	samples []int64 // under the goroutine until done is closed
+}
+
+func startPace(count *atomic.Int64) *pace {
+	p := &pace{stop: make(chan struct{}), done: make(chan struct{})}
+	p.samples = append(p.samples, count.Load())
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(paceTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.samples = append(p.samples, count.Load())
+			}
+		}
+	}()
+	return p
+}
+
+const paceTick = 250 * time.Millisecond
+
+// finish stops the sampling and returns why the phase stalled, or "": some
+// whole second of it finished fewer than a tenth of the phase's mean rate.
+func (p *pace) finish(mean float64) string {
+	close(p.stop)
+	<-p.done
+	const perSecond = int(time.Second / paceTick)
+	for i := perSecond; i < len(p.samples); i++ {
+		if got := float64(p.samples[i] - p.samples[i-perSecond]); got < mean/10 {
+			var per []string
+			for j := perSecond; j < len(p.samples); j += perSecond {
+				per = append(per, fmt.Sprint(p.samples[j]-p.samples[j-perSecond]))
+			}
+			return fmt.Sprintf("%.0f jobs in the second ending at %s, mean %.0f/s (per second: %s)",
+				got, time.Duration(i)*paceTick, mean, strings.Join(per, " "))
+		}
+	}
+	return ""
 }
 
 func tenantName(i int) string { return fmt.Sprintf("tenant-%03d", i) }
@@ -68,22 +121,43 @@ func runBulk(ctx context.Context, s side, st settings) (result, error) {
 	if err := topUp(); err != nil {
 		return result{}, err
 	}
+	// Plans for the backlog, not for the empty table Reset left.
+	if err := s.Analyze(ctx); err != nil {
+		return result{}, err
+	}
+	keepUp := func(d time.Duration) error {
+		for t := time.Now(); time.Since(t) < d; {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(250*time.Millisecond, d-time.Since(t))):
+			}
+			if err := topUp(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// A warm-up, unmeasured: statements in flight during ANALYZE finish on
+	// their old plans, and the next ones are planned again.
+	if err := keepUp(bulkWarmUp); err != nil {
+		return result{}, err
+	}
 	m := startMeter(ctx, s.Pool())
 	start, from := time.Now(), done.Load()
-	for time.Since(start) < st.window {
-		select {
-		case <-ctx.Done():
-			return result{}, ctx.Err()
-		case <-time.After(min(250*time.Millisecond, st.window-time.Since(start))):
-		}
-		if err := topUp(); err != nil {
-			return result{}, err
-		}
+	pc := startPace(&done)
+	if err := keepUp(st.window); err != nil {
+		return result{}, err
 	}
 	jobs := done.Load() - from
 	elapsed := time.Since(start)
-	return result{value: float64(jobs) / elapsed.Seconds(), jobs: jobs, use: m.stop(ctx)}, nil
+	rate := float64(jobs) / elapsed.Seconds()
+	return result{value: rate, jobs: jobs, use: m.stop(ctx), stall: pc.finish(rate)}, nil
 }
+
+// bulkWarmUp is the bulk shape's unmeasured time between ANALYZE and the
+// window.
+const bulkWarmUp = 3 * time.Second
 
 // runTx is the sign-up shape: txProd producers each loop over one
 // transaction that writes a signups row and enqueues one job, round-robin
@@ -122,8 +196,15 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 		})
 	}
 	time.Sleep(time.Second)
+	// Plans for the table as it is in flight, not empty (see runBulk).
+	if err := s.Analyze(ctx); err != nil {
+		close(stop)
+		wg.Wait()
+		return result{}, err
+	}
 	m := startMeter(ctx, s.Pool())
 	start, from := time.Now(), done.Load()
+	pc := startPace(&done)
 	select {
 	case <-ctx.Done():
 	case <-time.After(st.window):
@@ -131,6 +212,8 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 	jobs := done.Load() - from
 	elapsed := time.Since(start)
 	use := m.stop(ctx)
+	rate := float64(jobs) / elapsed.Seconds()
+	stall := pc.finish(rate)
 	close(stop)
 	// Free producers blocked on a slot; running jobs may free more.
 	wg.Wait()
@@ -140,7 +223,7 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
-	return result{value: float64(jobs) / elapsed.Seconds(), jobs: jobs, use: use}, nil
+	return result{value: rate, jobs: jobs, use: use, stall: stall}, nil
 }
 
 // runNoisy is the noisy-tenant shape: one tenant enqueues noisyJobs in one
