@@ -7,7 +7,9 @@
 //	peers: SHAPE cellgate=<value> river=<value> cellgate/river=<ratio>
 //
 // (for the noisy shape's wait, river/cellgate), and what each side's
-// PostgreSQL backends and this process spent per job. It is one process
+// PostgreSQL backends and this process spent per job. A round in which a
+// side stalled is flagged (peers-stalled lines, stalled= on the median
+// line) and a peers-healthy line gives the medians without such rounds. It is one process
 // driving one side at a time; nothing in it is safe for concurrent use
 // beyond what each shape starts itself.
 package main
@@ -164,7 +166,11 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 				continue
 			}
 			mc, mr := median(ok[0]), median(ok[1])
-			fmt.Printf("peers-healthy: %s cellgate=%.1f river=%.1f rounds=%d,%d\n", sh.name, mc.value, mr.value, len(ok[0]), len(ok[1]))
+			ratio := fmt.Sprintf("cellgate/river=%.2f", mc.value/mr.value)
+			if sh.wait {
+				ratio = fmt.Sprintf("river/cellgate=%.1f", mr.value/mc.value)
+			}
+			fmt.Printf("peers-healthy: %s cellgate=%.1f river=%.1f %s rounds=%d,%d\n", sh.name, mc.value, mr.value, ratio, len(ok[0]), len(ok[1]))
 		}
 	}
 	return nil
