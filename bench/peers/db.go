@@ -111,15 +111,12 @@ func openPools(ctx context.Context, dsn string, conns, appConns int32) (p pools,
 
 // analyzeJobs gathers the planner statistics of the jobs table as it is
 // mid-phase. Reset leaves it empty and analyzed as empty, and each side's
-// prepared statements are planned, and after five runs possibly cached as
-// generic plans, against those statistics until autovacuum's ANALYZE
-// happens to come mid-window and invalidate them: a round then runs on
-// plans made for an empty table, or changes plans halfway. Each shape calls
-// it for both sides alike once its backlog is in place, so both run on
-// plans made for the table they work on. (It does not cure River's stalls:
-// its completion statement, JobSetStateIfRunningMany, as a generic plan
-// joins its input against its own `updated` CTE in a nested loop, 2 million
-// comparisons for a batch of 2,000, with or without statistics; see pace.)
+// prepared statements would be planned, and after five runs possibly
+// cached as generic plans, against those statistics until autovacuum's
+// ANALYZE happens to come mid-window: a round would run on plans made for
+// an empty table, or change plans halfway, depending on its timing. The
+// shapes call it for both sides alike once the table holds jobs. (It does
+// not cure River's stalls: see docs/benchmarks.md and pace.)
 func analyzeJobs(ctx context.Context, pool *pgxpool.Pool, jobsTable string) error {
 	q := "ANALYZE " + pgx.Identifier{jobsTable}.Sanitize()
 	if _, err := pool.Exec(ctx, q); err != nil {

@@ -41,15 +41,18 @@ type result struct {
 
 // pace samples a phase's completed-jobs counter every 250ms, so a round in
 // which a side stalled part of the window is caught: the median of a run
-// must not silently stand on a stalled baseline.
+// must not silently stand on a stalled baseline. It samples the warm-up
+// too, so a stall message shows whether the side ran before the window.
 type pace struct {
-	stop    chan struct{}
-	done    chan struct{}
-	samples []int64 // under the goroutine until done is closed
+	stop, done chan struct{}
+	count      *atomic.Int64
+	mu         sync.Mutex
+	samples    []int64
+	from       int // the sample the window starts at
 }
 
 func startPace(count *atomic.Int64) *pace {
-	p := &pace{stop: make(chan struct{}), done: make(chan struct{})}
+	p := &pace{stop: make(chan struct{}), done: make(chan struct{}), count: count}
 	p.samples = append(p.samples, count.Load())
 	go func() {
 		defer close(p.done)
@@ -60,7 +63,9 @@ func startPace(count *atomic.Int64) *pace {
 			case <-p.stop:
 				return
 			case <-t.C:
+				p.mu.Lock()
 				p.samples = append(p.samples, count.Load())
+				p.mu.Unlock()
 			}
 		}
 	}()
@@ -69,20 +74,32 @@ func startPace(count *atomic.Int64) *pace {
 
 const paceTick = 250 * time.Millisecond
 
+// window marks the start of the measured window.
+func (p *pace) window() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.samples = append(p.samples, p.count.Load())
+	p.from = len(p.samples) - 1
+}
+
 // finish stops the sampling and returns why the phase stalled, or "": some
-// whole second of it finished fewer than a tenth of the phase's mean rate.
+// whole second of its window finished fewer than a tenth of the window's
+// mean rate.
 func (p *pace) finish(mean float64) string {
 	close(p.stop)
 	<-p.done
 	const perSecond = int(time.Second / paceTick)
-	for i := perSecond; i < len(p.samples); i++ {
+	for i := p.from + perSecond; i < len(p.samples); i++ {
 		if got := float64(p.samples[i] - p.samples[i-perSecond]); got < mean/10 {
 			var per []string
-			for j := perSecond; j < len(p.samples); j += perSecond {
-				per = append(per, fmt.Sprint(p.samples[j]-p.samples[j-perSecond]))
+			for j := p.from % perSecond; j+perSecond < len(p.samples); j += perSecond {
+				if j == p.from {
+					per = append(per, "|")
+				}
+				per = append(per, fmt.Sprint(p.samples[j+perSecond]-p.samples[j]))
 			}
-			return fmt.Sprintf("%.0f jobs in the second ending at %s, mean %.0f/s (per second: %s)",
-				got, time.Duration(i)*paceTick, mean, strings.Join(per, " "))
+			return fmt.Sprintf("%.0f jobs in the second ending %s into the window, mean %.0f/s (per second, warm-up | window: %s)",
+				got, time.Duration(i-p.from)*paceTick, mean, strings.Join(per, " "))
 		}
 	}
 	return ""
@@ -104,8 +121,8 @@ func runBulk(ctx context.Context, s side, st settings) (result, error) {
 	batch := make([]payload, st.bulkBatch)
 	var inserted int64
 	var n, k int
-	topUp := func() error {
-		for inserted-done.Load() < int64(st.bulkMin) {
+	topUp := func(upTo int) error {
+		for inserted-done.Load() < int64(upTo) {
 			for i := range batch {
 				n++
 				batch[i] = payload{N: n}
@@ -118,11 +135,17 @@ func runBulk(ctx context.Context, s side, st settings) (result, error) {
 		}
 		return nil
 	}
-	if err := topUp(); err != nil {
+	pc := startPace(&done)
+	// Statistics of a table with jobs in it, for both sides alike, before
+	// the workers' statements meet the backlog rather than after: a
+	// statement in flight keeps its plan (see analyzeJobs).
+	if err := topUp(1); err != nil {
 		return result{}, err
 	}
-	// Plans for the backlog, not for the empty table Reset left.
 	if err := s.Analyze(ctx); err != nil {
+		return result{}, err
+	}
+	if err := topUp(st.bulkMin); err != nil {
 		return result{}, err
 	}
 	keepUp := func(d time.Duration) error {
@@ -132,20 +155,20 @@ func runBulk(ctx context.Context, s side, st settings) (result, error) {
 				return ctx.Err()
 			case <-time.After(min(250*time.Millisecond, d-time.Since(t))):
 			}
-			if err := topUp(); err != nil {
+			if err := topUp(st.bulkMin); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	// A warm-up, unmeasured: statements in flight during ANALYZE finish on
-	// their old plans, and the next ones are planned again.
+	// A warm-up, unmeasured, so that neither side is measured while it
+	// starts up.
 	if err := keepUp(bulkWarmUp); err != nil {
 		return result{}, err
 	}
 	m := startMeter(ctx, s.Pool())
 	start, from := time.Now(), done.Load()
-	pc := startPace(&done)
+	pc.window()
 	if err := keepUp(st.window); err != nil {
 		return result{}, err
 	}
@@ -195,6 +218,7 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 			}
 		})
 	}
+	pc := startPace(&done)
 	time.Sleep(time.Second)
 	// Plans for the table as it is in flight, not empty (see runBulk).
 	if err := s.Analyze(ctx); err != nil {
@@ -204,7 +228,7 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 	}
 	m := startMeter(ctx, s.Pool())
 	start, from := time.Now(), done.Load()
-	pc := startPace(&done)
+	pc.window()
 	select {
 	case <-ctx.Done():
 	case <-time.After(st.window):
