@@ -43,6 +43,10 @@ func (s *cellgateSide) Reset(ctx context.Context) error {
 	return resetTables(ctx, s.pool, "cellgate_jobs")
 }
 
+func (s *cellgateSide) Analyze(ctx context.Context) error {
+	return analyzeJobs(ctx, s.pool, "cellgate_jobs")
+}
+
 func (s *cellgateSide) Start(ctx context.Context, workers int, run func(p *payload)) error {
 	quiet := slog.New(slog.DiscardHandler)
 	b, err := pgjobs.NewPool(s.pool, s.cfg, pgjobs.Options{Logger: quiet})

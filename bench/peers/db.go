@@ -109,6 +109,22 @@ func openPools(ctx context.Context, dsn string, conns, appConns int32) (p pools,
 	return p, nil
 }
 
+// analyzeJobs gathers the planner statistics of the jobs table as it is
+// mid-phase. Reset leaves it empty and analyzed as empty, and each side's
+// prepared statements would be planned, and after five runs possibly
+// cached as generic plans, against those statistics until autovacuum's
+// ANALYZE happens to come mid-window: a round would run on plans made for
+// an empty table, or change plans halfway, depending on its timing. The
+// shapes call it for both sides alike once the table holds jobs. (It does
+// not cure River's stalls: see docs/benchmarks.md and pace.)
+func analyzeJobs(ctx context.Context, pool *pgxpool.Pool, jobsTable string) error {
+	q := "ANALYZE " + pgx.Identifier{jobsTable}.Sanitize()
+	if _, err := pool.Exec(ctx, q); err != nil {
+		return fmt.Errorf("%s: %w", q, err)
+	}
+	return nil
+}
+
 // resetTables truncates the jobs table and signups and vacuums them, as
 // River's benchmark does before it runs, so each phase starts empty.
 func resetTables(ctx context.Context, pool *pgxpool.Pool, jobsTable string) error {

@@ -7,7 +7,9 @@
 //	peers: SHAPE cellgate=<value> river=<value> cellgate/river=<ratio>
 //
 // (for the noisy shape's wait, river/cellgate), and what each side's
-// PostgreSQL backends and this process spent per job. It is one process
+// PostgreSQL backends and this process spent per job. A round in which a
+// side stalled is flagged (peers-stalled lines, stalled= on the median
+// line) and a peers-healthy line gives the medians without such rounds. It is one process
 // driving one side at a time; nothing in it is safe for concurrent use
 // beyond what each shape starts itself.
 package main
@@ -50,6 +52,7 @@ func main() {
 	appConns := flag.Int("app-conns", 16, "connections of each side's application pool (the tx shape's transactions)")
 	var cgCfg pgjobs.Config
 	flag.IntVar(&cgCfg.Prefetch, "cellgate-prefetch", 0, "the cellgate side's pgjobs Config.Prefetch (0: the default, one per worker; -1: off)")
+	flag.IntVar(&cgCfg.ClaimBatch, "cellgate-claim-batch", 0, "the cellgate side's pgjobs Config.ClaimBatch (0: the default)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("peers: ")
@@ -109,7 +112,7 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 	defer rv.close()
 	sides := []side{cg, rv}
 
-	fmt.Printf("peers: workers=%d window=%s rounds=%d conns=%d app-conns=%d cellgate-prefetch=%d\n", st.workers, st.window, rounds, conns, appConns, cgCfg.Prefetch)
+	fmt.Printf("peers: workers=%d window=%s rounds=%d conns=%d app-conns=%d cellgate-prefetch=%d cellgate-claim-batch=%d\n", st.workers, st.window, rounds, conns, appConns, cgCfg.Prefetch, cgCfg.ClaimBatch)
 	for _, sh := range todo {
 		var res [2][]result
 		for r := range rounds {
@@ -135,19 +138,87 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 				fmt.Printf("peers-round: %s %d %s=%.1f jobs=%d\n", sh.name, r+1, sides[i].Name(), out.value, out.jobs)
 			}
 		}
-		report(sh, res[0], res[1])
+		stalled := [2][]int{stalls(sh, res[0]), stalls(sh, res[1])}
+		for i := range sides {
+			for _, k := range stalled[i] {
+				fmt.Printf("peers-stalled: %s %s round %d: %s\n", sh.name, sides[i].Name(), k+1, res[i][k].stall)
+			}
+		}
+		var mark string
+		for i := range sides {
+			if len(stalled[i]) > 0 {
+				var ks []string
+				for _, k := range stalled[i] {
+					ks = append(ks, fmt.Sprint(k+1))
+				}
+				mark += fmt.Sprintf(" stalled=%s:%s", sides[i].Name(), strings.Join(ks, ","))
+			}
+		}
+		report(sh, res[0], res[1], mark)
+		if len(stalled[0])+len(stalled[1]) > 0 {
+			// The median above stands on stalled rounds too; this one on
+			// the others only, so both are in the output, and neither
+			// silently.
+			fmt.Printf("peers-note: %s: a side stalled in %d of its rounds; the median over the other rounds:\n", sh.name, max(len(stalled[0]), len(stalled[1])))
+			ok := [2][]result{healthy(res[0], stalled[0]), healthy(res[1], stalled[1])}
+			if len(ok[0]) == 0 || len(ok[1]) == 0 {
+				fmt.Printf("peers-healthy: %s none: every round of a side stalled\n", sh.name)
+				continue
+			}
+			mc, mr := median(ok[0]), median(ok[1])
+			ratio := fmt.Sprintf("cellgate/river=%.2f", mc.value/mr.value)
+			if sh.wait {
+				ratio = fmt.Sprintf("river/cellgate=%.1f", mr.value/mc.value)
+			}
+			fmt.Printf("peers-healthy: %s cellgate=%.1f river=%.1f %s rounds=%d,%d\n", sh.name, mc.value, mr.value, ratio, len(ok[0]), len(ok[1]))
+		}
 	}
 	return nil
 }
 
+// healthy returns rs without the rounds at the indexes in bad.
+func healthy(rs []result, bad []int) []result {
+	var out []result
+	for k, r := range rs {
+		if !slices.Contains(bad, k) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// stalls returns the indexes of a side's stalled rounds of one shape, and
+// fills in their result.stall: those whose phase stalled for a second
+// (pace), and, for the throughput shapes, those that ran at less than a
+// quarter of the side's best round, the bimodal signature of a side that
+// ran on a bad plan for a whole round.
+func stalls(sh shape, rs []result) []int {
+	var best float64
+	for _, r := range rs {
+		best = max(best, r.value)
+	}
+	var out []int
+	for k := range rs {
+		r := &rs[k]
+		if r.stall == "" && !sh.wait && r.value < best/4 {
+			r.stall = fmt.Sprintf("%.1f jobs/s, under a quarter of its best round's %.1f", r.value, best)
+		}
+		if r.stall != "" {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // report prints a shape's median line and each side's cost per job.
-func report(sh shape, cg, rv []result) {
+// A non-empty mark (the stalled rounds) ends the median line.
+func report(sh shape, cg, rv []result, mark string) {
 	mc, mr := median(cg), median(rv)
 	unit, ratio := "jobs/s", fmt.Sprintf("cellgate/river=%.2f", mc.value/mr.value)
 	if sh.wait {
 		unit, ratio = "ms p99 quiet wait", fmt.Sprintf("river/cellgate=%.1f", mr.value/mc.value)
 	}
-	fmt.Printf("peers: %s cellgate=%.1f river=%.1f %s\n", sh.name, mc.value, mr.value, ratio)
+	fmt.Printf("peers: %s cellgate=%.1f river=%.1f %s%s\n", sh.name, mc.value, mr.value, ratio, mark)
 	fmt.Printf("peers-unit: %s %s\n", sh.name, unit)
 	for _, s := range []struct {
 		name string

@@ -56,6 +56,10 @@ func (s *riverSide) Reset(ctx context.Context) error {
 	return resetTables(ctx, s.pool, "river_job")
 }
 
+func (s *riverSide) Analyze(ctx context.Context) error {
+	return analyzeJobs(ctx, s.pool, "river_job")
+}
+
 func (s *riverSide) Start(ctx context.Context, workers int, run func(p *payload)) error {
 	w := river.NewWorkers()
 	river.AddWorker(w, &riverWorker{run: run})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,75 @@ type result struct {
 	// detail is printed with the median round (noisy: where the wait
 	// goes).
 	detail string
+	// stall says why the round is not a figure of the side at its best
+	// (see pace), or is "".
+	stall string
+}
+
+// pace samples a phase's completed-jobs counter every 250ms, so a round in
+// which a side stalled part of the window is caught: the median of a run
+// must not silently stand on a stalled baseline. It samples the warm-up
+// too, so a stall message shows whether the side ran before the window.
+type pace struct {
+	stop, done chan struct{}
+	count      *atomic.Int64
+	mu         sync.Mutex
+	samples    []int64
+	from       int // the sample the window starts at
+}
+
+func startPace(count *atomic.Int64) *pace {
+	p := &pace{stop: make(chan struct{}), done: make(chan struct{}), count: count}
+	p.samples = append(p.samples, count.Load())
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(paceTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.mu.Lock()
+				p.samples = append(p.samples, count.Load())
+				p.mu.Unlock()
+			}
+		}
+	}()
+	return p
+}
+
+const paceTick = 250 * time.Millisecond
+
+// window marks the start of the measured window.
+func (p *pace) window() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.samples = append(p.samples, p.count.Load())
+	p.from = len(p.samples) - 1
+}
+
+// finish stops the sampling and returns why the phase stalled, or "": some
+// whole second of its window finished fewer than a tenth of the window's
+// mean rate.
+func (p *pace) finish(mean float64) string {
+	close(p.stop)
+	<-p.done
+	const perSecond = int(time.Second / paceTick)
+	for i := p.from + perSecond; i < len(p.samples); i++ {
+		if got := float64(p.samples[i] - p.samples[i-perSecond]); got < mean/10 {
+			var per []string
+			for j := p.from % perSecond; j+perSecond < len(p.samples); j += perSecond {
+				if j == p.from {
+					per = append(per, "|")
+				}
+				per = append(per, fmt.Sprint(p.samples[j+perSecond]-p.samples[j]))
+			}
+			return fmt.Sprintf("%.0f jobs in the second ending %s into the window, mean %.0f/s (per second, warm-up | window: %s)",
+				got, time.Duration(i-p.from)*paceTick, mean, strings.Join(per, " "))
+		}
+	}
+	return ""
 }
 
 func tenantName(i int) string { return fmt.Sprintf("tenant-%03d", i) }
@@ -51,8 +121,8 @@ func runBulk(ctx context.Context, s side, st settings) (result, error) {
 	batch := make([]payload, st.bulkBatch)
 	var inserted int64
 	var n, k int
-	topUp := func() error {
-		for inserted-done.Load() < int64(st.bulkMin) {
+	topUp := func(upTo int) error {
+		for inserted-done.Load() < int64(upTo) {
 			for i := range batch {
 				n++
 				batch[i] = payload{N: n}
@@ -65,25 +135,52 @@ func runBulk(ctx context.Context, s side, st settings) (result, error) {
 		}
 		return nil
 	}
-	if err := topUp(); err != nil {
+	pc := startPace(&done)
+	// Statistics of a table with jobs in it, for both sides alike, before
+	// the workers' statements meet the backlog rather than after: a
+	// statement in flight keeps its plan (see analyzeJobs).
+	if err := topUp(1); err != nil {
+		return result{}, err
+	}
+	if err := s.Analyze(ctx); err != nil {
+		return result{}, err
+	}
+	if err := topUp(st.bulkMin); err != nil {
+		return result{}, err
+	}
+	keepUp := func(d time.Duration) error {
+		for t := time.Now(); time.Since(t) < d; {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(min(250*time.Millisecond, d-time.Since(t))):
+			}
+			if err := topUp(st.bulkMin); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// A warm-up, unmeasured, so that neither side is measured while it
+	// starts up.
+	if err := keepUp(bulkWarmUp); err != nil {
 		return result{}, err
 	}
 	m := startMeter(ctx, s.Pool())
 	start, from := time.Now(), done.Load()
-	for time.Since(start) < st.window {
-		select {
-		case <-ctx.Done():
-			return result{}, ctx.Err()
-		case <-time.After(min(250*time.Millisecond, st.window-time.Since(start))):
-		}
-		if err := topUp(); err != nil {
-			return result{}, err
-		}
+	pc.window()
+	if err := keepUp(st.window); err != nil {
+		return result{}, err
 	}
 	jobs := done.Load() - from
 	elapsed := time.Since(start)
-	return result{value: float64(jobs) / elapsed.Seconds(), jobs: jobs, use: m.stop(ctx)}, nil
+	rate := float64(jobs) / elapsed.Seconds()
+	return result{value: rate, jobs: jobs, use: m.stop(ctx), stall: pc.finish(rate)}, nil
 }
+
+// bulkWarmUp is the bulk shape's unmeasured time between ANALYZE and the
+// window.
+const bulkWarmUp = 3 * time.Second
 
 // runTx is the sign-up shape: txProd producers each loop over one
 // transaction that writes a signups row and enqueues one job, round-robin
@@ -121,9 +218,17 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 			}
 		})
 	}
+	pc := startPace(&done)
 	time.Sleep(time.Second)
+	// Plans for the table as it is in flight, not empty (see runBulk).
+	if err := s.Analyze(ctx); err != nil {
+		close(stop)
+		wg.Wait()
+		return result{}, err
+	}
 	m := startMeter(ctx, s.Pool())
 	start, from := time.Now(), done.Load()
+	pc.window()
 	select {
 	case <-ctx.Done():
 	case <-time.After(st.window):
@@ -131,6 +236,8 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 	jobs := done.Load() - from
 	elapsed := time.Since(start)
 	use := m.stop(ctx)
+	rate := float64(jobs) / elapsed.Seconds()
+	stall := pc.finish(rate)
 	close(stop)
 	// Free producers blocked on a slot; running jobs may free more.
 	wg.Wait()
@@ -140,7 +247,7 @@ func runTx(ctx context.Context, s side, st settings) (result, error) {
 	if err := ctx.Err(); err != nil {
 		return result{}, err
 	}
-	return result{value: float64(jobs) / elapsed.Seconds(), jobs: jobs, use: use}, nil
+	return result{value: rate, jobs: jobs, use: use, stall: stall}, nil
 }
 
 // runNoisy is the noisy-tenant shape: one tenant enqueues noisyJobs in one

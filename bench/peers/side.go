@@ -30,6 +30,8 @@ type side interface {
 	// Reset empties the jobs and signups tables (and vacuums them), so
 	// every phase starts on the same empty state.
 	Reset(ctx context.Context) error
+	// Analyze gathers the jobs table's planner statistics (analyzeJobs).
+	Analyze(ctx context.Context) error
 	// Start starts a client with workers workers whose no-op handler calls
 	// run with the job's args.
 	Start(ctx context.Context, workers int, run func(p *payload)) error
