@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"sort"
 	"sync/atomic"
 	"time"
 
@@ -61,7 +60,7 @@ func (o *observer) route(method, path string) echo.MiddlewareFunc {
 			start := time.Now()
 			var span trace.Span
 			if o.tracer != nil {
-				span = r.startSpan(c, o.tracer, o.prop)
+				span = r.startSpan(c, o.tracer, o.prop, start)
 			}
 			returned := false
 			defer func() {
@@ -84,7 +83,7 @@ func (o *observer) route(method, path string) echo.MiddlewareFunc {
 				d := time.Since(start)
 				r.observe(span, start, d)
 				if span != nil || !o.access.Off {
-					o.finish(c, span, r, status, d, err)
+					o.finish(c, span, r, status, start, d, err)
 				}
 			}()
 			err = next(c)
@@ -135,12 +134,6 @@ func (o *observer) newRoute(method, path string) *routeObs {
 	return r
 }
 
-// serverSpan is the only start option of a route's span. Its attributes
-// are all set at the end (spanAttrs): start attributes would cost the SDK
-// a copy into the start config and a second growth of the span's slice
-// per request, and no sampler FromEnv builds reads attributes.
-var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
-
 // spanAttrs returns the route's span attributes for an answer of status,
 // built on the status's first answer and shared read-only after.
 func (r *routeObs) spanAttrs(status int) []attribute.KeyValue {
@@ -155,10 +148,12 @@ func (r *routeObs) spanAttrs(status int) []attribute.KeyValue {
 	return a
 }
 
-// startSpan starts the route's server span, continuing a caller's trace
-// (the router's), and puts it in the request's context: in its span slot
-// when the request scope made one, else in a copy of the request.
-func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagation.TextMapPropagator) trace.Span {
+// startSpan starts the route's server span at start (the observation's
+// clock reading: the span and the duration metric cover the same time),
+// continuing a caller's trace (the router's), and puts it in the
+// request's context: in its span slot when the request scope made one,
+// else in a copy of the request.
+func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagation.TextMapPropagator, start time.Time) trace.Span {
 	req := c.Request()
 	ctx := req.Context()
 	if slot := telemetry.SlotOf(ctx); slot != nil {
@@ -167,12 +162,12 @@ func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagati
 		if len(req.Header["Traceparent"]) > 0 {
 			slot.Extract(prop, propagation.HeaderCarrier(req.Header))
 		}
-		return slot.Start(tracer, r.name, trace.SpanKindServer)
+		return slot.Start(tracer, r.name, trace.SpanKindServer, start)
 	}
 	if len(req.Header["Traceparent"]) > 0 {
 		ctx = prop.Extract(ctx, propagation.HeaderCarrier(req.Header))
 	}
-	ctx, span := tracer.Start(ctx, r.name, serverSpan...)
+	ctx, span := tracer.Start(ctx, r.name, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(start))
 	c.SetRequest(req.WithContext(ctx))
 	return span
 }
@@ -181,13 +176,21 @@ func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagati
 // exemplar when the span is sampled and its bucket is due one.
 func (r *routeObs) observe(span trace.Span, start time.Time, d time.Duration) {
 	secs := d.Seconds()
-	if span == nil || r.exemplars == nil || !span.SpanContext().IsSampled() {
+	if span == nil || r.exemplars == nil {
 		r.obs.Observe(secs)
 		return
 	}
-	next := &r.exemplarNext[sort.SearchFloat64s(durationBuckets[:], secs)]
+	// The bucket's turn first, the span's sampling only when due: a
+	// bucket takes one exemplar a second, so nearly every request stops
+	// at the first test. Buckets found by a scan from the smallest (the
+	// histogram scans too): a request lands in the first few.
+	b := 0
+	for b < len(durationBuckets) && durationBuckets[b] < secs {
+		b++
+	}
+	next := &r.exemplarNext[b]
 	now := start.UnixNano() + int64(d)
-	if due := next.Load(); now < due || !next.CompareAndSwap(due, now+int64(exemplarEvery)) {
+	if due := next.Load(); now < due || !span.SpanContext().IsSampled() || !next.CompareAndSwap(due, now+int64(exemplarEvery)) {
 		r.obs.Observe(secs)
 		return
 	}
@@ -196,10 +199,10 @@ func (r *routeObs) observe(span trace.Span, start time.Time, d time.Duration) {
 
 // finish ends the span and writes the access log and refusal lines: the
 // part of a request's observation that tracing or the access log asks for.
-func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status int, d time.Duration, err error) {
+func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status int, start time.Time, d time.Duration, err error) {
 	rej, refused := rejectionOf(err)
 	if span != nil {
-		o.endSpan(c, span, r.spanAttrs(status), status, rej)
+		o.endSpan(c, span, r.spanAttrs(status), status, rej, start.Add(d))
 	}
 	if !refused && (o.access.Off || !o.access.Writes(status) || !o.log.Enabled(context.Background(), o.access.Level)) {
 		return
@@ -231,9 +234,12 @@ func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status i
 
 // endSpan sets the span's attributes (the route's, built once per
 // status), the opt-in tenant, the refusal event and the error status, and
-// ends it.
-func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.KeyValue, status int, rej *bulkhead.Rejection) {
-	span.SetAttributes(attrs...)
+// ends it at end (the observation's clock reading, not a second one).
+// The span's attributes are all set here, none at its start: start
+// attributes would cost a copy into a start configuration per request,
+// and no sampler FromEnv builds reads them.
+func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.KeyValue, status int, rej *bulkhead.Rejection, end time.Time) {
+	telemetry.SetSharedAttributes(span, attrs)
 	if o.traceTenant {
 		if ten, _ := tenant.From(c.Request().Context()); ten != "" {
 			span.SetAttributes(attribute.String("cellgate.tenant", ten))
@@ -253,7 +259,7 @@ func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.Ke
 		}
 		span.SetStatus(codes.Error, msg)
 	}
-	span.End()
+	telemetry.EndAt(span, end)
 }
 
 // Logger is the request-scoped logger of a route's handler: the server's

@@ -52,6 +52,9 @@ type SpanRecord struct {
 	Resource                                       *resource.Resource
 
 	inline [inlineAttributes]attribute.KeyValue
+	// shared is true while Attributes is a caller's read-only slice
+	// (SetSharedAttributes): a change copies it first.
+	shared bool
 }
 
 // Event is a span event.
@@ -66,7 +69,10 @@ type Event struct {
 // record, saves zeroing (and, while the collector marks, write barriers
 // over) the unused rest.
 func (r *SpanRecord) reset() {
-	clear(r.inline[:min(len(r.Attributes), inlineAttributes)])
+	if !r.shared {
+		clear(r.inline[:min(len(r.Attributes), inlineAttributes)])
+	}
+	r.shared = false
 	r.Name, r.Attributes, r.Events, r.Links = "", r.inline[:0:inlineAttributes], nil, nil
 	r.SpanContext, r.Parent = trace.SpanContext{}, trace.SpanContext{}
 	r.StatusCode, r.StatusDescription, r.Scope, r.Resource = 0, "", nil, nil
@@ -75,6 +81,10 @@ func (r *SpanRecord) reset() {
 
 // setAttributes adds attrs, replacing the value of a key already set.
 func (r *SpanRecord) setAttributes(attrs []attribute.KeyValue) {
+	if r.shared {
+		// The caller's slice is read-only: the record's own copy first.
+		r.Attributes, r.shared = append(r.inline[:0:inlineAttributes], r.Attributes...), false
+	}
 next:
 	for _, a := range attrs {
 		if !a.Valid() {
@@ -143,13 +153,14 @@ func (t *recTracer) Start(ctx context.Context, name string, opts ...trace.SpanSt
 // context carrying it.
 func (t *recTracer) start(ctx context.Context, name string, opts []trace.SpanStartOption) trace.Span {
 	cfg := trace.NewSpanStartConfig(opts...)
-	return t.begin(ctx, name, &cfg, cfg.SpanKind(), nil)
+	return t.begin(ctx, name, &cfg, cfg.SpanKind(), cfg.Timestamp(), nil)
 }
 
-// begin starts a span from its start configuration and kind (kind wins:
-// SpanSlot.Start passes an empty configuration), in into when not
-// nil (a SpanSlot's room for its span), else in a new span.
-func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfig, kind trace.SpanKind, into *span) trace.Span {
+// begin starts a span from its start configuration, kind and start time
+// (kind and start win: SpanSlot.Start passes an empty configuration;
+// a zero start is now), in into when not nil (a SpanSlot's room for its
+// span), else in a new span.
+func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfig, kind trace.SpanKind, start time.Time, into *span) trace.Span {
 	var parent trace.SpanContext
 	if !cfg.NewRoot() {
 		parent = trace.SpanContextFromContext(ctx)
@@ -173,7 +184,7 @@ func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfi
 	}
 	r.SpanContext = trace.NewSpanContext(sc)
 	r.Scope, r.Resource = &t.scope, t.p.res
-	r.StartTime = cfg.Timestamp()
+	r.StartTime = start
 	if r.StartTime.IsZero() {
 		r.StartTime = time.Now()
 	}
@@ -251,6 +262,30 @@ func (s *span) SetAttributes(kv ...attribute.KeyValue) {
 	s.mu.Lock()
 	if s.rec != nil {
 		s.rec.setAttributes(kv)
+	}
+	s.mu.Unlock()
+}
+
+// SetSharedAttributes sets attrs on sp as sp.SetAttributes does, for a
+// slice whose keys are valid and unique and that its caller never
+// changes (built once and shared by many spans, as a route's span
+// attributes are). A span of the recorder with no attribute yet refers to
+// attrs instead of copying them: the copy, with the collector's write
+// barriers while it marks, was the most of a server span's attribute
+// cost.
+func SetSharedAttributes(sp trace.Span, attrs []attribute.KeyValue) {
+	s, ok := sp.(*span)
+	if !ok {
+		sp.SetAttributes(attrs...)
+		return
+	}
+	s.mu.Lock()
+	if r := s.rec; r != nil {
+		if len(r.Attributes) == 0 && len(attrs) <= maxAttributes {
+			r.Attributes, r.shared = attrs[:len(attrs):len(attrs)], true
+		} else {
+			r.setAttributes(attrs)
+		}
 	}
 	s.mu.Unlock()
 }
@@ -341,6 +376,28 @@ func (s *span) End(opts ...trace.SpanEndOption) {
 		c := trace.NewSpanEndConfig(opts...)
 		end = c.Timestamp()
 	}
+	s.end(end)
+}
+
+// EndAt ends span at end (now when zero), as span.End with
+// trace.WithTimestamp would, without building the end options: for a
+// caller that read the clock at the span's end already (the HTTP
+// observation, for its duration metric).
+func EndAt(sp trace.Span, end time.Time) {
+	if s, ok := sp.(*span); ok {
+		s.end(end)
+		return
+	}
+	if end.IsZero() {
+		sp.End()
+		return
+	}
+	sp.End(trace.WithTimestamp(end))
+}
+
+// end stamps end (now when zero) and hands the record to the batcher;
+// later calls do nothing.
+func (s *span) end(end time.Time) {
 	if end.IsZero() {
 		end = time.Now()
 	}

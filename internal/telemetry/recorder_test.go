@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -285,8 +286,9 @@ func (f exporterFunc) ExportSpans(_ context.Context, s []*SpanRecord) error { f(
 func (f exporterFunc) Shutdown(context.Context) error                       { return nil }
 
 // TestSpanSlot: a span started in a slot is what the API finds in the
-// slot and in contexts derived from it, and its parent is the trace
-// extracted into the slot.
+// slot and in contexts derived from it, its parent is the trace
+// extracted into the slot, and it keeps the start and end times its
+// caller read (Start's start, EndAt's end).
 func TestSpanSlot(t *testing.T) {
 	if spanKey == nil {
 		t.Fatal("the trace API's span key was not learnt")
@@ -298,7 +300,8 @@ func TestSpanSlot(t *testing.T) {
 		t.Fatal("SlotOf")
 	}
 	slot.Extract(tr.Propagator, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
-	s := slot.Start(tr.Tracer("t"), "server", trace.SpanKindServer)
+	start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	s := slot.Start(tr.Tracer("t"), "server", trace.SpanKindServer, start)
 	derived := context.WithValue(slot, derivedKey{}, 1)
 	if trace.SpanFromContext(slot) != s || trace.SpanFromContext(derived) != s {
 		t.Fatal("the API does not find the slot's span")
@@ -306,10 +309,16 @@ func TestSpanSlot(t *testing.T) {
 	if s.SpanContext().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
 		t.Errorf("trace %v: the extracted parent was not used", s.SpanContext().TraceID())
 	}
-	s.End()
+	end := start.Add(1500 * time.Microsecond)
+	EndAt(s, end)
+	EndAt(s, end.Add(time.Hour)) // ended already: no second record
 	_ = tr.Shutdown(context.Background())
-	if r := exp.byName(t, "server"); r.Kind != trace.SpanKindServer || !r.Parent.IsRemote() {
+	r := exp.byName(t, "server")
+	if r.Kind != trace.SpanKindServer || !r.Parent.IsRemote() {
 		t.Errorf("slot span %+v", r)
+	}
+	if !r.StartTime.Equal(start) || !r.EndTime.Equal(end) {
+		t.Errorf("slot span from %v to %v, want %v to %v", r.StartTime, r.EndTime, start, end)
 	}
 }
 
@@ -327,3 +336,56 @@ func (c propagationCarrier) Keys() []string {
 
 // derivedKey is a context key of TestSpanSlot's derived context.
 type derivedKey struct{}
+
+// TestSharedAttributes: a span given a shared slice exports it; a later
+// SetAttributes (a new key, a replaced value) changes the span's own copy,
+// never the caller's slice; and the record, reused once exported, starts
+// the next spans with only their own attributes.
+func TestSharedAttributes(t *testing.T) {
+	ctx := context.Background()
+	exp := &memExporter{}
+	tr := New(Config{Batch: BatchConfig{MaxQueueSize: 1, MaxExportBatchSize: 1, Blocking: true}}, exp)
+	tracer := tr.Tracer("t")
+	shared := []attribute.KeyValue{attribute.String("a", "1"), attribute.Int("b", 2)}
+	before := append([]attribute.KeyValue(nil), shared...)
+	span := func(name string, f func(trace.Span)) {
+		_, s := tracer.Start(ctx, name)
+		f(s)
+		s.End()
+		if err := tr.ForceFlush(ctx); err != nil { // the record goes back to the free list
+			t.Fatal(err)
+		}
+	}
+	span("changed", func(s trace.Span) {
+		SetSharedAttributes(s, shared)
+		s.SetAttributes(attribute.Int("b", 3), attribute.Bool("c", true))
+	})
+	span("shared", func(s trace.Span) { SetSharedAttributes(s, shared) })
+	span("bare", func(trace.Span) {})
+	span("own", func(s trace.Span) { s.SetAttributes(attribute.String("d", "4")) })
+	_ = tr.Shutdown(ctx)
+
+	for i := range shared {
+		if shared[i] != before[i] {
+			t.Fatalf("the caller's slice changed: %v, was %v", shared, before)
+		}
+	}
+	for name, want := range map[string][]attribute.KeyValue{
+		"changed": {attribute.String("a", "1"), attribute.Int("b", 3), attribute.Bool("c", true)},
+		"shared":  before,
+		"bare":    nil,
+		"own":     {attribute.String("d", "4")},
+	} {
+		got := exp.byName(t, name).Attributes
+		if len(got) != len(want) {
+			t.Errorf("span %s: attributes %v, want %v", name, got, want)
+			continue
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("span %s: attributes %v, want %v", name, got, want)
+				break
+			}
+		}
+	}
+}

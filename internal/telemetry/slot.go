@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -45,16 +46,19 @@ func (s *SpanSlot) Extract(prop propagation.TextMapPropagator, carrier propagati
 }
 
 // Start starts a span of kind with tracer as a child of the slot's
-// context and puts it in the slot. The recorder's tracer starts it in the
-// slot's own room, without deriving a context or building a start
-// configuration from options; any other tracer's context is dropped,
-// keeping only the span.
-func (s *SpanSlot) Start(tracer trace.Tracer, name string, kind trace.SpanKind) trace.Span {
+// context, begun at start (now when zero: a caller that read the clock
+// already passes its reading), and puts it in the slot. The recorder's
+// tracer starts it in the slot's own room, without deriving a context or
+// building a start configuration from options; any other tracer's context
+// is dropped, keeping only the span.
+func (s *SpanSlot) Start(tracer trace.Tracer, name string, kind trace.SpanKind, start time.Time) trace.Span {
 	if t, ok := tracer.(*recTracer); ok {
 		var cfg trace.SpanConfig
-		s.span = t.begin(s.Context, name, &cfg, kind, &s.own)
-	} else {
+		s.span = t.begin(s.Context, name, &cfg, kind, start, &s.own)
+	} else if start.IsZero() {
 		_, s.span = tracer.Start(s.Context, name, trace.WithSpanKind(kind))
+	} else {
+		_, s.span = tracer.Start(s.Context, name, trace.WithSpanKind(kind), trace.WithTimestamp(start))
 	}
 	return s.span
 }
