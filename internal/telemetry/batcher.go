@@ -102,12 +102,12 @@ type batcher struct {
 	syncMu    sync.Mutex
 	exporters []SpanExporter
 	queue     *ring
-	// free holds records exported and reset, for the next spans. It
-	// has room for every record that can be alive at once (a full queue
-	// and the batch being exported), so a record is allocated once and
-	// recycled from then on: a smaller free list let the records of a
-	// queue deeper than its room become garbage and be allocated again,
-	// each ~600 bytes of pointerful heap for the collector.
+	// free holds records exported and reset, for the next spans: at
+	// most a batch, so the records alive between bursts (which the
+	// collector scans every cycle) stay near a queue and a batch. Room
+	// for a full queue as well allocates fewer records but keeps more
+	// alive for every collection to mark, and measured slower
+	// (BenchmarkTracingCost "on", docs/observability.md).
 	free      *ring
 	kick      chan struct{}
 	flushes   chan chan error
@@ -126,7 +126,7 @@ func newBatcher(cfg BatchConfig, sync bool, exporters []SpanExporter) *batcher {
 	cfg = cfg.withDefaults()
 	b := &batcher{
 		cfg: cfg, sync: sync, exporters: exporters,
-		queue: newRing(cfg.MaxQueueSize), free: newRing(cfg.MaxQueueSize + cfg.MaxExportBatchSize), kick: make(chan struct{}, 1),
+		queue: newRing(cfg.MaxQueueSize), free: newRing(cfg.MaxExportBatchSize), kick: make(chan struct{}, 1),
 		flushes: make(chan chan error), done: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	go b.run()
@@ -147,8 +147,7 @@ func (b *batcher) record() *SpanRecord {
 }
 
 // recycle resets an exported or dropped record and keeps it for a next
-// span (the free list has room for every record alive at once; one
-// that does not fit is left to the collector).
+// span, or leaves it to the collector when a batch is kept already.
 func (b *batcher) recycle(r *SpanRecord) {
 	r.reset()
 	b.free.push(r)
