@@ -166,11 +166,7 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 				continue
 			}
 			mc, mr := median(ok[0]), median(ok[1])
-			ratio := fmt.Sprintf("cellgate/river=%.2f", mc.value/mr.value)
-			if sh.wait {
-				ratio = fmt.Sprintf("river/cellgate=%.1f", mr.value/mc.value)
-			}
-			fmt.Printf("peers-healthy: %s cellgate=%.1f river=%.1f %s rounds=%d,%d\n", sh.name, mc.value, mr.value, ratio, len(ok[0]), len(ok[1]))
+			fmt.Printf("peers-healthy: %s cellgate=%.1f river=%.1f %s rounds=%d,%d\n", sh.name, mc.value, mr.value, ratioText(sh, mc, mr), len(ok[0]), len(ok[1]))
 		}
 	}
 	return nil
@@ -214,9 +210,9 @@ func stalls(sh shape, rs []result) []int {
 // A non-empty mark (the stalled rounds) ends the median line.
 func report(sh shape, cg, rv []result, mark string) {
 	mc, mr := median(cg), median(rv)
-	unit, ratio := "jobs/s", fmt.Sprintf("cellgate/river=%.2f", mc.value/mr.value)
+	unit, ratio := "jobs/s", ratioText(sh, mc, mr)
 	if sh.wait {
-		unit, ratio = "ms p99 quiet wait", fmt.Sprintf("river/cellgate=%.1f", mr.value/mc.value)
+		unit = "ms p99 quiet wait"
 	}
 	fmt.Printf("peers: %s cellgate=%.1f river=%.1f %s%s\n", sh.name, mc.value, mr.value, ratio, mark)
 	fmt.Printf("peers-unit: %s %s\n", sh.name, unit)
@@ -233,6 +229,16 @@ func report(sh shape, cg, rv []result, mark string) {
 			fmt.Printf("peers-detail: %s %s %s\n", sh.name, s.name, s.r.detail)
 		}
 	}
+}
+
+// ratioText is the shape's ratio of the two medians, ours first where
+// higher is better for us: cellgate/river for a rate, river/cellgate for
+// a wait.
+func ratioText(sh shape, cg, rv result) string {
+	if sh.wait {
+		return fmt.Sprintf("river/cellgate=%.1f", rv.value/cg.value)
+	}
+	return fmt.Sprintf("cellgate/river=%.2f", cg.value/rv.value)
 }
 
 // median returns the round with the median value (the lower middle one for
