@@ -439,16 +439,16 @@ func enqueueCost(b *testing.B, pool *pgxpool.Pool, n int) {
 	insert := func() time.Duration {
 		const batch = 500
 		kinds, queues, tenants, args := make([]string, batch), make([]string, batch), make([]string, batch), make([]string, batch)
-		maxAttempts, runAts := make([]int32, batch), make([]time.Time, batch)
+		maxAttempts, runAts, prios := make([]int32, batch), make([]time.Time, batch), make([]int16, batch)
 		t0 := time.Now()
 		for done := 0; done < n; done += batch {
 			now := time.Now()
 			for i := range batch {
 				kinds[i], queues[i], tenants[i] = "send_email", "default", fmt.Sprintf("t%04d", (done+i)%1000)
-				args[i], maxAttempts[i], runAts[i] = `{"n":0}`, 5, now
+				args[i], maxAttempts[i], runAts[i], prios[i] = `{"n":0}`, 5, now, 1
 			}
-			if _, err := pool.Exec(ctx, `SELECT count(*) FROM cellgate_jobs_insert_many($1, $2, $3, $4, $5, $6, $7)`,
-				kinds, queues, tenants, args, maxAttempts, runAts, now); err != nil {
+			if _, err := pool.Exec(ctx, `SELECT count(*) FROM cellgate_jobs_insert_many($1, $2, $3, $4, $5, $6, $7, $8)`,
+				kinds, queues, tenants, args, maxAttempts, runAts, now, prios); err != nil {
 				b.Fatal(err)
 			}
 		}

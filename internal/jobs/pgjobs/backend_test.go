@@ -578,7 +578,7 @@ SELECT count(*) FROM cellgate_jobs_insert_many(
     ARRAY(SELECT CASE WHEN g <= $1 THEN 'noisy' ELSE 'quiet-' || g END FROM generate_series(1, $1::int + 5) g),
     array_fill('{}'::text, ARRAY[$1::int + 5]), array_fill(5, ARRAY[$1::int + 5]),
     ARRAY(SELECT CASE WHEN g <= $1 THEN now() - interval '1 hour' ELSE now() END FROM generate_series(1, $1::int + 5) g),
-    now())`, backlog); err != nil {
+    now(), array_fill(1::smallint, ARRAY[$1::int + 5]))`, backlog); err != nil {
 			t.Fatal(err)
 		}
 		buffers(pool, true) // first claims touch the new pages' hint bits

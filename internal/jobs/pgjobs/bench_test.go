@@ -325,7 +325,7 @@ SELECT count(*) FROM cellgate_jobs_insert_many(
           FROM generate_series(1, $1::int) AS g ORDER BY g),
     ARRAY(SELECT jsonb_build_object('n', g)::text FROM generate_series(1, $1::int) AS g ORDER BY g),
     array_fill(5, ARRAY[$1::int]), array_fill(now() - interval '1 minute', ARRAY[$1::int]),
-    now())`, n)
+    now(), array_fill(1::smallint, ARRAY[$1::int]))`, n)
 	if err != nil {
 		b.Fatal(err)
 	}
