@@ -25,16 +25,18 @@ import (
 // ends stays at the source for good; the Report counts those
 // (JobsLeftRunning) and the log names them.
 //
-// The columns below are those of internal/jobs/pgjobs/migrations at
-// version 1; the step refuses databases whose jobs schemas differ.
+// The columns below are those of internal/jobs/pgjobs/migrations since
+// 000005 (priority came with 000004, trace_context with 000005); the step
+// refuses databases whose jobs schemas differ.
 
 const (
 	jobsTable          = "cellgate_jobs"
 	jobsMigrationTable = "cellgate_jobs_schema_migrations"
 	// jobCols is a job's content: what is copied and checksummed. A moved
 	// job starts over in the target's fair order (vtime NULL) and keeps its
-	// attempts, errors and times.
-	jobCols = "kind, queue, tenant, args, attempt, max_attempts, run_at, unique_key, errors, created_at"
+	// attempts, errors, times, priority and the trace context of the request
+	// that enqueued it.
+	jobCols = "kind, queue, tenant, args, attempt, max_attempts, run_at, unique_key, errors, created_at, priority, trace_context"
 	// markerPrefix: a moved job's claimed_by on the target names its source
 	// row ("slotmove shard-0 42"), so a move run again after a crash
 	// between the target's commit and the source's delete does not copy
@@ -123,6 +125,8 @@ type jobRow struct {
 	attempt, maxAttempts int32
 	runAt, createdAt     any
 	uniqueKey            *string
+	priority             int16
+	traceContext         *string // jsonb as text
 }
 
 // moveJobsTo moves the waiting jobs of tenants from src to dst: lock them
@@ -142,7 +146,8 @@ func (mv *mover) moveJobsTo(ctx context.Context, src, dst *shardConn, tenants []
 		return fmt.Errorf("slotmove: jobs on source %s: %w", src.name, err)
 	}
 	defer func() { _ = stx.Rollback(context.WithoutCancel(ctx)) }()
-	rows, err := stx.Query(ctx, `SELECT id, kind, queue, tenant, args::text, attempt, max_attempts, run_at, unique_key, errors::text, created_at
+	rows, err := stx.Query(ctx, `SELECT id, kind, queue, tenant, args::text, attempt, max_attempts, run_at, unique_key, errors::text, created_at,
+		priority, trace_context::text
 		FROM `+jobsTable+` WHERE state = 'available' AND tenant = ANY($1) ORDER BY id FOR UPDATE`, tenants)
 	if err != nil {
 		return fmt.Errorf("slotmove: lock jobs on source %s: %w", src.name, err)
@@ -150,7 +155,8 @@ func (mv *mover) moveJobsTo(ctx context.Context, src, dst *shardConn, tenants []
 	var jobs []jobRow
 	for rows.Next() {
 		var j jobRow
-		if err := rows.Scan(&j.id, &j.kind, &j.queue, &j.tenant, &j.args, &j.attempt, &j.maxAttempts, &j.runAt, &j.uniqueKey, &j.errs, &j.createdAt); err != nil {
+		if err := rows.Scan(&j.id, &j.kind, &j.queue, &j.tenant, &j.args, &j.attempt, &j.maxAttempts, &j.runAt, &j.uniqueKey, &j.errs, &j.createdAt,
+			&j.priority, &j.traceContext); err != nil {
 			rows.Close()
 			return fmt.Errorf("slotmove: read jobs on source %s: %w", src.name, err)
 		}
@@ -177,15 +183,17 @@ func (mv *mover) moveJobsTo(ctx context.Context, src, dst *shardConn, tenants []
 	defer func() { _ = dtx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := dtx.Exec(ctx, `CREATE TEMP TABLE cellgate_move_jobs (src_id bigint, marker text, kind text, queue text, tenant text, args jsonb,
 		attempt integer, max_attempts integer, run_at timestamptz, unique_key text, errors jsonb, created_at timestamptz,
-		present boolean NOT NULL DEFAULT false, duplicate boolean NOT NULL DEFAULT false) ON COMMIT DROP`); err != nil {
+		priority smallint, trace_context jsonb, present boolean NOT NULL DEFAULT false, duplicate boolean NOT NULL DEFAULT false) ON COMMIT DROP`); err != nil {
 		return fmt.Errorf("slotmove: jobs on target %s: %w", dst.name, err)
 	}
 	marker := markerPrefix + src.name + " "
 	_, err = dtx.CopyFrom(ctx, pgx.Identifier{"cellgate_move_jobs"},
-		[]string{"src_id", "marker", "kind", "queue", "tenant", "args", "attempt", "max_attempts", "run_at", "unique_key", "errors", "created_at"},
+		[]string{"src_id", "marker", "kind", "queue", "tenant", "args", "attempt", "max_attempts", "run_at", "unique_key", "errors", "created_at",
+			"priority", "trace_context"},
 		pgx.CopyFromSlice(len(jobs), func(i int) ([]any, error) {
 			j := jobs[i]
-			return []any{j.id, fmt.Sprint(marker, j.id), j.kind, j.queue, j.tenant, j.args, j.attempt, j.maxAttempts, j.runAt, j.uniqueKey, j.errs, j.createdAt}, nil
+			return []any{j.id, fmt.Sprint(marker, j.id), j.kind, j.queue, j.tenant, j.args, j.attempt, j.maxAttempts, j.runAt, j.uniqueKey, j.errs, j.createdAt,
+				j.priority, j.traceContext}, nil
 		}))
 	if err != nil {
 		return fmt.Errorf("slotmove: copy jobs to target %s: %w", dst.name, err)

@@ -62,8 +62,10 @@ func TestMoveUserTableAndJobs(t *testing.T) {
 	}
 	job := func(conn, tenant, state, runAt string, key any) {
 		t.Helper()
-		_, err := w.conns[conn].Exec(ctx, `INSERT INTO cellgate_jobs (kind, queue, tenant, args, state, attempt, max_attempts, run_at, unique_key, errors, created_at)
-			VALUES ('send_invoice', 'default', $1, $2, $3, 1, 5, now() + $4::interval, $5, '[{"attempt":1,"error":"smtp down"}]', now())`,
+		_, err := w.conns[conn].Exec(ctx, `INSERT INTO cellgate_jobs (kind, queue, tenant, args, state, attempt, max_attempts, run_at, unique_key, errors, created_at,
+				priority, trace_context)
+			VALUES ('send_invoice', 'default', $1, $2, $3, 1, 5, now() + $4::interval, $5, '[{"attempt":1,"error":"smtp down"}]', now(),
+				3, jsonb_build_object('traceparent', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', 'tenant', $1::text))`,
 			tenant, fmt.Sprintf(`{"tenant":%q}`, tenant), state, runAt, key)
 		if err != nil {
 			t.Fatal(err)
@@ -101,7 +103,10 @@ func TestMoveUserTableAndJobs(t *testing.T) {
 	var waiting, scheduled, keyed int
 	var sameContent bool
 	if err := dst.QueryRow(ctx, `SELECT count(*) FILTER (WHERE run_at <= now()), count(*) FILTER (WHERE run_at > now()), count(*) FILTER (WHERE unique_key = 'inv-7'),
-		bool_and(attempt = 1 AND max_attempts = 5 AND errors = '[{"attempt":1,"error":"smtp down"}]' AND args->>'tenant' = tenant AND vtime IS NULL OR unique_key IS NOT NULL)
+		bool_and(attempt = 1 AND max_attempts = 5 AND errors = '[{"attempt":1,"error":"smtp down"}]' AND args->>'tenant' = tenant AND vtime IS NULL
+			AND priority = 3 AND trace_context->>'tenant' = tenant
+			AND trace_context->>'traceparent' = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01'
+			OR unique_key IS NOT NULL)
 		FROM cellgate_jobs WHERE state = 'available'`).Scan(&waiting, &scheduled, &keyed, &sameContent); err != nil {
 		t.Fatal(err)
 	}
