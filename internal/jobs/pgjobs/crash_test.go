@@ -417,10 +417,16 @@ func TestLostClaimHandedBack(t *testing.T) {
 		runs.Add(1)
 		return nil
 	})
-	c, db := newClient(t, pool, Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour}, 1, w)
+	// The backend is made but not opened (no Client yet): its fetcher,
+	// which owns lostClaims, starts with the Client.
+	b, err := NewPool(pool, Config{PollInterval: 50 * time.Millisecond, RescueAfter: time.Hour}, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := b.Control()
 	at := time.Now().Add(-time.Second).Truncate(time.Microsecond)
 	var lost, other, held int64
-	err := pool.QueryRow(ctx, `
+	err = pool.QueryRow(ctx, `
 WITH ins AS (
   INSERT INTO cellgate_jobs (kind, queue, args, max_attempts, state, attempt, run_at, created_at, attempted_at, heartbeat_at, claimed_by)
   VALUES ($1, 'default', '{"n":1}', 3, 'running', 1, $2, $2, $2, $2, $3),
@@ -432,9 +438,13 @@ SELECT (SELECT id FROM ins WHERE n = '1'), (SELECT id FROM ins WHERE n = '2'), (
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Set before Start, so before the fetcher runs.
 	db.lostClaims = []time.Time{at}
 	db.running[jobs.JobID(held)] = 1
+	c, err := jobs.NewClient(ctx, jobs.Config{Workers: 1}, b, w, jobs.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Stop(context.Background()) })
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
