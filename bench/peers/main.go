@@ -139,37 +139,44 @@ func run(ctx context.Context, adminDSN string, rounds int, names []string, st se
 			}
 		}
 		stalled := [2][]int{stalls(sh, res[0]), stalls(sh, res[1])}
-		for i := range sides {
-			for _, k := range stalled[i] {
-				fmt.Printf("peers-stalled: %s %s round %d: %s\n", sh.name, sides[i].Name(), k+1, res[i][k].stall)
-			}
-		}
-		var mark string
-		for i := range sides {
-			if len(stalled[i]) > 0 {
-				var ks []string
-				for _, k := range stalled[i] {
-					ks = append(ks, fmt.Sprint(k+1))
-				}
-				mark += fmt.Sprintf(" stalled=%s:%s", sides[i].Name(), strings.Join(ks, ","))
-			}
-		}
-		report(sh, res[0], res[1], mark)
+		report(sh, res[0], res[1], stallMark(sh, sides, res, stalled))
 		if len(stalled[0])+len(stalled[1]) > 0 {
-			// The median above stands on stalled rounds too; this one on
-			// the others only, so both are in the output, and neither
-			// silently.
-			fmt.Printf("peers-note: %s: a side stalled in %d of its rounds; the median over the other rounds:\n", sh.name, max(len(stalled[0]), len(stalled[1])))
-			ok := [2][]result{healthy(res[0], stalled[0]), healthy(res[1], stalled[1])}
-			if len(ok[0]) == 0 || len(ok[1]) == 0 {
-				fmt.Printf("peers-healthy: %s none: every round of a side stalled\n", sh.name)
-				continue
-			}
-			mc, mr := median(ok[0]), median(ok[1])
-			fmt.Printf("peers-healthy: %s cellgate=%.1f river=%.1f %s rounds=%d,%d\n", sh.name, mc.value, mr.value, ratioText(sh, mc, mr), len(ok[0]), len(ok[1]))
+			reportHealthy(sh, res, stalled)
 		}
 	}
 	return nil
+}
+
+// stallMark prints a peers-stalled line for each stalled round and returns
+// what ends the shape's median line: each side's stalled rounds, or "".
+func stallMark(sh shape, sides []side, res [2][]result, stalled [2][]int) string {
+	var mark string
+	for i := range sides {
+		if len(stalled[i]) == 0 {
+			continue
+		}
+		var ks []string
+		for _, k := range stalled[i] {
+			fmt.Printf("peers-stalled: %s %s round %d: %s\n", sh.name, sides[i].Name(), k+1, res[i][k].stall)
+			ks = append(ks, fmt.Sprint(k+1))
+		}
+		mark += fmt.Sprintf(" stalled=%s:%s", sides[i].Name(), strings.Join(ks, ","))
+	}
+	return mark
+}
+
+// reportHealthy prints the medians without the stalled rounds. The median
+// line stands on stalled rounds too; this one on the others only, so both
+// are in the output, and neither silently.
+func reportHealthy(sh shape, res [2][]result, stalled [2][]int) {
+	fmt.Printf("peers-note: %s: a side stalled in %d of its rounds; the median over the other rounds:\n", sh.name, max(len(stalled[0]), len(stalled[1])))
+	ok := [2][]result{healthy(res[0], stalled[0]), healthy(res[1], stalled[1])}
+	if len(ok[0]) == 0 || len(ok[1]) == 0 {
+		fmt.Printf("peers-healthy: %s none: every round of a side stalled\n", sh.name)
+		return
+	}
+	mc, mr := median(ok[0]), median(ok[1])
+	fmt.Printf("peers-healthy: %s cellgate=%.1f river=%.1f %s rounds=%d,%d\n", sh.name, mc.value, mr.value, ratioText(sh, mc, mr), len(ok[0]), len(ok[1]))
 }
 
 // healthy returns rs without the rounds at the indexes in bad.

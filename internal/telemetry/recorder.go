@@ -388,11 +388,8 @@ func EndAt(sp trace.Span, end time.Time) {
 		s.end(end)
 		return
 	}
-	if end.IsZero() {
-		sp.End()
-		return
-	}
-	sp.End(trace.WithTimestamp(end))
+	sp.End(trace.WithTimestamp(end)) // zero: no timestamp, the span reads its clock
+
 }
 
 // end stamps end (now when zero) and hands the record to the batcher;

@@ -55,9 +55,9 @@ func (s *SpanSlot) Start(tracer trace.Tracer, name string, kind trace.SpanKind, 
 	if t, ok := tracer.(*recTracer); ok {
 		var cfg trace.SpanConfig
 		s.span = t.begin(s.Context, name, &cfg, kind, start, &s.own)
-	} else if start.IsZero() {
-		_, s.span = tracer.Start(s.Context, name, trace.WithSpanKind(kind))
 	} else {
+		// A zero timestamp is no timestamp to the API: the tracer reads
+		// its own clock.
 		_, s.span = tracer.Start(s.Context, name, trace.WithSpanKind(kind), trace.WithTimestamp(start))
 	}
 	return s.span
