@@ -1,0 +1,138 @@
+package pgjobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// TestStatementsScanEachLookupOnce: no plan of the statements an enqueue,
+// a claim or a completion runs holds the same scan twice. PostgreSQL
+// initializes every scan of a plan at each execution, run or not, and the
+// planner copies a pulled-up subquery's expressions, subplans included,
+// into every use of its columns: the transactional enqueue's INSERT held
+// thirteen scans (the head eight times) for the four lookups it makes,
+// and a batch's places read the head four times, until migration 000011
+// fenced those subqueries (OFFSET 0). The plans, of the statements inside
+// the functions too, come from auto_explain; two scans are the same when
+// they read the same relation through the same index under the same
+// conditions.
+func TestStatementsScanEachLookupOnce(t *testing.T) {
+	dsn := newMigratedDB(t)
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var notices []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		notices = append(notices, n.Message)
+		mu.Unlock()
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		rows, err := conn.Query(ctx, sql, args...)
+		if err == nil {
+			rows.Close()
+			err = rows.Err()
+		}
+		if err != nil {
+			t.Fatalf("%.60s: %v", strings.Join(strings.Fields(sql), " "), err)
+		}
+	}
+	// A capped tenant, so that the claims take the paths with caps.
+	exec(`INSERT INTO cellgate_jobs_tenant_limits (tenant, max_running, weight, updated_at) VALUES ('capped', 1, 2, now())`)
+	// LOAD of a library outside $libdir/plugins needs a superuser, as the
+	// test databases' role is in CI and on the embedded cluster.
+	exec(`LOAD 'auto_explain'`)
+	for _, set := range []string{"log_min_duration = 0", "log_nested_statements = on", "log_format = json", "log_level = notice"} {
+		exec(`SET auto_explain.` + set)
+	}
+	exec(`SET client_min_messages = notice`)
+
+	now := time.Now()
+	for _, tenantID := range []string{"acme", "capped", "capped", "capped"} {
+		exec(sqlInsertOne, "k", "default", tenantID, []byte(`{}`), int32(5), nil, now, now, int16(2))
+	}
+	exec(sqlInsertMany, []string{"k", "k"}, []string{"default", "default"}, []string{"acme", "capped"}, []string{"{}", "{}"},
+		[]int32{5, 5}, []time.Time{now, now.Add(-time.Second)}, now, []int16{1, 3})
+	for _, fair := range []bool{true, true, false} {
+		exec(sqlClaim, now, int32(3), fair, []string{"k"}, []int32{10}, int32(64), "test", []int64{1}, []int32{1}, int32(64))
+	}
+	exec(sqlClaim, now, int32(3), true, []string{}, []int32{}, int32(64), "test", []int64{2}, []int32{1}, int32(64))
+	exec(sqlComplete, []int64{3, 4}, []int32{1, 1}, now)
+
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]bool{}
+	for _, n := range notices {
+		i := strings.IndexByte(n, '{')
+		if i < 0 {
+			continue
+		}
+		var e struct {
+			Text string `json:"Query Text"`
+			Plan scanNode
+		}
+		if err := json.Unmarshal([]byte(n[i:]), &e); err != nil {
+			t.Fatalf("auto_explain's plan: %v\n%s", err, n)
+		}
+		text := strings.Join(strings.Fields(e.Text), " ")
+		for _, s := range []string{"INSERT INTO cellgate_jobs (kind", "SELECT array_agg(CASE WHEN NOT u.ready", "UPDATE cellgate_jobs j SET state = 'running'", "SET state = 'completed'"} {
+			seen[s] = seen[s] || strings.Contains(text, s)
+		}
+		scans := map[string]int{}
+		e.Plan.eachScan(func(s scanNode) { scans[s.String()]++ })
+		for s, k := range scans {
+			if k > 1 {
+				t.Errorf("%d× %s in the plan of %.120s", k, s, text)
+			}
+		}
+	}
+	for s, ok := range seen {
+		if !ok {
+			t.Errorf("no plan of a statement %q among the notices: the test no longer sees what it checks", s)
+		}
+	}
+}
+
+// scanNode is the part of an EXPLAIN (FORMAT JSON) node that tells one
+// scan from another.
+type scanNode struct {
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	Index     string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	TIDCond   string     `json:"TID Cond"`
+	Filter    string     `json:"Filter"`
+	Plans     []scanNode `json:"Plans"`
+}
+
+// eachScan calls f for every scan of a relation under n, run or not (a
+// modifying node names its table too, and is no scan).
+func (n scanNode) eachScan(f func(scanNode)) {
+	if n.Relation != "" && strings.HasSuffix(n.NodeType, "Scan") {
+		f(n)
+	}
+	for _, c := range n.Plans {
+		c.eachScan(f)
+	}
+}
+
+func (n scanNode) String() string {
+	return fmt.Sprintf("%s on %s %s [%s %s %s]", n.NodeType, n.Relation, n.Index, n.IndexCond, n.TIDCond, n.Filter)
+}
