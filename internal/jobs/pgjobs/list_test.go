@@ -177,12 +177,17 @@ func TestListTenantStateSkipsBranches(t *testing.T) {
 	}
 }
 
-// planNode is the part of an EXPLAIN (FORMAT JSON) node the test reads.
+// planNode is the part of an EXPLAIN (FORMAT JSON) node the tests read:
+// what it scans and how, and how often it ran.
 type planNode struct {
-	NodeType    string     `json:"Node Type"`
-	IndexName   string     `json:"Index Name"`
-	ActualLoops float64    `json:"Actual Loops"`
-	Plans       []planNode `json:"Plans"`
+	NodeType     string     `json:"Node Type"`
+	RelationName string     `json:"Relation Name"`
+	IndexName    string     `json:"Index Name"`
+	IndexCond    string     `json:"Index Cond"`
+	TIDCond      string     `json:"TID Cond"`
+	Filter       string     `json:"Filter"`
+	ActualLoops  float64    `json:"Actual Loops"`
+	Plans        []planNode `json:"Plans"`
 }
 
 // executedScans lists the scans of cellgate_jobs under n that ran at least

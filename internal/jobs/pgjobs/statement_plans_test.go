@@ -86,7 +86,7 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 		}
 		var e struct {
 			Text string `json:"Query Text"`
-			Plan scanNode
+			Plan planNode
 		}
 		if err := json.Unmarshal([]byte(n[i:]), &e); err != nil {
 			t.Fatalf("auto_explain's plan: %v\n%s", err, n)
@@ -96,7 +96,7 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 			seen[s] = seen[s] || strings.Contains(text, s)
 		}
 		scans := map[string]int{}
-		e.Plan.eachScan(func(s scanNode) { scans[s.String()]++ })
+		e.Plan.eachScan(func(s planNode) { scans[s.scanKey()]++ })
 		for s, k := range scans {
 			if k > 1 {
 				t.Errorf("%d× %s in the plan of %.120s", k, s, text)
@@ -110,22 +110,10 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 	}
 }
 
-// scanNode is the part of an EXPLAIN (FORMAT JSON) node that tells one
-// scan from another.
-type scanNode struct {
-	NodeType  string     `json:"Node Type"`
-	Relation  string     `json:"Relation Name"`
-	Index     string     `json:"Index Name"`
-	IndexCond string     `json:"Index Cond"`
-	TIDCond   string     `json:"TID Cond"`
-	Filter    string     `json:"Filter"`
-	Plans     []scanNode `json:"Plans"`
-}
-
 // eachScan calls f for every scan of a relation under n, run or not (a
 // modifying node names its table too, and is no scan).
-func (n scanNode) eachScan(f func(scanNode)) {
-	if n.Relation != "" && strings.HasSuffix(n.NodeType, "Scan") {
+func (n planNode) eachScan(f func(planNode)) {
+	if n.RelationName != "" && strings.HasSuffix(n.NodeType, "Scan") {
 		f(n)
 	}
 	for _, c := range n.Plans {
@@ -133,6 +121,8 @@ func (n scanNode) eachScan(f func(scanNode)) {
 	}
 }
 
-func (n scanNode) String() string {
-	return fmt.Sprintf("%s on %s %s [%s %s %s]", n.NodeType, n.Relation, n.Index, n.IndexCond, n.TIDCond, n.Filter)
+// scanKey tells one scan from another: the same relation through the
+// same index under the same conditions is the same scan.
+func (n planNode) scanKey() string {
+	return fmt.Sprintf("%s on %s %s [%s %s %s]", n.NodeType, n.RelationName, n.IndexName, n.IndexCond, n.TIDCond, n.Filter)
 }
