@@ -389,7 +389,6 @@ func EndAt(sp trace.Span, end time.Time) {
 		return
 	}
 	sp.End(trace.WithTimestamp(end)) // zero: no timestamp, the span reads its clock
-
 }
 
 // end stamps end (now when zero) and hands the record to the batcher;

@@ -5,10 +5,10 @@
 -- The planner flattened them, and every place an expression of one was
 -- used got a copy of it, with the subplans inside: the generic plan had
 -- thirteen InitPlans (the head read eight times, the tenant's last place
--- three times, the held jobs twice) for the three that run. PostgreSQL
+-- three times, the held jobs twice) for the three it needs. PostgreSQL
 -- initializes every subplan of a plan at each execution, run or not, so a
 -- transactional enqueue paid for ten index and table scans it never ran:
--- about 10 µs of the function's 78 µs per call, measured in one session
+-- about 13 µs of the function's 78 µs per call, measured in one session
 -- (20,000 calls in a DO block). cellgate_jobs_places (a batch's places:
 -- the coalesced and bulk enqueues, the jobs coming due) read the head four
 -- times. OFFSET 0 keeps a subquery from being pulled up; each lookup is
