@@ -436,12 +436,15 @@ func (b *DB) emptyStats() []jobs.QueueStats {
 	return out
 }
 
-// sqlStats counts through the partial indexes of the two active states, so
+// sqlStats counts through the partial indexes of the two active states
+// (the waiting jobs through two: the FIFO index leaves out held jobs), so
 // its cost follows the active jobs, not the finished ones kept for
 // retention.
 const sqlStats = `
 SELECT queue, sum(w)::int, sum(r)::int
-FROM (SELECT queue, 1 AS w, 0 AS r FROM cellgate_jobs WHERE state = 'available' AND queue IS NOT NULL
+FROM (SELECT queue, 1 AS w, 0 AS r FROM cellgate_jobs WHERE state = 'available' AND queue IS NOT NULL AND NOT held
+      UNION ALL
+      SELECT queue, 1, 0 FROM cellgate_jobs WHERE state = 'available' AND held
       UNION ALL
       SELECT queue, 0, 1 FROM cellgate_jobs WHERE state = 'running' AND attempt > 0) s
 GROUP BY queue`
