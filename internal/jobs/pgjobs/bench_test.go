@@ -248,8 +248,13 @@ func processCPU() time.Duration {
 
 // planPrioEvery: with plans, one enqueue in PLANS_PRIO_EVERY (default 4)
 // of each producer gets priority 2, 3 or 4 (cycling), the others the
-// default, 1. 1 means every job has priority 2 to 4.
-var planPrioEvery = benchEnv("PLANS_PRIO_EVERY", 4)
+// default, 1. 1 means every job has priority 2 to 4, 0 none.
+var planPrioEvery = func() int {
+	if v, err := strconv.Atoi(os.Getenv("PLANS_PRIO_EVERY")); err == nil && v >= 0 {
+		return v
+	}
+	return 4
+}()
 
 // benchContinuous runs the continuous scenario. With plans (per-tenant
 // limits), some enqueues have priorities after 1 (planPrioEvery).
@@ -284,7 +289,9 @@ func benchContinuous(b *testing.B, pool *pgxpool.Pool, mode ClaimMode, plans job
 				case slots <- struct{}{}:
 				}
 				var err error
-				if plans != nil && i%planPrioEvery == 0 {
+				// The last of every planPrioEvery: a large one gives none
+				// at all, not one per producer at its start.
+				if plans != nil && planPrioEvery > 0 && i%planPrioEvery == planPrioEvery-1 {
 					_, err = c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i}, jobs.WithPriority(2+(i/planPrioEvery)%3))
 				} else {
 					_, err = c.Enqueue(ctxs[(p*7+i)%benchTenants], benchArgs{N: i})
