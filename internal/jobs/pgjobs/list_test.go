@@ -190,16 +190,23 @@ type planNode struct {
 	Plans        []planNode `json:"Plans"`
 }
 
+// walk calls f for n and every node under it.
+func (n planNode) walk(f func(planNode)) {
+	f(n)
+	for _, c := range n.Plans {
+		c.walk(f)
+	}
+}
+
 // executedScans lists the scans of cellgate_jobs under n that ran at least
 // once, by node type and index.
 func (n planNode) executedScans() []string {
 	var out []string
-	if n.ActualLoops > 0 && (n.IndexName != "" || n.NodeType == "Seq Scan" || n.NodeType == "Bitmap Heap Scan") {
-		out = append(out, fmt.Sprintf("%s %s", n.NodeType, n.IndexName))
-	}
-	for _, c := range n.Plans {
-		out = append(out, c.executedScans()...)
-	}
+	n.walk(func(s planNode) {
+		if s.ActualLoops > 0 && (s.IndexName != "" || s.NodeType == "Seq Scan" || s.NodeType == "Bitmap Heap Scan") {
+			out = append(out, fmt.Sprintf("%s %s", s.NodeType, s.IndexName))
+		}
+	})
 	return out
 }
 

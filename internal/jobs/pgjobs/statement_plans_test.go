@@ -103,7 +103,12 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 			seen[s] = seen[s] || strings.Contains(text, s)
 		}
 		scans := map[string]int{}
-		e.Plan.eachScan(func(s planNode) { scans[s.scanKey()]++ })
+		e.Plan.walk(func(s planNode) {
+			// A modifying node names its table too, and is no scan.
+			if s.RelationName != "" && strings.HasSuffix(s.NodeType, "Scan") {
+				scans[s.scanKey()]++
+			}
+		})
 		for s, k := range scans {
 			if k > 1 {
 				t.Errorf("%d× %s in the plan of %.120s", k, s, text)
@@ -114,17 +119,6 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 		if !ok {
 			t.Errorf("no plan of a statement %q among the notices: the test no longer sees what it checks", s)
 		}
-	}
-}
-
-// eachScan calls f for every scan of a relation under n, run or not (a
-// modifying node names its table too, and is no scan).
-func (n planNode) eachScan(f func(planNode)) {
-	if n.RelationName != "" && strings.HasSuffix(n.NodeType, "Scan") {
-		f(n)
-	}
-	for _, c := range n.Plans {
-		c.eachScan(f)
 	}
 }
 
