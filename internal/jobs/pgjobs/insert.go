@@ -99,19 +99,60 @@ func uniqueKey(p jobs.InsertParams) *string {
 
 const sqlInsertOne = `SELECT job_id, duplicate FROM cellgate_jobs_insert($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
+// sqlInsertPlaced inserts one job without a unique key ($1 kind, $2
+// queue, $3 tenant, $4 args, $5 max attempts, $6 run at, $7 now, $8
+// priority) and places it as cellgate_jobs_insert places such a job
+// (migration 000011): a job coming due later waits unplaced; a tenant with
+// a cap holds a job past its quota, or behind a held job of its own. It
+// is the statement that function runs, sent as a statement of its own: a
+// call of the PL/pgSQL function cost about 30 µs of server time per job
+// more than its statement (pg_stat_statements, one session enqueueing in
+// transactions of its own), which is most of what a transactional enqueue
+// costs PostgreSQL beyond the row and its indexes. A unique job still goes
+// through the function, which retries when the job it collided with ends
+// meanwhile.
+//
+// The lookups need no planner settings: each has one index matching its
+// equality and order (tests: TestStatementsScanEachLookupOnce checks the
+// generic plan).
+const sqlInsertPlaced = `
+INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at, vtime, held, priority)
+SELECT $1, $2, $3, $4, $5, $6, $7, CASE WHEN NOT r.held THEN r.place END, coalesce(r.held, false), $8
+FROM (SELECT pl.place,
+             CASE WHEN $6::timestamptz > $7::timestamptz THEN NULL
+                  WHEN s.quota IS NULL THEN false
+                  WHEN pl.place > h.head + s.quota * s.step THEN true
+                  ELSE EXISTS (SELECT 1 FROM cellgate_jobs y
+                               WHERE y.state = 'available' AND y.held AND y.tenant = $3)
+             END AS held
+      FROM (SELECT coalesce((SELECT hd.vtime FROM cellgate_jobs_head hd), 0) AS head OFFSET 0) h
+      LEFT JOIN (SELECT greatest(720720 / lim.weight, 1)::bigint AS step,
+                        CASE WHEN lim.max_running > 0 THEN greatest(lim.max_running, 32) END AS quota
+                 FROM cellgate_jobs_tenant_limits lim
+                 WHERE lim.tenant = $3) s ON true
+      CROSS JOIN LATERAL (
+          SELECT CASE WHEN $6::timestamptz <= $7::timestamptz
+                      THEN greatest(coalesce((SELECT x.vtime FROM cellgate_jobs x
+                                              WHERE x.state = 'available' AND x.vtime IS NOT NULL
+                                                AND x.tenant = $3 AND x.vtime > h.head
+                                              ORDER BY x.vtime DESC
+                                              LIMIT 1), 0), h.head) + coalesce(s.step, 720720)
+                 END AS place OFFSET 0) pl OFFSET 0) r
+RETURNING id, false`
+
 // sqlSetTrace sets the trace context the jobs table's trace_context
 // column takes by default (migration 000005), for the rest of the
 // transaction; "" clears it.
 const sqlSetTrace = `SELECT set_config('cellgate.trace_context', $1, true)`
 
-// insertOne inserts one job through cellgate_jobs_insert. A job with a
-// trace context is one pipelined batch: set the context, insert, clear it,
-// in one round trip and one transaction (the caller's, or the implicit
-// one of the batch).
+// insertOne inserts one job: through cellgate_jobs_insert when it has a
+// unique key, else with sqlInsertPlaced. A job with a trace context is one
+// pipelined batch: set the context, insert, clear it, in one round trip
+// and one transaction (the caller's, or the implicit one of the batch).
 func insertOne(ctx context.Context, s querier, p jobs.InsertParams, unique *string, runAt, now time.Time) (id int64, dup bool, err error) {
+	sql, args := insertStatement(&p, unique, runAt, now)
 	if p.TraceContext == nil {
-		err = s.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-			unique, runAt, now, priorityOf(&p)).Scan(&id, &dup)
+		err = s.QueryRow(ctx, sql, args...).Scan(&id, &dup)
 		return id, dup, err
 	}
 	tc, err := json.Marshal(p.TraceContext)
@@ -120,7 +161,7 @@ func insertOne(ctx context.Context, s querier, p jobs.InsertParams, unique *stri
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(sqlSetTrace, string(tc))
-	batch.Queue(sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts), unique, runAt, now, priorityOf(&p))
+	batch.Queue(sql, args...)
 	batch.Queue(sqlSetTrace, "")
 	br := s.SendBatch(ctx, batch)
 	if _, err = br.Exec(); err == nil {
@@ -133,6 +174,16 @@ func insertOne(ctx context.Context, s querier, p jobs.InsertParams, unique *stri
 		err = cerr
 	}
 	return id, dup, err
+}
+
+// insertStatement is the statement inserting p and its arguments (id
+// and duplicate come back): cellgate_jobs_insert for a unique job,
+// sqlInsertPlaced for any other.
+func insertStatement(p *jobs.InsertParams, unique *string, runAt, now time.Time) (string, []any) {
+	if unique != nil {
+		return sqlInsertOne, []any{p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts), unique, runAt, now, priorityOf(p)}
+	}
+	return sqlInsertPlaced, []any{p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts), runAt, now, priorityOf(p)}
 }
 
 // insertPlain commits one job on its own. A unique job is inserted by the
@@ -254,8 +305,8 @@ func (b *DB) insertBatch(batch []*insertReq) {
 		runAt := runAtOf(*p, now)
 		var id int64
 		var dup bool
-		err := b.pool.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts),
-			nil, runAt, now, priorityOf(p)).Scan(&id, &dup)
+		sql, args := insertStatement(p, nil, runAt, now)
+		err := b.pool.QueryRow(ctx, sql, args...).Scan(&id, &dup)
 		if err != nil {
 			fail(err)
 			return

@@ -23,7 +23,9 @@ import (
 // fenced those subqueries (OFFSET 0). The plans, of the statements inside
 // the functions too, come from auto_explain; two scans are the same when
 // they read the same relation through the same index under the same
-// conditions.
+// conditions. The enqueue sent as a statement of its own (sqlInsertPlaced)
+// runs without the planner settings the functions have: its generic plan
+// must read no table but the head's whole.
 func TestStatementsScanEachLookupOnce(t *testing.T) {
 	dsn := newMigratedDB(t)
 	ctx := context.Background()
@@ -68,6 +70,14 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 	for _, tenantID := range []string{"acme", "capped", "capped", "capped"} {
 		exec(sqlInsertOne, "k", "default", tenantID, []byte(`{}`), int32(5), nil, now, now, int16(2))
 	}
+	// The enqueue sent as a statement of its own has no planner settings
+	// of its own: its generic plan, which a session keeps for a prepared
+	// statement, must read through the indexes (checked below).
+	exec(`SET plan_cache_mode = force_generic_plan`)
+	for _, tenantID := range []string{"acme", "capped", "capped", "capped"} {
+		exec(sqlInsertPlaced, "k", "default", tenantID, []byte(`{}`), int32(5), now, now, int16(2))
+	}
+	exec(`RESET plan_cache_mode`)
 	exec(sqlInsertMany, []string{"k", "k"}, []string{"default", "default"}, []string{"acme", "capped"}, []string{"{}", "{}"},
 		[]int32{5, 5}, []time.Time{now, now.Add(-time.Second)}, now, []int16{1, 3})
 	for _, fair := range []bool{true, true, false} {
@@ -82,6 +92,7 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 	// nothing.
 	seen := map[string]bool{
 		"INSERT INTO cellgate_jobs (kind":              false, // an enqueue
+		"RETURNING id, false":                          false, // the enqueue as a statement of its own
 		"SELECT array_agg(CASE WHEN NOT u.ready":       false, // a batch's places
 		"UPDATE cellgate_jobs j SET state = 'running'": false, // a claim
 		"SET state = 'completed'":                      false, // a completion
@@ -113,6 +124,13 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 			if k > 1 {
 				t.Errorf("%d× %s in the plan of %.120s", k, s, text)
 			}
+		}
+		if strings.Contains(text, "RETURNING id, false") {
+			e.Plan.walk(func(s planNode) {
+				if s.NodeType == "Seq Scan" && s.RelationName != "cellgate_jobs_head" {
+					t.Errorf("the generic plan of the enqueue reads all of %s: %s", s.RelationName, s.scanKey())
+				}
+			})
 		}
 	}
 	for s, ok := range seen {
