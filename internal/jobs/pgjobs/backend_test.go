@@ -465,6 +465,104 @@ func TestEnqueueTx(t *testing.T) {
 	}
 }
 
+// TestInsertPlacedPlacesAsTheFunction: the enqueue sent as a statement of
+// its own (sqlInsertPlaced) places every job as cellgate_jobs_insert
+// does, the function older processes still call: the same place, or the
+// same hold. Each insert runs both ways from the same state (a savepoint
+// rolled back between them), through a head already past zero, tenants of
+// weights 1 and 4, a capped tenant crossing its quota of places (and then
+// held behind its held jobs), and a job coming due later.
+func TestInsertPlacedPlacesAsTheFunction(t *testing.T) {
+	pool := newMigratedPool(t, 2)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `
+INSERT INTO cellgate_jobs_tenant_limits (tenant, max_running, weight, updated_at)
+VALUES ('capped', 1, 2, now()), ('heavy', 0, 4, now())`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE cellgate_jobs_head SET vtime = 5 * 720720`); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	type step struct {
+		tenant string
+		runAt  time.Time
+	}
+	var steps []step
+	for range 3 {
+		steps = append(steps, step{"plain", now}, step{"heavy", now})
+	}
+	steps = append(steps, step{"plain", now.Add(time.Hour)})
+	for range 36 {
+		steps = append(steps, step{"capped", now})
+	}
+	read := func(id int64) (p placed) {
+		t.Helper()
+		if err := tx.QueryRow(ctx, `SELECT vtime, held FROM cellgate_jobs WHERE id = $1`, id).Scan(&p.vtime, &p.held); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var held, future, places int
+	for i, s := range steps {
+		p := jobs.InsertParams{Kind: "k", Queue: "default", Tenant: s.tenant, EncodedArgs: []byte(`{}`), MaxAttempts: 5}
+		if _, err := tx.Exec(ctx, `SAVEPOINT before`); err != nil {
+			t.Fatal(err)
+		}
+		var id int64
+		var dup bool
+		sql, args := insertStatement(&p, nil, s.runAt, now)
+		if err := tx.QueryRow(ctx, sql, args...).Scan(&id, &dup); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		got := read(id)
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT before`); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(5), nil, s.runAt, now, int16(1)).Scan(&id, &dup); err != nil {
+			t.Fatalf("step %d, through the function: %v", i, err)
+		}
+		want := read(id)
+		if got.held != want.held || (got.vtime == nil) != (want.vtime == nil) || (got.vtime != nil && *got.vtime != *want.vtime) {
+			t.Errorf("step %d (%s): statement placed %s, function %s", i, s.tenant, got, want)
+		}
+		switch {
+		case want.held:
+			held++
+		case want.vtime == nil:
+			future++
+		default:
+			places++
+		}
+	}
+	// Every case the test means to cover came up.
+	if held != 36-32 || future != 1 || places != len(steps)-held-future {
+		t.Errorf("%d held, %d coming due, %d placed: the steps no longer cover what they should", held, future, places)
+	}
+}
+
+// placed is a job's place and hold as TestInsertPlacedPlacesAsTheFunction
+// reads them.
+type placed struct {
+	vtime *int64
+	held  bool
+}
+
+func (p placed) String() string {
+	switch {
+	case p.held:
+		return "held"
+	case p.vtime == nil:
+		return "unplaced"
+	}
+	return fmt.Sprintf("at %d", *p.vtime)
+}
+
 // TestCancelTx: a cancel in the caller's transaction holds if and only if
 // the transaction commits.
 func TestCancelTx(t *testing.T) {

@@ -110,7 +110,10 @@ const sqlInsertOne = `SELECT job_id, duplicate FROM cellgate_jobs_insert($1, $2,
 // transactions of its own), which is most of what a transactional enqueue
 // costs PostgreSQL beyond the row and its indexes. A unique job still goes
 // through the function, which retries when the job it collided with ends
-// meanwhile.
+// meanwhile. The function keeps its branch for other jobs, which processes
+// of the previous release call during a rolling upgrade; a migration that
+// changes how jobs are placed changes both
+// (TestInsertPlacedPlacesAsTheFunction compares them).
 //
 // The lookups need no planner settings: each has one index matching its
 // equality and order (tests: TestStatementsScanEachLookupOnce checks the
