@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -71,28 +72,11 @@ func metricsOnlyRoute(m *httpMetrics, method, path string) echo.MiddlewareFunc {
 // blocking means no span is dropped (the run checks that the exporter got
 // one span per request, after a flush inside the timed part).
 func BenchmarkTracingCost(b *testing.B) {
-	trivial := func(c echo.Context, _ shards.Accessor) error { return c.String(http.StatusOK, "ok") }
 	exp := newCountingExporter()
-	build := func(tr *telemetry.Tracing) *Server {
-		cfg := testConfig()
-		cfg.Server.MaxConcurrentRequests = 10_000
-		cfg.Tenancy.MaxConcurrentRequests = 1_000
-		cfg.Tenancy.MaxDBConnections = 1_000
-		s, err := New(cfg, Options{Logger: discardLogger(), Registry: newRegistry(), Getenv: func(string) string { return "" }, Tracing: tr})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(s.bulk.close)
-		return s
-	}
-	off := build(telemetry.Off())
-	off.Tenant("GET", "/x", trivial)
-	inner := off.bulk.dbPermits.Shard(off.shards, trivial)
-	off.echo.Add("GET", "/nohook", chain(chain(inner, off.tenantMW...), metricsOnlyRoute(off.obs.metrics, "GET", "/nohook")))
+	off := tracingBenchServer(b, telemetry.Off())
 	tr := benchTracing(exp)
 	b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
-	on := build(tr)
-	on.Tenant("GET", "/x", trivial)
+	on := tracingBenchServer(b, tr)
 
 	for _, tc := range []struct {
 		name string
@@ -130,6 +114,120 @@ func BenchmarkTracingCost(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkTracingCostPaired times the chains of BenchmarkTracingCost in
+// turns instead of one after another: each of tracingRounds rounds runs
+// b.N requests through "nohook" and "off" (in turn order) and then "on",
+// each right after a collection, and reports the medians over the rounds
+// of each chain's ns per request and of the rounds' ratios (off/nohook
+// and on/off are the chains' rates over each other, as BenchmarkTracingCost
+// is read; ns/op is the "on" chain's). A round takes about a second, so
+// the drift of a shared machine between sub-benchmarks seconds apart, which
+// moves BenchmarkTracingCost's ratios by a fifth from run to run, falls on
+// all three chains alike. "On" gets a tracer of its own in each round,
+// shut down after it, and runs last: its queued and free records are
+// never live heap while another chain runs (they would make that chain
+// collect more often). allocs are per request, the export goroutine's
+// included.
+func BenchmarkTracingCostPaired(b *testing.B) {
+	const tracingRounds = 10
+	off := tracingBenchServer(b, telemetry.Off())
+	exp := newCountingExporter()
+	req := func(path string) *http.Request {
+		r := httptest.NewRequest("GET", path, nil)
+		r.Header.Set("X-Tenant-ID", "acme")
+		return r
+	}
+	// time runs n requests through h after a collection, returning ns and
+	// allocations per request.
+	time1 := func(h http.Handler, r *http.Request, n int, flush func()) (ns, allocs float64) {
+		w := httptest.NewRecorder()
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		for range n {
+			w.Body.Reset()
+			h.ServeHTTP(w, r)
+		}
+		if flush != nil {
+			flush()
+		}
+		d := time.Since(start)
+		runtime.ReadMemStats(&after)
+		if w.Code != 200 {
+			b.Fatalf("status %d", w.Code)
+		}
+		return float64(d.Nanoseconds()) / float64(n), float64(after.Mallocs-before.Mallocs) / float64(n)
+	}
+	var nohookNs, offNs, onNs, offOverNohook, onOverOff []float64
+	var allocs [3]float64
+	b.ResetTimer()
+	for round := range tracingRounds {
+		var nh, of float64
+		if round%2 == 0 {
+			nh, allocs[0] = time1(off.Echo(), req("/nohook"), b.N, nil)
+			of, allocs[1] = time1(off.Echo(), req("/x"), b.N, nil)
+		} else {
+			of, allocs[1] = time1(off.Echo(), req("/x"), b.N, nil)
+			nh, allocs[0] = time1(off.Echo(), req("/nohook"), b.N, nil)
+		}
+		tr := benchTracing(exp)
+		on := tracingBenchServer(b, tr)
+		exported := exp.n.Load()
+		o, a := time1(on.Echo(), req("/x"), b.N, func() {
+			if err := tr.ForceFlush(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		})
+		allocs[2] = a
+		if got := exp.n.Load() - exported; got != int64(b.N) || tr.Dropped() != 0 {
+			b.Fatalf("exporter got %d spans for %d requests, %d dropped", got, b.N, tr.Dropped())
+		}
+		if err := tr.Shutdown(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		nohookNs, offNs, onNs = append(nohookNs, nh), append(offNs, of), append(onNs, o)
+		offOverNohook, onOverOff = append(offOverNohook, nh/of), append(onOverOff, of/o)
+	}
+	b.StopTimer()
+	median := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return (v[(len(v)-1)/2] + v[len(v)/2]) / 2
+	}
+	b.ReportMetric(median(onNs), "ns/op")
+	b.ReportMetric(median(nohookNs), "nohook-ns/req")
+	b.ReportMetric(median(offNs), "off-ns/req")
+	b.ReportMetric(median(onNs), "on-ns/req")
+	b.ReportMetric(median(offOverNohook), "off/nohook")
+	b.ReportMetric(median(onOverOff), "on/off")
+	b.ReportMetric(allocs[0], "nohook-allocs/req")
+	b.ReportMetric(allocs[1], "off-allocs/req")
+	b.ReportMetric(allocs[2], "on-allocs/req")
+}
+
+// tracingBenchServer is the server of the tracing benchmarks with tr: the
+// tenant chain on GET /x answering "ok", and, when tr is off, the same
+// chain with the pre-tracing metrics middleware on GET /nohook.
+func tracingBenchServer(b *testing.B, tr *telemetry.Tracing) *Server {
+	trivial := func(c echo.Context, _ shards.Accessor) error { return c.String(http.StatusOK, "ok") }
+	cfg := testConfig()
+	cfg.Server.MaxConcurrentRequests = 10_000
+	cfg.Tenancy.MaxConcurrentRequests = 1_000
+	cfg.Tenancy.MaxDBConnections = 1_000
+	s, err := New(cfg, Options{Logger: discardLogger(), Registry: newRegistry(), Getenv: func(string) string { return "" }, Tracing: tr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.bulk.close)
+	s.Tenant("GET", "/x", trivial)
+	if s.obs.tracer == nil {
+		inner := s.bulk.dbPermits.Shard(s.shards, trivial)
+		s.echo.Add("GET", "/nohook", chain(chain(inner, s.tenantMW...), metricsOnlyRoute(s.obs.metrics, "GET", "/nohook")))
+	}
+	return s
 }
 
 // benchTracing is tracing as FromEnv sets it up with
