@@ -150,7 +150,7 @@ func (b *batcher) record() *SpanRecord {
 // span, or leaves it to the collector when a batch is kept already.
 func (b *batcher) recycle(r *SpanRecord) {
 	r.reset()
-	b.free.push(r)
+	b.free.push(r) // full: the collector takes it
 }
 
 // enqueue queues an ended span, or drops it (counted) when the queue is
@@ -168,7 +168,8 @@ func (b *batcher) enqueue(r *SpanRecord) {
 		b.recycle(r)
 		return
 	}
-	for !b.queue.push(r) {
+	pos, ok := b.queue.push(r)
+	for !ok {
 		if !b.cfg.Blocking {
 			b.dropped.Add(1)
 			b.recycle(r)
@@ -178,13 +179,17 @@ func (b *batcher) enqueue(r *SpanRecord) {
 		// let it run until there is room.
 		b.wake()
 		runtime.Gosched()
+		pos, ok = b.queue.push(r)
 	}
-	if b.queue.len() >= b.cfg.MaxExportBatchSize && b.wake() {
-		// Once per batch, the span completing it yields, so the
-		// export goroutine runs even when every P is busy: the queue
-		// stays near one batch instead of filling (fewer spans dropped
-		// under CPU saturation, fewer queued records for the collector
-		// to scan), for a scheduling round trip amortized over a batch.
+	// Every batch's worth of spans pushed, the span completing it wakes
+	// the export goroutine and yields, so that goroutine runs even when
+	// every P is busy: the queue stays near one batch instead of filling
+	// (fewer spans dropped under CPU saturation, fewer queued records for
+	// the collector to scan), for a scheduling round trip amortized over
+	// a batch. Counting pushes reads only the ring's tail, which the
+	// pushing requests share; its length would read the head too, the
+	// line the export goroutine writes at each record it takes.
+	if (pos+1)%uint64(b.cfg.MaxExportBatchSize) == 0 && b.wake() {
 		runtime.Gosched()
 	}
 }

@@ -37,8 +37,9 @@ func newRing(n int) *ring {
 	return q
 }
 
-// push adds r, reporting false when the ring is full.
-func (q *ring) push(r *SpanRecord) bool {
+// push adds r, reporting false when the ring is full, and otherwise how
+// many records were pushed before it, ever.
+func (q *ring) push(r *SpanRecord) (uint64, bool) {
 	pos := q.tail.Load()
 	for {
 		c := &q.cell[pos&q.mask]
@@ -48,11 +49,11 @@ func (q *ring) push(r *SpanRecord) bool {
 			if q.tail.CompareAndSwap(pos, pos+1) {
 				c.r = r
 				c.seq.Store(pos + 1)
-				return true
+				return pos, true
 			}
 			pos = q.tail.Load()
 		case seq < pos:
-			return false // the cell still holds the record of a lap ago
+			return 0, false // the cell still holds the record of a lap ago
 		default:
 			pos = q.tail.Load()
 		}
@@ -80,14 +81,4 @@ func (q *ring) pop() *SpanRecord {
 			pos = q.head.Load()
 		}
 	}
-}
-
-// len is how many records the ring holds, give or take the pushes and
-// pops under way.
-func (q *ring) len() int {
-	n := int64(q.tail.Load() - q.head.Load())
-	if n < 0 {
-		return 0
-	}
-	return int(n)
 }
