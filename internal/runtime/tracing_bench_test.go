@@ -104,13 +104,9 @@ func BenchmarkTracingCost(b *testing.B) {
 			}
 			if tc.name == "on" {
 				b.StartTimer()
-				if err := tr.ForceFlush(context.Background()); err != nil {
-					b.Fatal(err)
-				}
+				flush(b, tr)
 				b.StopTimer()
-				if got := exp.n.Load() - exported; got != int64(n) || tr.Dropped() != 0 {
-					b.Fatalf("exporter got %d spans for %d requests, %d dropped", got, n, tr.Dropped())
-				}
+				exp.mustHaveExported(b, tr, exported, n)
 			}
 		})
 	}
@@ -176,15 +172,9 @@ func BenchmarkTracingCostPaired(b *testing.B) {
 		tr := benchTracing(exp)
 		on := tracingBenchServer(b, tr)
 		exported := exp.n.Load()
-		o, a := time1(on.Echo(), req("/x"), b.N, func() {
-			if err := tr.ForceFlush(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-		})
+		o, a := time1(on.Echo(), req("/x"), b.N, func() { flush(b, tr) })
 		allocs[2] = a
-		if got := exp.n.Load() - exported; got != int64(b.N) || tr.Dropped() != 0 {
-			b.Fatalf("exporter got %d spans for %d requests, %d dropped", got, b.N, tr.Dropped())
-		}
+		exp.mustHaveExported(b, tr, exported, b.N)
 		if err := tr.Shutdown(context.Background()); err != nil {
 			b.Fatal(err)
 		}
@@ -308,11 +298,23 @@ func BenchmarkTracingFloor(b *testing.B) {
 		n++
 	}
 	b.StartTimer()
-	if err := tr.ForceFlush(ctx); err != nil {
+	flush(b, tr)
+	b.StopTimer()
+	exp.mustHaveExported(b, tr, 0, n)
+}
+
+// flush exports every span ended under tr so far, failing b on an error.
+func flush(b *testing.B, tr *telemetry.Tracing) {
+	if err := tr.ForceFlush(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	b.StopTimer()
-	if got := exp.n.Load(); got != int64(n) || tr.Dropped() != 0 {
-		b.Fatalf("exporter got %d spans for %d, %d dropped", got, n, tr.Dropped())
+}
+
+// mustHaveExported fails b unless e got n spans since it had counted
+// since, and tr dropped none: every request's span was recorded and
+// exported.
+func (e *countingExporter) mustHaveExported(b *testing.B, tr *telemetry.Tracing, since int64, n int) {
+	if got := e.n.Load() - since; got != int64(n) || tr.Dropped() != 0 {
+		b.Fatalf("exporter got %d spans for %d requests, %d dropped", got, n, tr.Dropped())
 	}
 }

@@ -524,7 +524,7 @@ VALUES ('capped', 1, 2, now()), ('heavy', 0, 4, now())`); err != nil {
 		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT before`); err != nil {
 			t.Fatal(err)
 		}
-		if err := tx.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(5), nil, s.runAt, now, int16(1)).Scan(&id, &dup); err != nil {
+		if err := tx.QueryRow(ctx, sqlInsertOne, p.Kind, p.Queue, p.Tenant, p.EncodedArgs, int32(p.MaxAttempts), nil, s.runAt, now, priorityOf(&p)).Scan(&id, &dup); err != nil {
 			t.Fatalf("step %d, through the function: %v", i, err)
 		}
 		want := read(id)

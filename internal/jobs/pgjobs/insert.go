@@ -306,10 +306,9 @@ func (b *DB) insertBatch(batch []*insertReq) {
 	if len(batch) == 1 {
 		p := &batch[0].p
 		runAt := runAtOf(*p, now)
-		var id int64
-		var dup bool
-		sql, args := insertStatement(p, nil, runAt, now)
-		err := b.pool.QueryRow(ctx, sql, args...).Scan(&id, &dup)
+		// A coalesced job has no uniqueness key and no trace context
+		// (insertPlain sends those itself).
+		id, _, err := insertOne(ctx, b.pool, *p, nil, runAt, now)
 		if err != nil {
 			fail(err)
 			return
