@@ -141,9 +141,7 @@ func (b *batcher) record() *SpanRecord {
 	if r := b.free.pop(); r != nil {
 		return r
 	}
-	r := new(SpanRecord)
-	r.Attributes = r.inline[:0:inlineAttributes]
-	return r
+	return new(SpanRecord)
 }
 
 // recycle resets an exported or dropped record and keeps it for a next

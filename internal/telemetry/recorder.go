@@ -22,8 +22,9 @@ const (
 	maxAttributes = 128
 	maxEvents     = 128
 	maxLinks      = 128
-	// inlineAttributes is how many attributes a record holds without a
-	// slice of its own: a route's span has four or five, a query's three.
+	// inlineAttributes is how many attributes a record's reused room
+	// holds before a span's attributes need a slice of their own: a
+	// route's span has four or five, a query's three.
 	inlineAttributes = 4
 )
 
@@ -51,7 +52,13 @@ type SpanRecord struct {
 	Scope                                          *instrumentation.Scope
 	Resource                                       *resource.Resource
 
-	inline [inlineAttributes]attribute.KeyValue
+	// inline is room for a few attributes, reused by the record's next
+	// spans; nil until a span sets attributes of its own. Apart, not in
+	// the record: a span that refers to shared attributes (a route's
+	// server span) needs none, and a record without it is half the size
+	// for the collector to mark while the record waits in the queue or
+	// on the free list.
+	inline *[inlineAttributes]attribute.KeyValue
 	// shared is true while Attributes is a caller's read-only slice
 	// (SetSharedAttributes): a change copies it first.
 	shared bool
@@ -69,21 +76,32 @@ type Event struct {
 // record, saves zeroing (and, while the collector marks, write barriers
 // over) the unused rest.
 func (r *SpanRecord) reset() {
-	if !r.shared {
+	if !r.shared && r.inline != nil {
 		clear(r.inline[:min(len(r.Attributes), inlineAttributes)])
 	}
 	r.shared = false
-	r.Name, r.Attributes, r.Events, r.Links = "", r.inline[:0:inlineAttributes], nil, nil
+	r.Name, r.Attributes, r.Events, r.Links = "", nil, nil, nil
 	r.SpanContext, r.Parent = trace.SpanContext{}, trace.SpanContext{}
 	r.StatusCode, r.StatusDescription, r.Scope, r.Resource = 0, "", nil, nil
 	r.DroppedAttributes, r.DroppedEvents, r.DroppedLinks = 0, 0, 0
+}
+
+// room is the record's inline attribute array, empty, made on the
+// record's first span that sets attributes of its own.
+func (r *SpanRecord) room() []attribute.KeyValue {
+	if r.inline == nil {
+		r.inline = new([inlineAttributes]attribute.KeyValue)
+	}
+	return r.inline[:0:inlineAttributes]
 }
 
 // setAttributes adds attrs, replacing the value of a key already set.
 func (r *SpanRecord) setAttributes(attrs []attribute.KeyValue) {
 	if r.shared {
 		// The caller's slice is read-only: the record's own copy first.
-		r.Attributes, r.shared = append(r.inline[:0:inlineAttributes], r.Attributes...), false
+		r.Attributes, r.shared = append(r.room(), r.Attributes...), false
+	} else if r.Attributes == nil {
+		r.Attributes = r.room()
 	}
 next:
 	for _, a := range attrs {
@@ -159,7 +177,8 @@ func (t *recTracer) start(ctx context.Context, name string, opts []trace.SpanSta
 // begin starts a span from its start configuration, kind and start time
 // (kind and start win: SpanSlot.Start passes an empty configuration;
 // a zero start is now), in into when not nil (a SpanSlot's room for its
-// span), else in a new span.
+// span, which holds a span the sampler drops as well: not recording,
+// with no record), else in a new span.
 func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfig, kind trace.SpanKind, start time.Time, into *span) trace.Span {
 	var parent trace.SpanContext
 	if !cfg.NewRoot() {
@@ -173,6 +192,12 @@ func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfi
 		sc.TraceID = newTraceID()
 	}
 	if !t.p.sampler.sample(parent, sc.TraceID) {
+		if into != nil {
+			// Without a record, the slot's span records nothing and
+			// carries the context on, with no allocation.
+			into.sc, into.tracer = trace.NewSpanContext(sc), t
+			return into
+		}
 		// The API's non-recording span: it carries the context on.
 		return trace.SpanFromContext(trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(sc)))
 	}

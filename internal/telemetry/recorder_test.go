@@ -322,6 +322,34 @@ func TestSpanSlot(t *testing.T) {
 	}
 }
 
+// TestSpanSlotUnsampled: a span the sampler drops, started in a slot,
+// is the slot's span all the same: the API finds it, it carries the
+// extracted trace on unsampled, records nothing, and its start
+// allocates nothing.
+func TestSpanSlotUnsampled(t *testing.T) {
+	exp := &memExporter{}
+	tr := New(Config{Sampler: ptr(ParentBased(AlwaysOn()))}, exp)
+	tracer := tr.Tracer("t")
+	slot := NewSpanSlot(context.Background())
+	slot.Extract(tr.Propagator, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"})
+	s := slot.Start(tracer, "server", trace.SpanKindServer, time.Time{})
+	if trace.SpanFromContext(slot) != s || s.IsRecording() || s.SpanContext().IsSampled() ||
+		s.SpanContext().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("unsampled slot span: recording %v, %v", s.IsRecording(), s.SpanContext())
+	}
+	s.SetAttributes(attribute.Int("n", 1))
+	EndAt(s, time.Time{})
+	_ = tr.Shutdown(context.Background())
+	if len(exp.spans) != 0 {
+		t.Errorf("an unsampled span was exported: %d spans", len(exp.spans))
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		slot.Start(tracer, "server", trace.SpanKindServer, time.Time{})
+	}); n != 0 {
+		t.Errorf("an unsampled slot span allocates %v times", n)
+	}
+}
+
 type propagationCarrier map[string]string
 
 func (c propagationCarrier) Get(k string) string { return c[k] }

@@ -20,11 +20,12 @@ import (
 // goroutine, before the handler runs or starts goroutines of its own.
 type SpanSlot struct {
 	context.Context
-	span trace.Span
-	// own is the room for a span the recorder starts in the slot: the
-	// request's context and its server span are one allocation. Like
-	// every span of the recorder it is never reused, so holding it after
-	// End is safe.
+	// own is the slot's span once the recorder started one in it (its
+	// tracer set), sampled or not: the request's context and its server
+	// span are one allocation. Like every span of the recorder it is
+	// never reused, so holding it after End is safe. A span of another
+	// tracer goes in the context instead: no field for it keeps the
+	// slot in a smaller size class.
 	own span
 }
 
@@ -48,26 +49,28 @@ func (s *SpanSlot) Extract(prop propagation.TextMapPropagator, carrier propagati
 // Start starts a span of kind with tracer as a child of the slot's
 // context, begun at start (now when zero: a caller that read the clock
 // already passes its reading), and puts it in the slot. The recorder's
-// tracer starts it in the slot's own room, without deriving a context or
-// building a start configuration from options; any other tracer's context
-// is dropped, keeping only the span.
+// tracer starts it in the slot's own room, a span the sampler drops
+// included, without deriving a context or building a start
+// configuration from options; any other tracer's context becomes the
+// slot's.
 func (s *SpanSlot) Start(tracer trace.Tracer, name string, kind trace.SpanKind, start time.Time) trace.Span {
 	if t, ok := tracer.(*recTracer); ok {
 		var cfg trace.SpanConfig
-		s.span = t.begin(s.Context, name, &cfg, kind, start, &s.own)
-	} else {
-		// A zero timestamp is no timestamp to the API: the tracer reads
-		// its own clock.
-		_, s.span = tracer.Start(s.Context, name, trace.WithSpanKind(kind), trace.WithTimestamp(start))
+		return t.begin(s.Context, name, &cfg, kind, start, &s.own)
 	}
-	return s.span
+	// A zero timestamp is no timestamp to the API: the tracer reads its
+	// own clock.
+	var sp trace.Span
+	s.Context, sp = tracer.Start(s.Context, name, trace.WithSpanKind(kind), trace.WithTimestamp(start))
+	return sp
 }
 
 // Value answers the API's current-span key with the slot's span once
-// set, and anything else from the context under the slot.
+// the recorder started one, and anything else from the context under the
+// slot.
 func (s *SpanSlot) Value(key any) any {
-	if key == spanKey && s.span != nil {
-		return s.span
+	if key == spanKey && s.own.tracer != nil {
+		return &s.own
 	}
 	return s.Context.Value(key)
 }
