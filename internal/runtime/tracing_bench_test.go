@@ -88,8 +88,7 @@ func BenchmarkTracingCost(b *testing.B) {
 		{"on", on.Echo(), "/x"},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			req := httptest.NewRequest("GET", tc.path, nil)
-			req.Header.Set("X-Tenant-ID", "acme")
+			req := tenantRequest(tc.path)
 			w := httptest.NewRecorder()
 			exported := exp.n.Load()
 			b.ReportAllocs()
@@ -130,14 +129,9 @@ func BenchmarkTracingCostPaired(b *testing.B) {
 	const tracingRounds = 10
 	off := tracingBenchServer(b, telemetry.Off())
 	exp := newCountingExporter()
-	req := func(path string) *http.Request {
-		r := httptest.NewRequest("GET", path, nil)
-		r.Header.Set("X-Tenant-ID", "acme")
-		return r
-	}
-	// time runs n requests through h after a collection, returning ns and
-	// allocations per request.
-	time1 := func(h http.Handler, r *http.Request, n int, flush func()) (ns, allocs float64) {
+	// timeChain runs n requests through h after a collection, returning
+	// ns and allocations per request.
+	timeChain := func(h http.Handler, r *http.Request, n int, flush func()) (ns, allocs float64) {
 		w := httptest.NewRecorder()
 		runtime.GC()
 		var before, after runtime.MemStats
@@ -163,16 +157,16 @@ func BenchmarkTracingCostPaired(b *testing.B) {
 	for round := range tracingRounds {
 		var nh, of float64
 		if round%2 == 0 {
-			nh, allocs[0] = time1(off.Echo(), req("/nohook"), b.N, nil)
-			of, allocs[1] = time1(off.Echo(), req("/x"), b.N, nil)
+			nh, allocs[0] = timeChain(off.Echo(), tenantRequest("/nohook"), b.N, nil)
+			of, allocs[1] = timeChain(off.Echo(), tenantRequest("/x"), b.N, nil)
 		} else {
-			of, allocs[1] = time1(off.Echo(), req("/x"), b.N, nil)
-			nh, allocs[0] = time1(off.Echo(), req("/nohook"), b.N, nil)
+			of, allocs[1] = timeChain(off.Echo(), tenantRequest("/x"), b.N, nil)
+			nh, allocs[0] = timeChain(off.Echo(), tenantRequest("/nohook"), b.N, nil)
 		}
 		tr := benchTracing(exp)
 		on := tracingBenchServer(b, tr)
 		exported := exp.n.Load()
-		o, a := time1(on.Echo(), req("/x"), b.N, func() { flush(b, tr) })
+		o, a := timeChain(on.Echo(), tenantRequest("/x"), b.N, func() { flush(b, tr) })
 		allocs[2] = a
 		exp.mustHaveExported(b, tr, exported, b.N)
 		if err := tr.Shutdown(context.Background()); err != nil {
@@ -196,6 +190,13 @@ func BenchmarkTracingCostPaired(b *testing.B) {
 	b.ReportMetric(allocs[0], "nohook-allocs/req")
 	b.ReportMetric(allocs[1], "off-allocs/req")
 	b.ReportMetric(allocs[2], "on-allocs/req")
+}
+
+// tenantRequest is a GET of path from tenant acme.
+func tenantRequest(path string) *http.Request {
+	r := httptest.NewRequest("GET", path, nil)
+	r.Header.Set("X-Tenant-ID", "acme")
+	return r
 }
 
 // tracingBenchServer is the server of the tracing benchmarks with tr: the
