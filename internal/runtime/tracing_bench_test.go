@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -72,40 +73,45 @@ func metricsOnlyRoute(m *httpMetrics, method, path string) echo.MiddlewareFunc {
 // blocking means no span is dropped (the run checks that the exporter got
 // one span per request, after a flush inside the timed part).
 func BenchmarkTracingCost(b *testing.B) {
-	exp := newCountingExporter()
 	off := tracingBenchServer(b, telemetry.Off())
-	tr := benchTracing(exp)
-	b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
-	on := tracingBenchServer(b, tr)
-
 	for _, tc := range []struct {
-		name string
-		h    http.Handler
-		path string
+		name   string
+		path   string
+		traced bool
 	}{
-		{"nohook", off.Echo(), "/nohook"},
-		{"off", off.Echo(), "/x"},
-		{"on", on.Echo(), "/x"},
+		{"nohook", "/nohook", false},
+		{"off", "/x", false},
+		{"on", "/x", true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			h := off.Echo()
+			exp := newCountingExporter()
+			var tr *telemetry.Tracing
+			if tc.traced {
+				// A tracer of its own, shut down when this run ends: its
+				// records and the exporter's kept batch are no live heap
+				// while the other chains run (with -count, after it).
+				tr = benchTracing(b, exp)
+				b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+				h = tracingBenchServer(b, tr).Echo()
+			}
 			req := tenantRequest(tc.path)
 			w := httptest.NewRecorder()
-			exported := exp.n.Load()
 			b.ReportAllocs()
 			n := 0
 			for b.Loop() {
 				w.Body.Reset()
-				tc.h.ServeHTTP(w, req)
+				h.ServeHTTP(w, req)
 				n++
 			}
 			if w.Code != 200 {
 				b.Fatalf("status %d", w.Code)
 			}
-			if tc.name == "on" {
+			if tc.traced {
 				b.StartTimer()
 				flush(b, tr)
 				b.StopTimer()
-				exp.mustHaveExported(b, tr, exported, n)
+				exp.mustHaveExported(b, tr, n)
 			}
 		})
 	}
@@ -120,15 +126,14 @@ func BenchmarkTracingCost(b *testing.B) {
 // a quarter longer; ns/op is the "on" chain's). A round takes about a second, so
 // the drift of a shared machine between sub-benchmarks seconds apart, which
 // moves BenchmarkTracingCost's ratios by a fifth from run to run, falls on
-// all three chains alike. "On" gets a tracer of its own in each round,
-// shut down after it, and runs last: its queued and free records are
-// never live heap while another chain runs (they would make that chain
-// collect more often). allocs are per request, the export goroutine's
-// included.
+// all three chains alike. "On" gets a tracer and an exporter of its own
+// in each round, shut down after it, and runs last: its queued and free
+// records and the exporter's kept batch are never live heap while another
+// chain runs (the collector would mark them in that chain's cycles).
+// allocs are per request, the export goroutine's included.
 func BenchmarkTracingCostPaired(b *testing.B) {
 	const tracingRounds = 10
 	off := tracingBenchServer(b, telemetry.Off())
-	exp := newCountingExporter()
 	// timeChain runs n requests through h after a collection, returning
 	// ns and allocations per request.
 	timeChain := func(h http.Handler, r *http.Request, n int, flush func()) (ns, allocs float64) {
@@ -163,12 +168,12 @@ func BenchmarkTracingCostPaired(b *testing.B) {
 			of, allocs[1] = timeChain(off.Echo(), tenantRequest("/x"), b.N, nil)
 			nh, allocs[0] = timeChain(off.Echo(), tenantRequest("/nohook"), b.N, nil)
 		}
-		tr := benchTracing(exp)
+		exp := newCountingExporter()
+		tr := benchTracing(b, exp)
 		on := tracingBenchServer(b, tr)
-		exported := exp.n.Load()
 		o, a := timeChain(on.Echo(), tenantRequest("/x"), b.N, func() { flush(b, tr) })
 		allocs[2] = a
-		exp.mustHaveExported(b, tr, exported, b.N)
+		exp.mustHaveExported(b, tr, b.N)
 		if err := tr.Shutdown(context.Background()); err != nil {
 			b.Fatal(err)
 		}
@@ -223,10 +228,16 @@ func tracingBenchServer(b *testing.B, tr *telemetry.Tracing) *Server {
 
 // benchTracing is tracing as FromEnv sets it up with
 // OTEL_TRACES_SAMPLER=always_on, exporting to exp through a blocking
-// batcher.
-func benchTracing(exp telemetry.SpanExporter) *telemetry.Tracing {
+// batcher sized by the OTEL_BSP_* variables, as FromEnv reads them (the
+// defaults when unset).
+func benchTracing(b *testing.B, exp telemetry.SpanExporter) *telemetry.Tracing {
+	batch, err := telemetry.BatchConfigFromEnv(os.Getenv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch.Blocking = true
 	on := telemetry.AlwaysOn()
-	return telemetry.New(telemetry.Config{Sampler: &on, Batch: telemetry.BatchConfig{Blocking: true}}, exp)
+	return telemetry.New(telemetry.Config{Sampler: &on, Batch: batch}, exp)
 }
 
 // countingExporter is the in-memory exporter keeping only the last
@@ -271,8 +282,13 @@ func (e *countingExporter) ExportSpans(_ context.Context, spans []*telemetry.Spa
 	return nil
 }
 
-// Shutdown does nothing: the exporter holds no connection.
-func (e *countingExporter) Shutdown(context.Context) error { return nil }
+// Shutdown drops the kept batch (the exporter holds no connection): once
+// its tracer is shut down, what it kept is no live heap for the chains
+// measured after it to mark.
+func (e *countingExporter) Shutdown(context.Context) error {
+	e.last, e.attrs = nil, nil
+	return nil
+}
 
 // newCountingExporter is an empty countingExporter.
 func newCountingExporter() *countingExporter { return &countingExporter{} }
@@ -283,7 +299,7 @@ func newCountingExporter() *countingExporter { return &countingExporter{} }
 // nothing of the HTTP chain. It is the floor "on" cannot go below.
 func BenchmarkTracingFloor(b *testing.B) {
 	exp := newCountingExporter()
-	tr := benchTracing(exp)
+	tr := benchTracing(b, exp)
 	defer func() { _ = tr.Shutdown(context.Background()) }()
 	tracer := tr.Tracer("floor")
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
@@ -301,7 +317,7 @@ func BenchmarkTracingFloor(b *testing.B) {
 	b.StartTimer()
 	flush(b, tr)
 	b.StopTimer()
-	exp.mustHaveExported(b, tr, 0, n)
+	exp.mustHaveExported(b, tr, n)
 }
 
 // flush exports every span ended under tr so far, failing b on an error.
@@ -311,11 +327,10 @@ func flush(b *testing.B, tr *telemetry.Tracing) {
 	}
 }
 
-// mustHaveExported fails b unless e got n spans since it had counted
-// since, and tr dropped none: every request's span was recorded and
-// exported.
-func (e *countingExporter) mustHaveExported(b *testing.B, tr *telemetry.Tracing, since int64, n int) {
-	if got := e.n.Load() - since; got != int64(n) || tr.Dropped() != 0 {
+// mustHaveExported fails b unless e got n spans and tr dropped none:
+// every request's span was recorded and exported.
+func (e *countingExporter) mustHaveExported(b *testing.B, tr *telemetry.Tracing, n int) {
+	if got := e.n.Load(); got != int64(n) || tr.Dropped() != 0 {
 		b.Fatalf("exporter got %d spans for %d requests, %d dropped", got, n, tr.Dropped())
 	}
 }
