@@ -153,7 +153,7 @@ func Marshal(spans []*SpanRecord) ([]byte, error) {
 	var order []scoped
 	groups := map[scoped][]*tracepb.Span{}
 	for _, s := range spans {
-		k := scoped{s.Resource, s.Scope}
+		k := scoped{s.Resource(), s.Scope()}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
@@ -208,44 +208,43 @@ func scopeSchema(s *instrumentation.Scope) string {
 }
 
 func spanProto(s *SpanRecord) *tracepb.Span {
-	sc := s.SpanContext
-	tid, sid := sc.TraceID(), sc.SpanID()
+	code, description := s.Status()
+	droppedAttrs, droppedEvents, droppedLinks := s.Dropped()
 	p := &tracepb.Span{
-		TraceId:                tid[:],
-		SpanId:                 sid[:],
-		TraceState:             sc.TraceState().String(),
-		Flags:                  uint32(sc.TraceFlags()) | 0x100, // 0x100: the parent's remoteness is known
-		Name:                   s.Name,
-		Kind:                   tracepb.Span_SpanKind(s.Kind), // the API's kinds and OTLP's share their numbers
-		StartTimeUnixNano:      uint64(s.StartTime.UnixNano()),
-		EndTimeUnixNano:        uint64(s.EndTime.UnixNano()),
-		Attributes:             kvs(s.Attributes),
-		DroppedAttributesCount: uint32(s.DroppedAttributes),
-		DroppedEventsCount:     uint32(s.DroppedEvents),
-		DroppedLinksCount:      uint32(s.DroppedLinks),
+		TraceId:                bytes.Clone(s.traceID[:]),
+		SpanId:                 bytes.Clone(s.spanID[:]),
+		TraceState:             s.traceState().String(),
+		Flags:                  uint32(s.flags) | 0x100, // 0x100: the parent's remoteness is known
+		Name:                   s.name,
+		Kind:                   tracepb.Span_SpanKind(s.kind), // the API's kinds and OTLP's share their numbers
+		StartTimeUnixNano:      uint64(s.start),
+		EndTimeUnixNano:        uint64(s.end),
+		Attributes:             kvs(s.attrs),
+		DroppedAttributesCount: uint32(droppedAttrs),
+		DroppedEventsCount:     uint32(droppedEvents),
+		DroppedLinksCount:      uint32(droppedLinks),
 	}
-	if par := s.Parent; par.IsValid() {
-		psid := par.SpanID()
-		p.ParentSpanId = psid[:]
-		if par.IsRemote() {
+	if s.parentID.IsValid() {
+		p.ParentSpanId = bytes.Clone(s.parentID[:])
+		if s.parentRemote {
 			p.Flags |= 0x200
 		}
 	}
-	for _, e := range s.Events {
+	for _, e := range s.Events() {
 		p.Events = append(p.Events, &tracepb.Span_Event{
 			TimeUnixNano: uint64(e.Time.UnixNano()), Name: e.Name, Attributes: kvs(e.Attributes),
 		})
 	}
-	for _, l := range s.Links {
+	for _, l := range s.Links() {
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
 		p.Links = append(p.Links, &tracepb.Span_Link{
 			TraceId: ltid[:], SpanId: lsid[:], TraceState: l.SpanContext.TraceState().String(),
 			Attributes: kvs(l.Attributes), Flags: uint32(l.SpanContext.TraceFlags()),
 		})
 	}
-	switch s.StatusCode {
+	switch code {
 	case codes.Error:
-		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: s.StatusDescription}
+		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_ERROR, Message: description}
 	case codes.Ok:
 		p.Status = &tracepb.Status{Code: tracepb.Status_STATUS_CODE_OK}
 	}

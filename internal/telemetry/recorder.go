@@ -28,40 +28,53 @@ const (
 	inlineAttributes = 4
 )
 
-// SpanRecord is an ended span as an exporter gets it. It is valid only
-// during the SpanExporter.ExportSpans call that hands it over: the record
-// goes back to a pool afterwards, so an exporter copies what it keeps.
+// SpanRecord is an ended span as an exporter gets it, read through its
+// methods. It is valid only during the SpanExporter.ExportSpans call that
+// hands it over: the record goes back to a free list afterwards, so an
+// exporter copies what it keeps (Stub copies all of it).
+//
+// The record is small (120 bytes, two cache lines): what every span has
+// is in it; what few spans have (events, links, a trace state, an error's
+// description, dropped counts, room for attributes of its own) is in an
+// extension, made on the first of the record's spans that needs it and
+// reused after that. Records wait in the queue and on the free list as
+// live heap, which every collection marks: the smaller and the fewer
+// their pointers, the less tracing costs the requests
+// (BenchmarkTracingCostPaired, docs/observability.md).
 type SpanRecord struct {
-	Name        string
-	SpanContext trace.SpanContext
-	// Parent is the parent's span context; invalid for a root span.
-	Parent    trace.SpanContext
-	Kind      trace.SpanKind
-	StartTime time.Time
-	EndTime   time.Time
-	// Attributes are the span's attributes, unique by key, the last value
-	// set winning.
-	Attributes []attribute.KeyValue
-	Events     []Event
-	Links      []trace.Link
-	// StatusCode and StatusDescription are the span's status (a
-	// description only with codes.Error).
-	StatusCode                                     codes.Code
-	StatusDescription                              string
-	DroppedAttributes, DroppedEvents, DroppedLinks int
-	Scope                                          *instrumentation.Scope
-	Resource                                       *resource.Resource
-
-	// inline is room for a few attributes, reused by the record's next
-	// spans; nil until a span sets attributes of its own. Apart, not in
-	// the record: a span that refers to shared attributes (a route's
-	// server span) needs none, and a record without it is half the size
-	// for the collector to mark while the record waits in the queue or
-	// on the free list.
-	inline *[inlineAttributes]attribute.KeyValue
-	// shared is true while Attributes is a caller's read-only slice
+	name string
+	// attrs are unique by key, the last value set winning.
+	attrs    []attribute.KeyValue
+	traceID  trace.TraceID
+	spanID   trace.SpanID
+	parentID trace.SpanID // invalid for a root span
+	// start and end are Unix nanoseconds: a time.Time is three words.
+	start, end int64
+	tracer     *recTracer // the span's scope and resource
+	ext        *recordExt // nil until a span of the record needs it
+	kind       trace.SpanKind
+	status     codes.Code
+	flags      trace.TraceFlags
+	// parentFlags and parentRemote are the parent's, which shares the
+	// span's trace id and trace state.
+	parentFlags  trace.TraceFlags
+	parentRemote bool
+	// shared is true while attrs is a caller's read-only slice
 	// (SetSharedAttributes): a change copies it first.
 	shared bool
+}
+
+// recordExt is what few spans have, kept apart from the record (see
+// SpanRecord) and reused by the record's next spans.
+type recordExt struct {
+	// inline is room for a few attributes: a span that sets attributes of
+	// its own (a query's three) needs no slice of its own.
+	inline                                         [inlineAttributes]attribute.KeyValue
+	traceState                                     trace.TraceState
+	events                                         []Event
+	links                                          []trace.Link
+	statusDescription                              string
+	droppedAttributes, droppedEvents, droppedLinks int
 }
 
 // Event is a span event.
@@ -71,55 +84,135 @@ type Event struct {
 	Attributes []attribute.KeyValue
 }
 
-// reset readies a record for a new span. Only the inline attributes in
-// use hold anything: clearing those and the other fields, not the whole
-// record, saves zeroing (and, while the collector marks, write barriers
-// over) the unused rest.
-func (r *SpanRecord) reset() {
-	if !r.shared && r.inline != nil {
-		clear(r.inline[:min(len(r.Attributes), inlineAttributes)])
-	}
-	r.shared = false
-	r.Name, r.Attributes, r.Events, r.Links = "", nil, nil, nil
-	r.SpanContext, r.Parent = trace.SpanContext{}, trace.SpanContext{}
-	r.StatusCode, r.StatusDescription, r.Scope, r.Resource = 0, "", nil, nil
-	r.DroppedAttributes, r.DroppedEvents, r.DroppedLinks = 0, 0, 0
+// Name is the span's name.
+func (r *SpanRecord) Name() string { return r.name }
+
+// SpanContext is the span's context.
+func (r *SpanRecord) SpanContext() trace.SpanContext {
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: r.traceID, SpanID: r.spanID, TraceFlags: r.flags, TraceState: r.traceState(),
+	})
 }
 
-// room is the record's inline attribute array, empty, made on the
-// record's first span that sets attributes of its own.
-func (r *SpanRecord) room() []attribute.KeyValue {
-	if r.inline == nil {
-		r.inline = new([inlineAttributes]attribute.KeyValue)
+// Parent is the parent's span context; invalid for a root span.
+func (r *SpanRecord) Parent() trace.SpanContext {
+	if !r.parentID.IsValid() {
+		return trace.SpanContext{}
 	}
-	return r.inline[:0:inlineAttributes]
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: r.traceID, SpanID: r.parentID, TraceFlags: r.parentFlags, TraceState: r.traceState(), Remote: r.parentRemote,
+	})
+}
+
+func (r *SpanRecord) traceState() trace.TraceState {
+	if r.ext == nil {
+		return trace.TraceState{}
+	}
+	return r.ext.traceState
+}
+
+// Kind is the span's kind (never unspecified: internal then).
+func (r *SpanRecord) Kind() trace.SpanKind { return r.kind }
+
+// StartTime is when the span started.
+func (r *SpanRecord) StartTime() time.Time { return time.Unix(0, r.start) }
+
+// EndTime is when the span ended.
+func (r *SpanRecord) EndTime() time.Time { return time.Unix(0, r.end) }
+
+// Attributes are the span's attributes, unique by key, the last value set
+// winning. The exporter must not change them.
+func (r *SpanRecord) Attributes() []attribute.KeyValue { return r.attrs }
+
+// Events are the span's events.
+func (r *SpanRecord) Events() []Event {
+	if r.ext == nil {
+		return nil
+	}
+	return r.ext.events
+}
+
+// Links are the span's links.
+func (r *SpanRecord) Links() []trace.Link {
+	if r.ext == nil {
+		return nil
+	}
+	return r.ext.links
+}
+
+// Status is the span's status code and, with codes.Error, its
+// description.
+func (r *SpanRecord) Status() (codes.Code, string) {
+	if r.ext == nil {
+		return r.status, ""
+	}
+	return r.status, r.ext.statusDescription
+}
+
+// Dropped counts the attributes, events and links beyond the span's
+// limits.
+func (r *SpanRecord) Dropped() (attributes, events, links int) {
+	if r.ext == nil {
+		return 0, 0, 0
+	}
+	return r.ext.droppedAttributes, r.ext.droppedEvents, r.ext.droppedLinks
+}
+
+// Scope is the instrumentation scope of the span's tracer.
+func (r *SpanRecord) Scope() *instrumentation.Scope { return &r.tracer.scope }
+
+// Resource is the resource of the span's tracer provider.
+func (r *SpanRecord) Resource() *resource.Resource { return r.tracer.p.res }
+
+// reset readies a record for a new span: begin sets the ids, times,
+// kind and flags of every span. Of the extension only the attributes in
+// use are cleared, not the whole room: zeroing it (and, while the
+// collector marks, its write barriers) would cost a span that uses none.
+func (r *SpanRecord) reset() {
+	if e := r.ext; e != nil {
+		if !r.shared {
+			clear(e.inline[:min(len(r.attrs), inlineAttributes)])
+		}
+		e.traceState, e.events, e.links, e.statusDescription = trace.TraceState{}, nil, nil, ""
+		e.droppedAttributes, e.droppedEvents, e.droppedLinks = 0, 0, 0
+	}
+	r.name, r.attrs, r.shared = "", nil, false
+	r.tracer, r.status = nil, codes.Unset
+}
+
+// extension is the record's extension, made on first use.
+func (r *SpanRecord) extension() *recordExt {
+	if r.ext == nil {
+		r.ext = new(recordExt)
+	}
+	return r.ext
 }
 
 // setAttributes adds attrs, replacing the value of a key already set.
 func (r *SpanRecord) setAttributes(attrs []attribute.KeyValue) {
 	if r.shared {
 		// The caller's slice is read-only: the record's own copy first.
-		r.Attributes, r.shared = append(r.room(), r.Attributes...), false
-	} else if r.Attributes == nil {
-		r.Attributes = r.room()
+		r.attrs, r.shared = append(r.extension().inline[:0:inlineAttributes], r.attrs...), false
+	} else if r.attrs == nil {
+		r.attrs = r.extension().inline[:0:inlineAttributes]
 	}
 next:
 	for _, a := range attrs {
 		if !a.Valid() {
-			r.DroppedAttributes++
+			r.extension().droppedAttributes++
 			continue
 		}
-		for i := range r.Attributes {
-			if r.Attributes[i].Key == a.Key {
-				r.Attributes[i] = a
+		for i := range r.attrs {
+			if r.attrs[i].Key == a.Key {
+				r.attrs[i] = a
 				continue next
 			}
 		}
-		if len(r.Attributes) >= maxAttributes {
-			r.DroppedAttributes++
+		if len(r.attrs) >= maxAttributes {
+			r.extension().droppedAttributes++
 			continue
 		}
-		r.Attributes = append(r.Attributes, a)
+		r.attrs = append(r.attrs, a)
 	}
 }
 
@@ -203,16 +296,19 @@ func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfi
 	}
 	sc.TraceFlags = trace.FlagsSampled
 	r := t.p.batch.record()
-	r.Name, r.Kind, r.Parent = name, kind, parent
-	if r.Kind == trace.SpanKindUnspecified {
-		r.Kind = trace.SpanKindInternal
+	r.name, r.kind, r.tracer = name, kind, t
+	if r.kind == trace.SpanKindUnspecified {
+		r.kind = trace.SpanKindInternal
 	}
-	r.SpanContext = trace.NewSpanContext(sc)
-	r.Scope, r.Resource = &t.scope, t.p.res
-	r.StartTime = start
-	if r.StartTime.IsZero() {
-		r.StartTime = time.Now()
+	r.traceID, r.spanID, r.flags = sc.TraceID, sc.SpanID, sc.TraceFlags
+	r.parentID, r.parentFlags, r.parentRemote = parent.SpanID(), parent.TraceFlags(), parent.IsRemote()
+	if sc.TraceState.Len() > 0 {
+		r.extension().traceState = sc.TraceState
 	}
+	if start.IsZero() {
+		start = time.Now()
+	}
+	r.start = start.UnixNano()
 	if a := cfg.Attributes(); len(a) > 0 {
 		r.setAttributes(a)
 	}
@@ -222,7 +318,7 @@ func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfi
 	if into == nil {
 		into = new(span)
 	}
-	into.sc, into.tracer, into.rec = r.SpanContext, t, r
+	into.sc, into.tracer, into.rec = trace.NewSpanContext(sc), t, r
 	return into
 }
 
@@ -232,11 +328,12 @@ func (r *SpanRecord) addLinks(links []trace.Link) {
 		if !l.SpanContext.IsValid() {
 			continue
 		}
-		if len(r.Links) >= maxLinks {
-			r.DroppedLinks++
+		e := r.extension()
+		if len(e.links) >= maxLinks {
+			e.droppedLinks++
 			continue
 		}
-		r.Links = append(r.Links, trace.Link{SpanContext: l.SpanContext, Attributes: append([]attribute.KeyValue(nil), l.Attributes...)})
+		e.links = append(e.links, trace.Link{SpanContext: l.SpanContext, Attributes: append([]attribute.KeyValue(nil), l.Attributes...)})
 	}
 }
 
@@ -306,8 +403,8 @@ func SetSharedAttributes(sp trace.Span, attrs []attribute.KeyValue) {
 	}
 	s.mu.Lock()
 	if r := s.rec; r != nil {
-		if len(r.Attributes) == 0 && len(attrs) <= maxAttributes {
-			r.Attributes, r.shared = attrs[:len(attrs):len(attrs)], true
+		if len(r.attrs) == 0 && len(attrs) <= maxAttributes {
+			r.attrs, r.shared = attrs[:len(attrs):len(attrs)], true
 		} else {
 			r.setAttributes(attrs)
 		}
@@ -320,13 +417,15 @@ func SetSharedAttributes(sp trace.Span, attrs []attribute.KeyValue) {
 func (s *span) SetStatus(code codes.Code, description string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.rec == nil || code == codes.Unset || s.rec.StatusCode == codes.Ok {
+	r := s.rec
+	if r == nil || code == codes.Unset || r.status == codes.Ok {
 		return
 	}
-	s.rec.StatusCode = code
-	s.rec.StatusDescription = ""
-	if code == codes.Error {
-		s.rec.StatusDescription = description
+	r.status = code
+	if code == codes.Error && description != "" {
+		r.extension().statusDescription = description
+	} else if r.ext != nil {
+		r.ext.statusDescription = ""
 	}
 }
 
@@ -334,7 +433,7 @@ func (s *span) SetStatus(code codes.Code, description string) {
 func (s *span) SetName(name string) {
 	s.mu.Lock()
 	if s.rec != nil {
-		s.rec.Name = name
+		s.rec.name = name
 	}
 	s.mu.Unlock()
 }
@@ -351,12 +450,13 @@ func (s *span) addEvent(name string, at time.Time, attrs []attribute.KeyValue) {
 	if s.rec == nil {
 		return
 	}
-	if len(s.rec.Events) >= maxEvents {
-		s.rec.DroppedEvents++
+	e := s.rec.extension()
+	if len(e.events) >= maxEvents {
+		e.droppedEvents++
 		return
 	}
 	// The caller may reuse its slice: the event keeps a copy.
-	s.rec.Events = append(s.rec.Events, Event{Name: name, Time: at, Attributes: append([]attribute.KeyValue(nil), attrs...)})
+	e.events = append(e.events, Event{Name: name, Time: at, Attributes: append([]attribute.KeyValue(nil), attrs...)})
 }
 
 // AddLink adds a link to another span.
@@ -429,6 +529,6 @@ func (s *span) end(end time.Time) {
 	if r == nil {
 		return
 	}
-	r.EndTime = end
+	r.end = end.UnixNano()
 	s.tracer.p.batch.enqueue(r)
 }

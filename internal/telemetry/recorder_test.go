@@ -12,13 +12,14 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // memExporter keeps copies of every span it gets.
 type memExporter struct {
 	mu    sync.Mutex
-	spans []SpanRecord
+	spans []tracetest.SpanStub
 	block chan struct{} // when set, ExportSpans waits for it
 }
 
@@ -29,16 +30,14 @@ func (e *memExporter) ExportSpans(_ context.Context, spans []*SpanRecord) error 
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, r := range spans {
-		c := *r
-		c.Attributes = append([]attribute.KeyValue(nil), r.Attributes...)
-		e.spans = append(e.spans, c)
+		e.spans = append(e.spans, r.Stub())
 	}
 	return nil
 }
 
 func (e *memExporter) Shutdown(context.Context) error { return nil }
 
-func (e *memExporter) byName(t *testing.T, name string) SpanRecord {
+func (e *memExporter) byName(t *testing.T, name string) tracetest.SpanStub {
 	t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -48,10 +47,10 @@ func (e *memExporter) byName(t *testing.T, name string) SpanRecord {
 		}
 	}
 	t.Fatalf("no span %q", name)
-	return SpanRecord{}
+	return tracetest.SpanStub{}
 }
 
-func attrOf(s SpanRecord, key string) (attribute.Value, bool) {
+func attrOf(s tracetest.SpanStub, key string) (attribute.Value, bool) {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
 			return a.Value, true
@@ -94,11 +93,11 @@ func TestRecorderSpans(t *testing.T) {
 		t.Fatalf("%d spans exported, want 2", len(exp.spans))
 	}
 	p, c := exp.byName(t, "parent"), exp.byName(t, "child")
-	if p.Parent.IsValid() || p.Kind != trace.SpanKindServer || p.StatusCode != codes.Ok || p.StatusDescription != "" {
+	if p.Parent.IsValid() || p.SpanKind != trace.SpanKindServer || p.Status.Code != codes.Ok || p.Status.Description != "" {
 		t.Errorf("parent %+v", p)
 	}
 	if c.Parent.SpanID() != p.SpanContext.SpanID() || c.SpanContext.TraceID() != p.SpanContext.TraceID() ||
-		c.Kind != trace.SpanKindInternal || !c.SpanContext.IsSampled() {
+		c.SpanKind != trace.SpanKindInternal || !c.SpanContext.IsSampled() {
 		t.Errorf("child's parentage: %+v", c)
 	}
 	if len(c.Attributes) != inlineAttributes+3 || c.DroppedAttributes != 1 {
@@ -116,8 +115,8 @@ func TestRecorderSpans(t *testing.T) {
 	if len(c.Events) != 2 || c.Events[0].Name != "refused" || c.Events[1].Name != "exception" || c.Events[0].Time.IsZero() {
 		t.Errorf("events %v", c.Events)
 	}
-	if c.StatusCode != codes.Error || c.StatusDescription != "boom" {
-		t.Errorf("status %v %q", c.StatusCode, c.StatusDescription)
+	if c.Status.Code != codes.Error || c.Status.Description != "boom" {
+		t.Errorf("status %v %q", c.Status.Code, c.Status.Description)
 	}
 	if c.StartTime.IsZero() || c.EndTime.Before(c.StartTime) {
 		t.Errorf("times %v .. %v", c.StartTime, c.EndTime)
@@ -241,9 +240,9 @@ func TestRecordReuseNeverLeaks(t *testing.T) {
 	var exported atomic.Int64
 	check := exporterFunc(func(spans []*SpanRecord) {
 		for _, r := range spans {
-			v, _ := attrOf(*r, "name")
-			if v.AsString() != r.Name || len(r.Attributes) != 1 {
-				t.Errorf("span %q carries %v", r.Name, r.Attributes)
+			v, _ := attrOf(r.Stub(), "name")
+			if v.AsString() != r.Name() || len(r.Attributes()) != 1 {
+				t.Errorf("span %q carries %v", r.Name(), r.Attributes())
 			}
 			exported.Add(1)
 		}
@@ -314,7 +313,7 @@ func TestSpanSlot(t *testing.T) {
 	EndAt(s, end.Add(time.Hour)) // ended already: no second record
 	_ = tr.Shutdown(context.Background())
 	r := exp.byName(t, "server")
-	if r.Kind != trace.SpanKindServer || !r.Parent.IsRemote() {
+	if r.SpanKind != trace.SpanKindServer || !r.Parent.IsRemote() {
 		t.Errorf("slot span %+v", r)
 	}
 	if !r.StartTime.Equal(start) || !r.EndTime.Equal(end) {

@@ -29,20 +29,18 @@ func (s sdkExporter) Shutdown(ctx context.Context) error { return s.e.Shutdown(c
 // Stub copies the record into the SDK's test form, which outlives the
 // record (what an exporter keeping spans stores).
 func (r *SpanRecord) Stub() tracetest.SpanStub {
+	code, description := r.Status()
 	st := tracetest.SpanStub{
-		Name: r.Name, SpanContext: r.SpanContext, Parent: r.Parent, SpanKind: r.Kind,
-		StartTime: r.StartTime, EndTime: r.EndTime, Attributes: slices.Clone(r.Attributes),
-		Status:            sdktrace.Status{Code: r.StatusCode, Description: r.StatusDescription},
-		DroppedAttributes: r.DroppedAttributes, DroppedEvents: r.DroppedEvents, DroppedLinks: r.DroppedLinks,
-		Resource: r.Resource,
+		Name: r.name, SpanContext: r.SpanContext(), Parent: r.Parent(), SpanKind: r.kind,
+		StartTime: r.StartTime(), EndTime: r.EndTime(), Attributes: slices.Clone(r.attrs),
+		Status:   sdktrace.Status{Code: code, Description: description},
+		Resource: r.Resource(), InstrumentationScope: *r.Scope(),
 	}
-	if r.Scope != nil {
-		st.InstrumentationScope = *r.Scope
-	}
-	for _, e := range r.Events {
+	st.DroppedAttributes, st.DroppedEvents, st.DroppedLinks = r.Dropped()
+	for _, e := range r.Events() {
 		st.Events = append(st.Events, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: slices.Clone(e.Attributes)})
 	}
-	for _, l := range r.Links {
+	for _, l := range r.Links() {
 		st.Links = append(st.Links, sdktrace.Link{SpanContext: l.SpanContext, Attributes: slices.Clone(l.Attributes)})
 	}
 	return st
