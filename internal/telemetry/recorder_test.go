@@ -279,6 +279,48 @@ func TestRecordReuseNeverLeaks(t *testing.T) {
 	}
 }
 
+// TestRecordExtensionReset: a record reused after a span that had
+// everything of the extension (a trace state, events, links, an error's
+// description, dropped attributes, attributes of its own) carries none of
+// it into the next span, which has none of its own.
+func TestRecordExtensionReset(t *testing.T) {
+	exp := &memExporter{}
+	tr := New(Config{}, exp)
+	defer func() { _ = tr.Shutdown(context.Background()) }()
+	tracer := tr.Tracer("t")
+	ts, err := trace.ParseTraceState("vendor=value")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := trace.ContextWithRemoteSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: [16]byte{1}, SpanID: [8]byte{2}, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true,
+	}))
+	link := trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: [16]byte{3}, SpanID: [8]byte{4}})}
+	_, full := tracer.Start(parent, "full", trace.WithLinks(link))
+	full.SetAttributes(attribute.String("a", "1"), attribute.KeyValue{})
+	full.AddEvent("e")
+	full.SetStatus(codes.Error, "boom")
+	full.End()
+	if err := tr.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, plain := tracer.Start(context.Background(), "plain")
+	plain.End()
+	if err := tr.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f, p := exp.byName(t, "full"), exp.byName(t, "plain")
+	if f.SpanContext.TraceState().String() != "vendor=value" || f.Parent.TraceState().String() != "vendor=value" ||
+		!f.Parent.IsRemote() || len(f.Events) != 1 || len(f.Links) != 1 || f.Status.Description != "boom" ||
+		f.DroppedAttributes != 1 || len(f.Attributes) != 1 {
+		t.Fatalf("the full span lost something: %+v", f)
+	}
+	if p.SpanContext.TraceState().Len() != 0 || p.Parent.IsValid() || len(p.Events) != 0 || len(p.Links) != 0 ||
+		p.Status.Code != codes.Unset || p.Status.Description != "" || p.DroppedAttributes != 0 || len(p.Attributes) != 0 {
+		t.Errorf("the plain span carries the full span's: %+v", p)
+	}
+}
+
 type exporterFunc func([]*SpanRecord)
 
 func (f exporterFunc) ExportSpans(_ context.Context, s []*SpanRecord) error { f(s); return nil }
