@@ -307,18 +307,28 @@ func testUniqueness(t *testing.T, h Harness) {
 	var first atomic.Int64 // id of the job whose first attempt blocks, then fails
 	started := make(chan struct{}, 1)
 	failFirst := make(chan struct{})
+	// releaseRetry lets the retry of the first job end. A retry that
+	// comes before the test's enqueue (a loaded machine) finds the job
+	// running, which is unique too, never done.
+	releaseRetry := make(chan struct{})
 	tr := newTracker()
 	w := jobs.NewWorkers()
 	jobs.Register(w, func(ctx context.Context, j *jobs.Job[uniqueArgs]) error {
 		tr.begin(j.ID, group(j.Tenant))
 		defer tr.end(j.ID, group(j.Tenant))
-		if int64(j.ID) == first.Load() && j.Attempt == 1 {
-			started <- struct{}{}
+		if int64(j.ID) == first.Load() {
+			if j.Attempt == 1 {
+				started <- struct{}{}
+				select {
+				case <-failFirst:
+				case <-ctx.Done():
+				}
+				return errors.New("first attempt fails")
+			}
 			select {
-			case <-failFirst:
+			case <-releaseRetry:
 			case <-ctx.Done():
 			}
-			return errors.New("first attempt fails")
 		}
 		return nil
 	})
@@ -380,6 +390,7 @@ func testUniqueness(t *testing.T, h Harness) {
 	e.metricIs(1, "cellgate_jobs_retried_total", "kind", "jobstest_unique")
 	e.metricIs(1, "cellgate_jobs_queue_depth", "queue", "jobstest_unique")
 	wantDup("waiting for a retry", t1, uniqueArgs{Key: "a", Extra: 4})
+	close(releaseRetry)
 
 	e.metricIs(4, "cellgate_jobs_completed_total", "kind", "jobstest_unique")
 	var again jobs.EnqueueResult
