@@ -105,9 +105,10 @@ type batcher struct {
 	// free holds records exported and reset, for the next spans: at
 	// most a batch, so the records alive between bursts (which the
 	// collector scans every cycle) stay near a queue and a batch. Room
-	// for a full queue as well allocates fewer records but keeps more
-	// alive for every collection to mark, and measured slower
-	// (BenchmarkTracingCost "on", docs/observability.md).
+	// for a full queue as well allocates fewer records (about 2 % of
+	// spans make one with a batch's room) but keeps more alive for every
+	// collection to mark; BenchmarkTracingCostPaired did not tell the two
+	// apart.
 	free      *ring
 	kick      chan struct{}
 	flushes   chan chan error
