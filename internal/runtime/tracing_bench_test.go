@@ -87,12 +87,13 @@ func BenchmarkTracingCost(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := off.Echo()
-			exp := newCountingExporter()
+			var exp *countingExporter
 			var tr *telemetry.Tracing
 			if tc.traced {
 				// A tracer of its own, shut down when this run ends: its
 				// records and the exporter's kept batch are no live heap
 				// while the other chains run (with -count, after it).
+				exp = newCountingExporter()
 				tr = benchTracing(b, exp)
 				b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
 				h = tracingBenchServer(b, tr).Echo()

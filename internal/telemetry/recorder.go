@@ -88,19 +88,21 @@ type Event struct {
 func (r *SpanRecord) Name() string { return r.name }
 
 // SpanContext is the span's context.
-func (r *SpanRecord) SpanContext() trace.SpanContext {
-	return trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: r.traceID, SpanID: r.spanID, TraceFlags: r.flags, TraceState: r.traceState(),
-	})
-}
+func (r *SpanRecord) SpanContext() trace.SpanContext { return r.contextOf(r.spanID, r.flags, false) }
 
 // Parent is the parent's span context; invalid for a root span.
 func (r *SpanRecord) Parent() trace.SpanContext {
 	if !r.parentID.IsValid() {
 		return trace.SpanContext{}
 	}
+	return r.contextOf(r.parentID, r.parentFlags, r.parentRemote)
+}
+
+// contextOf is the context of the span id in the record's trace: the
+// span's own or its parent's, which share the trace id and trace state.
+func (r *SpanRecord) contextOf(id trace.SpanID, flags trace.TraceFlags, remote bool) trace.SpanContext {
 	return trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: r.traceID, SpanID: r.parentID, TraceFlags: r.parentFlags, TraceState: r.traceState(), Remote: r.parentRemote,
+		TraceID: r.traceID, SpanID: id, TraceFlags: flags, TraceState: r.traceState(), Remote: remote,
 	})
 }
 
