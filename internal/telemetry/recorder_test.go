@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -230,6 +231,32 @@ func TestBatcherDropsAndFlushes(t *testing.T) {
 	s.End()
 	if err := tr.ForceFlush(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBatcherYieldsWhenBehind: with one P, held by a goroutine that ends
+// spans without ever blocking, the export goroutine runs only when that
+// goroutine yields, which it does once half the queue waits: no span is
+// dropped, though the queue holds a hundredth of them.
+func TestBatcherYieldsWhenBehind(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var exported atomic.Int64
+	tr := New(Config{Batch: BatchConfig{MaxQueueSize: 64, MaxExportBatchSize: 8}},
+		exporterFunc(func(spans []*SpanRecord) { exported.Add(int64(len(spans))) }))
+	tracer := tr.Tracer("t")
+	const spans = 6400
+	for range spans {
+		_, s := tracer.Start(context.Background(), "busy")
+		s.End()
+	}
+	if d := tr.Dropped(); d != 0 {
+		t.Errorf("%d of %d spans dropped with a queue of 64: the export goroutine did not run", d, spans)
+	}
+	if err := tr.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := exported.Load(); got != spans {
+		t.Errorf("%d spans exported, want %d", got, spans)
 	}
 }
 
