@@ -195,7 +195,7 @@ func (b *batcher) enqueue(r *SpanRecord) {
 	// benchmark's time (docs/observability.md, "Cost of tracing").
 	if (pos+1)%uint64(b.cfg.MaxExportBatchSize) == 0 {
 		b.wake()
-		if int64(pos+1)-int64(b.queue.head.Load()) > int64(b.cfg.MaxQueueSize/2) {
+		if b.queue.waiting(pos+1) > uint64(b.cfg.MaxQueueSize/2) {
 			runtime.Gosched()
 		}
 	}

@@ -207,12 +207,15 @@ func scopeSchema(s *instrumentation.Scope) string {
 	return s.SchemaURL
 }
 
+// spanProto is s as OTLP's span message. The ids refer to the record's
+// own arrays, not copies: Marshal encodes the messages before it returns,
+// while the record is still the exporter's.
 func spanProto(s *SpanRecord) *tracepb.Span {
 	code, description := s.Status()
 	droppedAttrs, droppedEvents, droppedLinks := s.Dropped()
 	p := &tracepb.Span{
-		TraceId:                bytes.Clone(s.traceID[:]),
-		SpanId:                 bytes.Clone(s.spanID[:]),
+		TraceId:                s.traceID[:],
+		SpanId:                 s.spanID[:],
 		TraceState:             s.traceState().String(),
 		Flags:                  uint32(s.flags) | 0x100, // 0x100: the parent's remoteness is known
 		Name:                   s.name,
@@ -225,7 +228,7 @@ func spanProto(s *SpanRecord) *tracepb.Span {
 		DroppedLinksCount:      uint32(droppedLinks),
 	}
 	if s.parentID.IsValid() {
-		p.ParentSpanId = bytes.Clone(s.parentID[:])
+		p.ParentSpanId = s.parentID[:]
 		if s.parentRemote {
 			p.Flags |= 0x200
 		}

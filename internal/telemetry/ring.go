@@ -82,3 +82,13 @@ func (q *ring) pop() *SpanRecord {
 		}
 	}
 }
+
+// waiting is how many of the records pushed before position pushed are
+// still in the ring: 0 once pops have passed them all. It reads the head,
+// the line the consumers write at every pop.
+func (q *ring) waiting(pushed uint64) uint64 {
+	if head := q.head.Load(); head < pushed {
+		return pushed - head
+	}
+	return 0
+}
