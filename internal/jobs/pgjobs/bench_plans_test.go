@@ -55,10 +55,15 @@ func BenchmarkPlansFairCapsOverFIFO(b *testing.B) {
 			if _, err := pool.Exec(context.Background(), "TRUNCATE cellgate_jobs, cellgate_jobs_tenant_limits"); err != nil {
 				b.Fatal(err)
 			}
+			stmts := startStatements(b, pool)
 			if (k+benchRound)%2 == 0 {
-				plans.add(benchContinuous(b, pool, ClaimFair, benchPlanLimits{}))
+				r := benchContinuous(b, pool, ClaimFair, benchPlanLimits{})
+				stmts.print(b, "plans", r.jobs)
+				plans.add(r)
 			} else {
-				fifo.add(benchContinuous(b, pool, ClaimFIFO, nil))
+				r := benchContinuous(b, pool, ClaimFIFO, nil)
+				stmts.print(b, "fifo", r.jobs)
+				fifo.add(r)
 			}
 		}
 		benchRound++
@@ -73,6 +78,61 @@ func BenchmarkPlansFairCapsOverFIFO(b *testing.B) {
 		b.ReportMetric(float64(fifo.pgCPU.Microseconds())/float64(fifo.jobs), "fifo-pg-µs/job")
 	}
 	fmt.Printf("plans: fair-caps-over-fifo=%.3f\n", ratio)
+}
+
+// statementTimes reads where PostgreSQL spent a round's time, by
+// statement, when PGJOBS_BENCH_STATEMENTS is set: the statements of the
+// benchmark's database in pg_stat_statements, which the server must load
+// (shared_preload_libraries) and track nested (pg_stat_statements.track =
+// all, so the statements inside the claim and enqueue functions are
+// counted on their own too), with the extension created in template1 so
+// the test database has it. Unset, it does nothing.
+type statementTimes struct{ pool *pgxpool.Pool }
+
+// startStatements forgets the statements timed so far, so the next read
+// covers one round.
+func startStatements(b *testing.B, pool *pgxpool.Pool) statementTimes {
+	if os.Getenv("PGJOBS_BENCH_STATEMENTS") == "" {
+		return statementTimes{}
+	}
+	if _, err := pool.Exec(context.Background(), "SELECT pg_stat_statements_reset()"); err != nil {
+		b.Fatalf("PGJOBS_BENCH_STATEMENTS needs pg_stat_statements loaded and created in the database: %v", err)
+	}
+	return statementTimes{pool}
+}
+
+// print writes the round's costliest statements, in µs of execution time
+// per job run in the round's window. A function's time includes its
+// nested statements'. The statements of the round's start and stop (the
+// backend's setup, the claims that drain it) are counted as well, so the
+// figures are slightly above the window's own.
+func (s statementTimes) print(b *testing.B, mode string, jobs int64) {
+	if s.pool == nil || jobs == 0 {
+		return
+	}
+	rows, err := s.pool.Query(context.Background(), `
+SELECT calls, total_exec_time, toplevel, left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+FROM pg_stat_statements
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY total_exec_time DESC LIMIT 16`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	fmt.Printf("statements (%s, %d jobs): µs/job, calls, nested, statement\n", mode, jobs)
+	for rows.Next() {
+		var calls int64
+		var ms float64
+		var top bool
+		var q string
+		if err := rows.Scan(&calls, &ms, &top, &q); err != nil {
+			b.Fatal(err)
+		}
+		fmt.Printf("  %7.1f %7d %-5v %s\n", ms*1000/float64(jobs), calls, !top, q)
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkPlansWeightedShare is weighted-share-error: two backlogged
