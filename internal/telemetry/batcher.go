@@ -189,9 +189,9 @@ func (b *batcher) enqueue(r *SpanRecord) {
 	// The request yields only when more than half the queue is waiting:
 	// then the export goroutine is not keeping up (every P busy), and
 	// yielding lets it run before the queue fills and spans are dropped.
-	// A yield at every batch kept the request that completed it off its P
-	// until an idle P's thread woke for it: 29 µs at the median on a
-	// two-core virtual machine (go tool trace), 3 % of the traced
+	// A yield at every batch would keep the request that completed it off
+	// its P until an idle P's thread woke for it: 29 µs at the median on
+	// a two-core virtual machine (go tool trace), 3 % of the traced
 	// benchmark's time (docs/observability.md, "Cost of tracing").
 	if (pos+1)%uint64(b.cfg.MaxExportBatchSize) == 0 {
 		b.wake()

@@ -55,16 +55,14 @@ func BenchmarkPlansFairCapsOverFIFO(b *testing.B) {
 			if _, err := pool.Exec(context.Background(), "TRUNCATE cellgate_jobs, cellgate_jobs_tenant_limits"); err != nil {
 				b.Fatal(err)
 			}
-			stmts := startStatements(b, pool)
+			name, mode, limits, sum := "fifo", ClaimFIFO, jobs.TenantLimits(nil), &fifo
 			if (k+benchRound)%2 == 0 {
-				r := benchContinuous(b, pool, ClaimFair, benchPlanLimits{})
-				stmts.print(b, "plans", r.jobs)
-				plans.add(r)
-			} else {
-				r := benchContinuous(b, pool, ClaimFIFO, nil)
-				stmts.print(b, "fifo", r.jobs)
-				fifo.add(r)
+				name, mode, limits, sum = "plans", ClaimFair, benchPlanLimits{}, &plans
 			}
+			stmts := startStatements(b, pool)
+			r := benchContinuous(b, pool, mode, limits)
+			stmts.print(b, name, r.jobs)
+			sum.add(r)
 		}
 		benchRound++
 	}
