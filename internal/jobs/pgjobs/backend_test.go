@@ -640,8 +640,9 @@ func TestConfig(t *testing.T) {
 
 // TestClaimCostIgnoresBacklog: a claim's cost (buffers touched, from
 // EXPLAIN) is the same with 100,000 jobs of one tenant as with 1,000, in
-// both claim orders, even with plans the session made while no job was
-// available: claims walk indexes, never the backlog.
+// every claim (FIFO, fair by turns, and fair by places as the previous
+// release's processes claim), even with plans the session made while no
+// job was available: claims walk indexes, never the backlog.
 func TestClaimCostIgnoresBacklog(t *testing.T) {
 	dsn := newDB(t)
 	ctx := context.Background()
@@ -649,7 +650,19 @@ func TestClaimCostIgnoresBacklog(t *testing.T) {
 		t.Helper()
 		return claimBuffers(t, pool, fair)
 	}
-	cost := map[int][2]int{}
+	// A claim by turns: the noisy tenant's 27 turns and each quiet one's.
+	turns := func(pool *pgxpool.Pool, backlog int) int {
+		t.Helper()
+		var turns []string
+		for g := backlog + 1; g <= backlog+5; g++ {
+			turns = append(turns, "noisy", fmt.Sprintf("quiet-%d", g))
+		}
+		for len(turns) < 32 {
+			turns = append(turns, "noisy")
+		}
+		return turnsBuffers(t, pool, turns)
+	}
+	cost := map[int][3]int{}
 	for _, backlog := range []int{1000, 100000} {
 		// One connection, whose plans are made while no job is available,
 		// as in a process that starts before the backlog builds up.
@@ -667,6 +680,7 @@ SELECT 'k', 'default', 't' || (g % 100), '{}', 5, 'completed', 1, now(), now(), 
 		for range 3 {
 			buffers(pool, true)
 			buffers(pool, false)
+			turns(pool, backlog)
 		}
 		// The backlog, then 5 quiet tenants' jobs, enqueued as the backend
 		// does (placed in the fair order).
@@ -681,10 +695,11 @@ SELECT count(*) FROM cellgate_jobs_insert_many(
 		}
 		buffers(pool, true) // first claims touch the new pages' hint bits
 		buffers(pool, false)
-		cost[backlog] = [2]int{buffers(pool, true), buffers(pool, false)}
+		turns(pool, backlog)
+		cost[backlog] = [3]int{buffers(pool, true), buffers(pool, false), turns(pool, backlog)}
 	}
-	t.Logf("buffers per claim of 32 (fair, fifo): 1,000 backlog %v, 100,000 backlog %v", cost[1000], cost[100000])
-	for i, mode := range []string{"fair", "fifo"} {
+	t.Logf("buffers per claim of 32 (places, fifo, turns): 1,000 backlog %v, 100,000 backlog %v", cost[1000], cost[100000])
+	for i, mode := range []string{"places", "fifo", "turns"} {
 		if small, big := cost[1000][i], cost[100000][i]; big > 2*small+50 {
 			t.Errorf("%s claim touches %d buffers with a 100,000-job backlog, %d with 1,000: it grows with the backlog", mode, big, small)
 		}
@@ -696,10 +711,25 @@ SELECT count(*) FROM cellgate_jobs_insert_many(
 // statements included.
 func claimBuffers(t *testing.T, pool *pgxpool.Pool, fair bool) int {
 	t.Helper()
+	return planBuffers(t, pool, `
+SELECT * FROM cellgate_jobs_claim(now(), 32, $1, '{}', '{}', 256, 'test', '{}', '{}', 256)`, fair)
+}
+
+// turnsBuffers is claimBuffers for a fair claim of up to 32 jobs on
+// turns.
+func turnsBuffers(t *testing.T, pool *pgxpool.Pool, turns []string) int {
+	t.Helper()
+	return planBuffers(t, pool, `
+SELECT * FROM cellgate_jobs_claim_turns(now(), 32, $1, '{}', '{}', 'test', '{}', '{}', 256)`, turns)
+}
+
+// planBuffers runs sql under EXPLAIN (ANALYZE, BUFFERS) and returns the
+// shared buffers it touched, its nested statements included.
+func planBuffers(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
 	ctx := context.Background()
 	var plan []string
-	rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
-SELECT * FROM cellgate_jobs_claim(now(), 32, $1, '{}', '{}', 256, 'test', '{}', '{}', 256)`, fair)
+	rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)`+sql, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/cellgate/cellgate/internal/jobs"
 )
@@ -124,14 +125,37 @@ func (b *DB) handOffLocked(row *jobs.JobRow) {
 func (b *DB) claimBatch(n int, mark flightMark) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
+	var turns []string
+	if b.fair {
+		if err := b.findTenants(ctx, b.now()); err != nil {
+			b.mu.Lock()
+			b.landedLocked(n, mark)
+			b.mu.Unlock()
+			return 0, fmt.Errorf("pgjobs: finding tenants with ready jobs on %s: %w", b.name, err)
+		}
+		// More turns than jobs wanted: a tenant may have fewer ready jobs
+		// than turns, and the claim gives the turns whose job it did not
+		// take back. At least minTurns, so that a claim for one job still
+		// looks past a few tenants that ran dry.
+		b.mu.Lock()
+		turns = b.turns.pick(max(n+n/2+1, minTurns), b.now(), b.roomOfLocked)
+		b.mu.Unlock()
+	}
 	done := b.takeDone()
 	ids, attempts := splitDone(done)
 	now := b.now()
-	rows, err := b.pool.Query(ctx, b.claimSQL, now, n, b.fair, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy,
-		ids, attempts, int32(placePerClaim*b.cfg.ClaimBatch))
+	var rows pgx.Rows
+	var err error
+	if b.fair {
+		rows, err = b.pool.Query(ctx, b.turnsSQL, now, n, turns, b.capKinds, b.caps, b.claimedBy,
+			ids, attempts, int32(placePerClaim*b.cfg.ClaimBatch))
+	} else {
+		rows, err = b.pool.Query(ctx, b.claimSQL, now, n, false, b.capKinds, b.caps, b.cfg.CapLookahead, b.claimedBy,
+			ids, attempts, int32(placePerClaim*b.cfg.ClaimBatch))
+	}
 	var rowsOut []*jobs.JobRow
 	if err == nil {
-		rowsOut, err = b.readClaim(rows)
+		rowsOut, err = b.readClaim(rows, turns)
 	}
 	if err != nil {
 		// The completions are written again: a no-op if they were. The
@@ -153,39 +177,58 @@ func (b *DB) claimBatch(n int, mark flightMark) (int, error) {
 		return 0, fmt.Errorf("pgjobs: claim on %s: %w", b.name, err)
 	}
 	for _, r := range rowsOut {
-		b.running[r.ID] = int32(r.Attempt)
+		b.holdLocked(r)
 		b.handOffLocked(r)
 	}
 	return len(rowsOut), nil
 }
 
-// placePerClaim × ClaimBatch is how many due jobs without a place in the
-// fair order (jobs that were scheduled, retried or rescued) a fair claim
-// places before it claims: more than a claim can take, so a backlog of such
-// jobs is placed faster than it is claimed, and few enough that one claim
-// stays short (placing costs about as much per job as claiming).
+// placePerClaim × ClaimBatch is how many due jobs without a place (jobs
+// that were scheduled, retried or rescued) a fair claim makes ready before
+// it claims: more than a claim can take, so a backlog of such jobs becomes
+// ready faster than it is claimed, and few enough that one claim stays
+// short (it costs about as much per job as claiming).
 const placePerClaim = 2
 
-func (b *DB) readClaim(rows pgx.Rows) ([]*jobs.JobRow, error) {
+// readClaim reads a claim's jobs in claim order. A fair claim's answer
+// ends with a row without a job that settles the turns (see settleClaim).
+func (b *DB) readClaim(rows pgx.Rows, turns []string) ([]*jobs.JobRow, error) {
 	defer rows.Close()
 	type ordered struct {
 		row *jobs.JobRow
 		ord int32
 	}
 	var out []ordered
+	traced := b.claimSQL == sqlClaimTraced
+	var rooms []int32
+	var found, readied []string
 	for rows.Next() {
 		r := &jobs.JobRow{Handle: b}
-		var id int64
+		var id pgtype.Int8
 		var attempt, maxAttempts, ord int32
-		dest := [...]any{&id, &r.Kind, &r.Queue, &r.Tenant, &r.EncodedArgs, &attempt, &maxAttempts, &r.EnqueuedAt, &ord, &r.TraceContext}
-		n := len(dest)
-		if b.claimSQL == sqlClaim {
-			n--
+		var rowRooms []int32
+		var rowFound, rowReadied []string
+		dest := [...]any{&id, &r.Kind, &r.Queue, &r.Tenant, &r.EncodedArgs, &attempt, &maxAttempts, &r.EnqueuedAt, &ord,
+			&rowRooms, &rowFound, &rowReadied, &r.TraceContext}
+		var scan []any
+		switch {
+		case b.fair && traced:
+			scan = dest[:]
+		case b.fair:
+			scan = dest[:12]
+		case traced:
+			scan = append(dest[:9], &r.TraceContext)
+		default:
+			scan = dest[:9]
 		}
-		if err := rows.Scan(dest[:n]...); err != nil {
+		if err := rows.Scan(scan...); err != nil {
 			return nil, err
 		}
-		r.ID, r.Attempt, r.MaxAttempts = jobs.JobID(id), int(attempt), int(maxAttempts)
+		if !id.Valid {
+			rooms, found, readied = rowRooms, rowFound, rowReadied // the turns' row
+			continue
+		}
+		r.ID, r.Attempt, r.MaxAttempts = jobs.JobID(id.Int64), int(attempt), int(maxAttempts)
 		out = append(out, ordered{r, ord})
 	}
 	if err := rows.Err(); err != nil {
@@ -196,8 +239,67 @@ func (b *DB) readClaim(rows pgx.Rows) ([]*jobs.JobRow, error) {
 	for i := range out {
 		res[i] = out[i].row
 	}
+	if b.fair {
+		b.settleClaim(turns, rooms, found, readied, res)
+	}
 	return res, nil
 }
+
+// settleClaim settles the turns with a fair claim's answer, for a claim
+// on turns: the named tenants' rooms under their caps as PostgreSQL
+// counted them (-1: no cap), in the order of their first turns; the
+// tenant of each ready job found; the jobs claimed; and the tenants with
+// jobs the claim made ready, which the turns take in.
+//
+// A tenant pays for the turns whose job it got, and for one turn more
+// when it ran dry (it had no ready job for a turn although it had room,
+// and got every job found for it): it then leaves the turns until it is
+// found again. Its other turns go back: those whose job was found but not
+// claimed (past the claim's limit, or left out by a kind's cap), and the
+// rest of those it had no job for, which a claim naming it for many turns
+// would otherwise charge it with.
+func (b *DB) settleClaim(turns []string, rooms []int32, found, readied []string, claimed []*jobs.JobRow) {
+	now := b.now()
+	tenants, counts := tally(turns)
+	nFound := make(map[string]int, len(tenants))
+	for _, s := range found {
+		nFound[s]++
+	}
+	nClaimed := make(map[string]int, len(tenants))
+	for _, r := range claimed {
+		nClaimed[r.Tenant]++
+	}
+	for i, s := range tenants {
+		asked, got := int(counts[i]), nClaimed[s]
+		full := i < len(rooms) && rooms[i] >= 0 && int(rooms[i]) < asked
+		dry := !full && nFound[s] < asked && got == nFound[s]
+		paid := got
+		if dry {
+			paid++
+		}
+		b.turns.settle(s, asked-paid, dry, full, now)
+	}
+	for _, s := range readied {
+		b.turns.activate(s, b.limitsOf(s).weight)
+	}
+	b.turns.settled()
+}
+
+// sqlClaimTurns is the fair claim: at most $2 jobs on the turns $3, the
+// tenant of each in turn order (migration 000013). The jobs come in the
+// order of their tenants' first turns.
+const sqlClaimTurns = `
+SELECT job_id, job_kind, job_queue, job_tenant, job_args, job_attempt, job_max_attempts, job_created_at, job_ord,
+       turn_rooms, turn_found, turn_readied
+FROM cellgate_jobs_claim_turns($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
+// sqlClaimTurnsTraced is sqlClaimTurns with each job's stored trace
+// context, as sqlClaimTraced.
+const sqlClaimTurnsTraced = `
+SELECT c.job_id, c.job_kind, c.job_queue, c.job_tenant, c.job_args, c.job_attempt, c.job_max_attempts, c.job_created_at, c.job_ord,
+       c.turn_rooms, c.turn_found, c.turn_readied, j.trace_context
+FROM cellgate_jobs_claim_turns($1, $2, $3, $4, $5, $6, $7, $8, $9) c
+LEFT JOIN cellgate_jobs j ON j.id = c.job_id`
 
 const sqlClaim = `
 SELECT job_id, job_kind, job_queue, job_tenant, job_args, job_attempt, job_max_attempts, job_created_at, job_ord
@@ -223,7 +325,7 @@ func (b *DB) release(ctx context.Context, rows []*jobs.JobRow) error {
 	b.mu.Lock()
 	for i, r := range rows {
 		ids[i], attempts[i] = int64(r.ID), int32(r.Attempt)
-		delete(b.running, r.ID)
+		b.dropLocked(r.ID)
 	}
 	b.mu.Unlock()
 	_, err := b.pool.Exec(ctx, sqlRelease, pgx.QueryExecModeExec, ids, attempts)

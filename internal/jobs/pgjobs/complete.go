@@ -29,7 +29,7 @@ func (b *DB) own(row *jobs.JobRow) error {
 
 func (b *DB) untrack(id jobs.JobID) {
 	b.mu.Lock()
-	delete(b.running, id)
+	b.dropLocked(id)
 	b.mu.Unlock()
 }
 
@@ -226,7 +226,7 @@ SET state = 'failed', finished_at = $3,
     errors = errors || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', $3::timestamptz, 'error', $4::text))
 WHERE id = $1 AND attempt = $2 AND state = 'running'`
 
-const sqlNotify = `SELECT pg_notify('cellgate_jobs', '')`
+const sqlNotify = `SELECT pg_notify('cellgate_jobs', $1)`
 
 // sqlComplete marks jobs completed (see cellgate_jobs_complete: attempt
 // guard, no wait for the WAL flush).

@@ -13,9 +13,10 @@ import (
 type ClaimMode string
 
 const (
-	// ClaimFair hands out jobs round-robin across the tenants that have
-	// ready jobs: one job of each such tenant per round, each tenant's jobs
-	// in the order they became ready.
+	// ClaimFair hands out jobs by turns across the tenants that have ready
+	// jobs: a tenant of weight w gets w turns per round (one without
+	// limits), and each turn takes the tenant's best ready job by priority,
+	// then age, within its room under its cap.
 	ClaimFair ClaimMode = "fair"
 	// ClaimFIFO hands out the oldest ready job first, whatever its tenant.
 	ClaimFIFO ClaimMode = "fifo"
@@ -108,8 +109,9 @@ type Config struct {
 	// once (each holds a pool connection meanwhile). 0 means
 	// DefaultInserters.
 	Inserters int
-	// CapLookahead bounds how far a claim looks past jobs of kinds that are
-	// at their concurrency cap. 0 means DefaultCapLookahead.
+	// CapLookahead bounds how far a FIFO claim looks past jobs of kinds
+	// that are at their concurrency cap (a fair claim looks within each
+	// named tenant's own jobs). 0 means DefaultCapLookahead.
 	CapLookahead int
 	// RetentionEvery is how often the maintenance leader deletes expired
 	// jobs. 0 means DefaultRetentionEvery.

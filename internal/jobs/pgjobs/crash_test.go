@@ -439,7 +439,7 @@ SELECT (SELECT id FROM ins WHERE n = '1'), (SELECT id FROM ins WHERE n = '2'), (
 		t.Fatal(err)
 	}
 	db.lostClaims = []time.Time{at}
-	db.running[jobs.JobID(held)] = 1
+	db.running[jobs.JobID(held)] = heldJob{attempt: 1}
 	c, err := jobs.NewClient(ctx, jobs.Config{Workers: 1}, b, w, jobs.Options{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -48,12 +48,18 @@ type Options struct {
 // workers, and the operator console reads and changes it (List, Operate,
 // PauseQueue, ...). Build one alone with NewDB for the console's methods.
 type DB struct {
-	// claimSQL is sqlClaim, or sqlClaimTraced with Options.TraceContext.
-	claimSQL  string
-	pool      *pgxpool.Pool
-	cfg       Config
-	name      string
-	fair      bool
+	// claimSQL is sqlClaim, or sqlClaimTraced with Options.TraceContext;
+	// turnsSQL is the fair claim's, sqlClaimTurns or sqlClaimTurnsTraced.
+	claimSQL string
+	turnsSQL string
+	pool     *pgxpool.Pool
+	cfg      Config
+	name     string
+	fair     bool
+	// turns is the fair order between tenants; only the fetcher touches it.
+	turns tenantTurns
+	// news is what notifications told the fetcher (fair claims).
+	news      news
 	brk       *breaker
 	claimedBy string
 	optLogger *slog.Logger
@@ -85,14 +91,17 @@ type DB struct {
 
 	// Claim hand-off, guarded by mu.
 	mu       sync.Mutex
-	queue    []*waiter            // workers blocked in Claim, oldest first
-	reserved int                  // jobs the claim in flight is for
-	stash    jobStash             // claimed jobs no worker has taken yet
-	returned uint64               // Claims by workers back from a job (see landedLocked)
-	prefetch int                  // jobs to keep claimed ahead of the workers (see fetch.go)
-	running  map[jobs.JobID]int32 // claimed by this backend: id → attempt
-	claims   uint64               // claim statements sent (for benchmarks: jobs per claim)
-	claimed  uint64               // jobs they returned
+	queue    []*waiter              // workers blocked in Claim, oldest first
+	reserved int                    // jobs the claim in flight is for
+	stash    jobStash               // claimed jobs no worker has taken yet
+	returned uint64                 // Claims by workers back from a job (see landedLocked)
+	prefetch int                    // jobs to keep claimed ahead of the workers (see fetch.go)
+	running  map[jobs.JobID]heldJob // claimed by this backend
+	// runningOf counts running per tenant (fair claims: a tenant's room
+	// under its cap, as far as this process's own jobs go).
+	runningOf map[string]int
+	claims    uint64 // claim statements sent (for benchmarks: jobs per claim)
+	claimed   uint64 // jobs they returned
 
 	// lostClaims are the times (p_now) of claims whose answer the
 	// connection lost: they may have committed. Only the fetcher goroutine
@@ -142,6 +151,40 @@ type waiter struct {
 	called bool // Claim was called before: the worker comes back from a job
 }
 
+// heldJob is a job this backend claimed and has not finished or handed
+// back.
+type heldJob struct {
+	attempt int32
+	tenant  string
+}
+
+// holdLocked records a claimed job. b.mu must be held.
+func (b *DB) holdLocked(r *jobs.JobRow) {
+	b.running[r.ID] = heldJob{attempt: int32(r.Attempt), tenant: r.Tenant}
+	b.runningOf[r.Tenant]++
+}
+
+// dropLocked forgets a job finished or handed back. b.mu must be held.
+// With fair claims, a job that held its tenant at its cap wakes the
+// fetcher: the turns passed the tenant over, and a claim that found
+// nothing else sleeps until news.
+func (b *DB) dropLocked(id jobs.JobID) {
+	h, ok := b.running[id]
+	if !ok {
+		return
+	}
+	delete(b.running, id)
+	n := b.runningOf[h.tenant] - 1
+	if n <= 0 {
+		delete(b.runningOf, h.tenant)
+	} else {
+		b.runningOf[h.tenant] = n
+	}
+	if b.fair && n+1 == int(b.limitsOf(h.tenant).maxRunning) {
+		signal(b.wake)
+	}
+}
+
 type doneRec struct {
 	id      int64
 	attempt int32
@@ -182,10 +225,12 @@ func newTableDB(pool *pgxpool.Pool, cfg Config, o Options) (*DB, error) {
 		optLogger: o.Logger,
 		limits:    o.Limits,
 		claimSQL:  sqlClaim,
+		turnsSQL:  sqlClaimTurns,
 		ready:     make(chan struct{}),
 		clock:     jobs.SystemClock{},
 		quit:      make(chan struct{}),
-		running:   make(map[jobs.JobID]int32),
+		running:   make(map[jobs.JobID]heldJob),
+		runningOf: make(map[string]int),
 		demand:    make(chan struct{}, 1),
 		wake:      make(chan struct{}, 1),
 		flushKick: make(chan struct{}, 1),
@@ -194,7 +239,7 @@ func newTableDB(pool *pgxpool.Pool, cfg Config, o Options) (*DB, error) {
 		ntf:       notifier{kick: make(chan struct{}, 1)},
 	}
 	if o.TraceContext {
-		b.claimSQL = sqlClaimTraced
+		b.claimSQL, b.turnsSQL = sqlClaimTraced, sqlClaimTurnsTraced
 	}
 	if o.Breaker {
 		b.brk = newBreaker(cfg.BreakerFailures, cfg.BreakerCooldown, b.now)

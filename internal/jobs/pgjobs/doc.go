@@ -17,14 +17,17 @@
 //   - Claim: one goroutine per DB (the fetcher) claims, in one round
 //     trip, a job for every worker waiting in Claim plus a prefetch sized
 //     to what the workers asked for during the previous round trip
-//     (cellgate_jobs_claim: FOR UPDATE SKIP LOCKED, fair or FIFO order,
-//     per-kind caps under an advisory lock); see fetch.go. A claim waits
-//     for its WAL flush, so a database crash cannot put a job a worker
-//     runs back in the queue; the jobs of a claim whose answer the
-//     connection lost are handed back before the next claim. Fair order is
-//     a place (vtime) each ready job gets when it is enqueued, so a fair
-//     claim reads one index in order, as a FIFO claim does. Idle, it waits
-//     for a NOTIFY, a local insert, a scheduled time or the poll interval.
+//     (FOR UPDATE SKIP LOCKED; per-kind caps under an advisory lock); see
+//     fetch.go. A claim waits for its WAL flush, so a database crash cannot
+//     put a job a worker runs back in the queue; the jobs of a claim whose
+//     answer the connection lost are handed back before the next claim.
+//     FIFO claims (cellgate_jobs_claim) read the oldest ready jobs from one
+//     index. Fair claims (cellgate_jobs_claim_turns) name the tenants whose
+//     turn it is: the fetcher keeps the turns between tenants by their
+//     weights (turns.go), and the claim takes each named tenant's best
+//     ready jobs by priority within its room under its cap. Idle, the
+//     fetcher waits for a NOTIFY, a local insert, a scheduled time, a
+//     capped tenant's freed room or the poll interval.
 //   - Pause: PauseQueue stores a paused queue in cellgate_jobs_paused
 //     (jobs.QueuePauser; pause.go); every claim reads that table once and
 //     skips the queue's jobs until ResumeQueue, which NOTIFYs.

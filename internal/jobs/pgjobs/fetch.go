@@ -146,9 +146,10 @@ func (b *DB) fetchLoop() {
 			continue
 		}
 		retry.reset()
-		if got > 0 {
+		if got > 0 || b.fair && b.turns.again() {
 			// A short batch does not prove the table is drained: jobs of a
-			// kind at its cap are trimmed. Only an empty claim does.
+			// kind at its cap are trimmed. Only an empty claim does, unless
+			// the tenants it named ran dry while the turns hold others.
 			continue
 		}
 		// Nothing more to claim now: wait for news.

@@ -77,7 +77,7 @@ func (b *DB) insertTx(ctx context.Context, stx shards.Tx, p jobs.InsertParams) (
 		if runAt.After(now) {
 			b.wakeAt(runAt)
 		} else {
-			b.notifyAfterTx()
+			b.notifyAfterTx(p.Tenant)
 		}
 	}
 	return jobs.EnqueueResult{ID: jobs.JobID(id), Duplicate: dup}, nil
@@ -210,7 +210,7 @@ func (b *DB) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.Enqueue
 			return jobs.EnqueueResult{}, fmt.Errorf("pgjobs: enqueue %s on %s: %w", p.Kind, b.name, err)
 		}
 		if !dup {
-			b.inserted(runAt, now)
+			b.inserted(p.Tenant, runAt, now)
 		}
 		return jobs.EnqueueResult{ID: jobs.JobID(id), Duplicate: dup}, nil
 	}
@@ -241,11 +241,13 @@ func (b *DB) insertPlain(ctx context.Context, p jobs.InsertParams) (jobs.Enqueue
 	}
 }
 
-// inserted wakes the workers (of every process) for a job it committed.
-func (b *DB) inserted(runAt, now time.Time) {
+// inserted wakes the workers (of every process) for a job of tenant it
+// committed.
+func (b *DB) inserted(tenant string, runAt, now time.Time) {
 	if runAt.After(now) {
 		b.wakeAt(runAt)
 	} else {
+		b.readied(tenant)
 		b.notifyNow()
 	}
 }
@@ -315,7 +317,7 @@ func (b *DB) insertBatch(batch []*insertReq) {
 		}
 		b.inserts.Add(1)
 		b.insertedJobs.Add(1)
-		b.inserted(runAt, now)
+		b.inserted(p.Tenant, runAt, now)
 		batch[0].res <- insertRes{id: jobs.JobID(id)}
 		return
 	}
@@ -354,6 +356,13 @@ func (b *DB) insertBatch(batch []*insertReq) {
 		r.res <- insertRes{id: jobs.JobID(ids[i])}
 	}
 	if ready {
+		// Named once committed: a NOTIFY sent meanwhile must not name a
+		// tenant whose job a claim cannot see yet.
+		for i := range batch {
+			if !runAts[i].After(now) {
+				b.readied(tenants[i])
+			}
+		}
 		b.notifyNow()
 	}
 	if !earliest.IsZero() {
@@ -433,7 +442,8 @@ func (b *DB) insertManyNow(ctx context.Context, ps []jobs.InsertParams) ([]jobs.
 	b.inserts.Add(1)
 	b.insertedJobs.Add(uint64(len(ps)))
 	ready, earliest := wakeOf(ps, out, now)
-	if ready {
+	if len(ready) > 0 {
+		b.readied(ready...)
 		b.notifyNow()
 	}
 	if !earliest.IsZero() {
@@ -461,8 +471,8 @@ func (b *DB) insertManyTx(ctx context.Context, stx shards.Tx, ps []jobs.InsertPa
 		return nil, fmt.Errorf("pgjobs: enqueue many in a transaction on %s: %w", b.name, err)
 	}
 	ready, earliest := wakeOf(ps, out, now)
-	if ready {
-		b.notifyAfterTx()
+	if len(ready) > 0 {
+		b.notifyAfterTx(ready...)
 	}
 	if !earliest.IsZero() {
 		b.wakeAt(earliest)
@@ -470,16 +480,16 @@ func (b *DB) insertManyTx(ctx context.Context, stx shards.Tx, ps []jobs.InsertPa
 	return out, nil
 }
 
-// wakeOf says whether the inserted (not duplicate) jobs hold a ready one,
-// and the earliest run_at of those scheduled for later.
-func wakeOf(ps []jobs.InsertParams, out []jobs.EnqueueResult, now time.Time) (ready bool, earliest time.Time) {
+// wakeOf returns the tenants of the inserted (not duplicate) jobs that
+// are ready, and the earliest run_at of those scheduled for later.
+func wakeOf(ps []jobs.InsertParams, out []jobs.EnqueueResult, now time.Time) (ready []string, earliest time.Time) {
 	for i := range ps {
 		if out[i].Duplicate {
 			continue
 		}
 		runAt := runAtOf(ps[i], now)
 		if !runAt.After(now) {
-			ready = true
+			ready = append(ready, ps[i].Tenant)
 		} else if earliest.IsZero() || runAt.Before(earliest) {
 			earliest = runAt
 		}

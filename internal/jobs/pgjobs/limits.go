@@ -49,6 +49,9 @@ func (c *limitsCache) put(tenant string, l tenantLimits) {
 
 // limitsOf asks the source for tenant's limits.
 func (b *DB) limitsOf(tenant string) tenantLimits {
+	if b.limits == nil {
+		return tenantLimits{weight: 1}
+	}
 	mr, w := jobs.NormalizeLimits(b.limits.JobLimits(tenant))
 	return tenantLimits{maxRunning: int32(min(mr, 1<<30)), weight: int32(w)}
 }

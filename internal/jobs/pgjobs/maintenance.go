@@ -112,6 +112,7 @@ func (b *DB) connect() (*pgx.Conn, error) {
 			}
 			return
 		}
+		b.heard(n.Payload)
 		signal(b.wake)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -281,9 +282,9 @@ func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Maintenance
 	b.mu.Lock()
 	ids := make([]int64, 0, len(b.running))
 	attempts := make([]int32, 0, len(b.running))
-	for id, a := range b.running {
+	for id, h := range b.running {
 		ids = append(ids, int64(id))
-		attempts = append(attempts, a)
+		attempts = append(attempts, h.attempt)
 	}
 	b.mu.Unlock()
 	if len(ids) > 0 {
@@ -338,8 +339,10 @@ func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Maintenance
 			"available_again", rep.Rescued, "failed", rep.RescuedFailed, "rescue_after", b.cfg.RescueAfter)
 	}
 	if rep.Rescued > 0 {
-		// An autocommit statement of its own: see notify.go.
-		_, err := conn.Exec(ctx, sqlNotify)
+		// An autocommit statement of its own: see notify.go. It names no
+		// tenant: rescued jobs have no place, and the fair claim that
+		// makes them ready names their tenants.
+		_, err := conn.Exec(ctx, sqlNotify, "[]")
 		setErr(err)
 		signal(b.wake)
 	}
@@ -347,7 +350,8 @@ func (b *DB) pass(conn *pgx.Conn, full, retention, vacuum bool) (rep Maintenance
 	if err := conn.QueryRow(ctx, sqlRefillHeld, now).Scan(&rep.Placed); err != nil {
 		setErr(fmt.Errorf("pgjobs: placing held jobs on %s: %w", b.name, err))
 	} else if rep.Placed > 0 {
-		_, err := conn.Exec(ctx, sqlNotify)
+		// Held jobs were ready for fair claims already: no tenant named.
+		_, err := conn.Exec(ctx, sqlNotify, "[]")
 		setErr(err)
 		signal(b.wake)
 	}

@@ -2,6 +2,10 @@ package pgjobs
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -31,6 +35,101 @@ type notifier struct {
 	now  bool
 	at   [len(txNotifyDelays)]time.Time // zero: not armed
 	kick chan struct{}
+	// tenants have jobs made ready since the last NOTIFY, which names
+	// them (notifyPayload): fair claimers in every process give them
+	// turns at once instead of at their next look.
+	tenants map[string]struct{}
+	// txTenants have jobs written in callers' transactions, which commit
+	// when the backend does not see: every NOTIFY names them until the
+	// last of txNotifyDelays has passed.
+	txTenants map[string]time.Time
+}
+
+// notifyPayloadMax bounds a NOTIFY's list of tenants (PostgreSQL takes
+// up to 8,000 bytes); a longer list is sent as no list, which tells the
+// listeners to look for themselves.
+const notifyPayloadMax = 4000
+
+// readied notes tenants with jobs made ready (committed), for the next
+// NOTIFY.
+func (b *DB) readied(tenants ...string) {
+	b.ntf.mu.Lock()
+	for _, t := range tenants {
+		b.readiedLocked(t)
+	}
+	b.ntf.mu.Unlock()
+}
+
+// readiedLocked is readied for one tenant. b.ntf.mu must be held.
+func (b *DB) readiedLocked(tenant string) {
+	if b.ntf.tenants == nil {
+		b.ntf.tenants = make(map[string]struct{})
+	}
+	b.ntf.tenants[tenant] = struct{}{}
+}
+
+// notifyPayload is the JSON array of tenants, or "" when it would be
+// longer than notifyPayloadMax.
+func notifyPayload(tenants map[string]struct{}) string {
+	if len(tenants) == 0 {
+		return ""
+	}
+	list := make([]string, 0, len(tenants))
+	n := 0
+	for t := range tenants {
+		if n += len(t) + 3; n > notifyPayloadMax {
+			return ""
+		}
+		list = append(list, t)
+	}
+	out, err := json.Marshal(list)
+	if err != nil || len(out) > notifyPayloadMax {
+		return ""
+	}
+	return string(out)
+}
+
+// news is what the fetcher has heard of since its last claim: tenants
+// with jobs made ready, or (look) that some were, unnamed.
+type news struct {
+	mu      sync.Mutex
+	tenants []string
+	look    bool
+}
+
+// heard takes in a NOTIFY's payload on cellgate_jobs (notifyPayload's
+// list, or "": look). Only fair claims use it.
+func (b *DB) heard(payload string) {
+	if !b.fair {
+		return
+	}
+	var list []string
+	if !strings.HasPrefix(payload, "[") || json.Unmarshal([]byte(payload), &list) != nil || len(list) > notifyPayloadMax {
+		b.news.mu.Lock()
+		b.news.look = true
+		b.news.mu.Unlock()
+		return
+	}
+	b.hear(list)
+}
+
+// hear adds tenants with ready jobs to the news (fair claims only).
+func (b *DB) hear(tenants []string) {
+	if !b.fair || len(tenants) == 0 {
+		return
+	}
+	b.news.mu.Lock()
+	b.news.tenants = append(b.news.tenants, tenants...)
+	b.news.mu.Unlock()
+}
+
+// takeNews empties the news.
+func (b *DB) takeNews() (tenants []string, look bool) {
+	b.news.mu.Lock()
+	defer b.news.mu.Unlock()
+	tenants, look = b.news.tenants, b.news.look
+	b.news.tenants, b.news.look = nil, false
+	return tenants, look
 }
 
 // notifyNow asks for a NOTIFY as soon as possible (coalesced with others).
@@ -42,12 +141,19 @@ func (b *DB) notifyNow() {
 	signal(b.ntf.kick)
 }
 
-// notifyAfterTx arms the delayed NOTIFYs for a job written in a caller's
-// transaction. An armed delay is never postponed, so a steady stream of
-// enqueues still notifies every few milliseconds.
-func (b *DB) notifyAfterTx() {
+// notifyAfterTx arms the delayed NOTIFYs for jobs of tenants written in a
+// caller's transaction, which name the tenants. An armed delay is never
+// postponed, so a steady stream of enqueues still notifies every few
+// milliseconds.
+func (b *DB) notifyAfterTx(tenants ...string) {
 	now := time.Now()
 	b.ntf.mu.Lock()
+	if b.ntf.txTenants == nil {
+		b.ntf.txTenants = make(map[string]time.Time)
+	}
+	for _, t := range tenants {
+		b.ntf.txTenants[t] = now.Add(txNotifyDelays[len(txNotifyDelays)-1])
+	}
 	for i, d := range txNotifyDelays {
 		if b.ntf.at[i].IsZero() {
 			b.ntf.at[i] = now.Add(d)
@@ -95,9 +201,27 @@ func (b *DB) notifyLoop() {
 				b.ntf.now = false
 				b.ntf.mu.Unlock()
 			}
+			// The tenants named by the requests this NOTIFY answers,
+			// those made during the gap too.
+			b.ntf.mu.Lock()
+			for t, until := range b.ntf.txTenants {
+				if time.Now().After(until) {
+					delete(b.ntf.txTenants, t)
+				} else {
+					b.readiedLocked(t)
+				}
+			}
+			payload := notifyPayload(b.ntf.tenants)
+			named := slices.Collect(maps.Keys(b.ntf.tenants))
+			clear(b.ntf.tenants)
+			b.ntf.mu.Unlock()
+			// This process's fetcher hears them without the round trip,
+			// and without waiting for the listening connection, which the
+			// maintenance leader also vacuums on.
+			b.hear(named)
 			last = time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := b.pool.Exec(ctx, sqlNotify)
+			_, err := b.pool.Exec(ctx, sqlNotify, payload)
 			cancel()
 			if err != nil {
 				b.logErr("notify", "pgjobs: NOTIFY failed; other processes find the job at their next poll", err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cellgate/cellgate/internal/jobs"
 )
 
@@ -267,10 +269,11 @@ func TestPauseRefusals(t *testing.T) {
 
 // BenchmarkClaimPausedBacklog measures one claim of 32 jobs, in each claim
 // order, with 0, 2,000 and 20,000 ready jobs of a paused queue ahead of
-// the jobs it may take (older, and first in the fair order): the cost of
-// stepping over a paused backlog, which every claim pays while the pause
-// lasts (docs/jobs-postgres.md, "Pausing a queue"). ms/claim is the
-// statement's wall time seen by this process.
+// the jobs it may take (older, spread over the 100 tenants as those are):
+// the cost of stepping over a paused backlog, which every claim pays
+// while the pause lasts (docs/jobs-postgres.md, "Pausing a queue"). A
+// fair claim names 32 tenants, one job each, as the turns of tenants of
+// weight 1 do. ms/claim is the statement's wall time seen by this process.
 func BenchmarkClaimPausedBacklog(b *testing.B) {
 	dsn := newDB(b)
 	ctx := context.Background()
@@ -280,7 +283,9 @@ func BenchmarkClaimPausedBacklog(b *testing.B) {
 				pool := newSchema(b, dsn, 1)
 				// The paused backlog first (places 1..paused), then enough
 				// runnable jobs for every claim of the run.
-				runnable := 32 * (b.N + 1)
+				// (As many for each of the 100 tenants: a fair claim
+				// names 32 of them in turn.)
+				runnable := 100 * (32*(b.N+1)/100 + 2)
 				if _, err := pool.Exec(ctx, `
 INSERT INTO cellgate_jobs (kind, queue, tenant, args, max_attempts, run_at, created_at, vtime)
 SELECT 'k', CASE WHEN g <= $1 THEN 'held' ELSE 'default' END, 't' || g % 100, '{}', 5,
@@ -294,15 +299,30 @@ FROM generate_series(1, $1::int + $2::int) g`, paused, runnable); err != nil {
 				if _, err := pool.Exec(ctx, `VACUUM ANALYZE cellgate_jobs`); err != nil {
 					b.Fatal(err)
 				}
+				turn := 0
 				claim := func() int {
-					rows, err := pool.Query(ctx, sqlClaim, time.Now(), 32, mode == ClaimFair, []string{}, []int32{}, 256, "bench",
-						[]int64{}, []int32{}, int32(64))
+					var rows pgx.Rows
+					var err error
+					if mode == ClaimFair {
+						turns := make([]string, 32)
+						for i := range turns {
+							turns[i] = fmt.Sprintf("t%d", turn%100)
+							turn++
+						}
+						rows, err = pool.Query(ctx, sqlClaimTurns, time.Now(), 32, turns, []string{}, []int32{}, "bench",
+							[]int64{}, []int32{}, int32(64))
+					} else {
+						rows, err = pool.Query(ctx, sqlClaim, time.Now(), 32, false, []string{}, []int32{}, 256, "bench",
+							[]int64{}, []int32{}, int32(64))
+					}
 					if err != nil {
 						b.Fatal(err)
 					}
 					n := 0
 					for rows.Next() {
-						n++
+						if v := rows.RawValues(); v[0] != nil { // a job, not a tenant's report
+							n++
+						}
 					}
 					if err := rows.Err(); err != nil {
 						b.Fatal(err)

@@ -84,6 +84,9 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 		exec(sqlClaim, now, int32(3), fair, []string{"k"}, []int32{10}, int32(64), "test", []int64{1}, []int32{1}, int32(64))
 	}
 	exec(sqlClaim, now, int32(3), true, []string{}, []int32{}, int32(64), "test", []int64{2}, []int32{1}, int32(64))
+	exec(sqlClaimTurns, now, int32(3), []string{"acme", "capped", "acme"}, []string{"k"}, []int32{10}, "test",
+		[]int64{5}, []int32{1}, int32(64))
+	exec(sqlReadyTenants)
 	exec(sqlComplete, []int64{3, 4}, []int32{1, 1}, now)
 
 	mu.Lock()
@@ -96,6 +99,8 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 		"SELECT array_agg(CASE WHEN NOT u.ready":       false, // a batch's places
 		"UPDATE cellgate_jobs j SET state = 'running'": false, // a claim
 		"SET state = 'completed'":                      false, // a completion
+		"ORDER BY j.priority, j.id LIMIT CASE":         false, // a fair claim's tenants
+		"FROM cellgate_jobs_ready_tenants()":           false, // the tenants with ready jobs
 	}
 	for _, n := range notices {
 		i := strings.IndexByte(n, '{')
@@ -124,6 +129,24 @@ func TestStatementsScanEachLookupOnce(t *testing.T) {
 			if k > 1 {
 				t.Errorf("%d× %s in the plan of %.120s", k, s, text)
 			}
+		}
+		if strings.Contains(text, "ORDER BY j.priority, j.id LIMIT CASE") || strings.Contains(text, "FROM cellgate_jobs_ready_tenants()") {
+			// A tenant's ready jobs, in its order, from the index that
+			// holds only those.
+			n := 0
+			e.Plan.walk(func(s planNode) {
+				if s.RelationName == "cellgate_jobs" && s.IndexName == "cellgate_jobs_turns_idx" {
+					n++
+				}
+			})
+			if n == 0 {
+				t.Errorf("the plan of %.120s does not read cellgate_jobs_turns_idx", text)
+			}
+			e.Plan.walk(func(s planNode) {
+				if s.NodeType == "Seq Scan" && s.RelationName == "cellgate_jobs" {
+					t.Errorf("the plan of %.120s reads all of cellgate_jobs", text)
+				}
+			})
 		}
 		if strings.Contains(text, "RETURNING id, false") {
 			e.Plan.walk(func(s planNode) {
