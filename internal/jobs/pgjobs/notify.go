@@ -68,11 +68,12 @@ func (b *DB) readiedLocked(tenant string) {
 	b.ntf.tenants[tenant] = struct{}{}
 }
 
-// notifyPayload is the JSON array of tenants, or "" when it would be
-// longer than notifyPayloadMax.
+// notifyPayload is the JSON array of tenants ("[]" for none: a retry or
+// a rescue, whose jobs the claim that makes them ready names), or "" when
+// it would be longer than notifyPayloadMax.
 func notifyPayload(tenants map[string]struct{}) string {
 	if len(tenants) == 0 {
-		return ""
+		return "[]"
 	}
 	list := make([]string, 0, len(tenants))
 	n := 0
@@ -90,10 +91,11 @@ func notifyPayload(tenants map[string]struct{}) string {
 }
 
 // news is what the fetcher has heard of since its last claim: tenants
-// with jobs made ready, or (look) that some were, unnamed.
+// with jobs made ready (a set: a fetcher waiting for its workers hears on,
+// and holds each tenant once), or (look) that some were, unnamed.
 type news struct {
 	mu      sync.Mutex
-	tenants []string
+	tenants map[string]struct{}
 	look    bool
 }
 
@@ -119,7 +121,12 @@ func (b *DB) hear(tenants []string) {
 		return
 	}
 	b.news.mu.Lock()
-	b.news.tenants = append(b.news.tenants, tenants...)
+	if b.news.tenants == nil {
+		b.news.tenants = make(map[string]struct{})
+	}
+	for _, t := range tenants {
+		b.news.tenants[t] = struct{}{}
+	}
 	b.news.mu.Unlock()
 }
 
@@ -127,8 +134,9 @@ func (b *DB) hear(tenants []string) {
 func (b *DB) takeNews() (tenants []string, look bool) {
 	b.news.mu.Lock()
 	defer b.news.mu.Unlock()
-	tenants, look = b.news.tenants, b.news.look
-	b.news.tenants, b.news.look = nil, false
+	tenants, look = slices.Collect(maps.Keys(b.news.tenants)), b.news.look
+	clear(b.news.tenants)
+	b.news.look = false
 	return tenants, look
 }
 

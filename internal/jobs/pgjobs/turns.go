@@ -24,9 +24,9 @@ const turnStride = 720720
 // A NOTIFY names the tenants of the jobs an enqueue made ready, in every
 // process, and a claim names those of the due jobs it made ready; besides
 // those, a fetcher looks for tenants with ready jobs (one index descent
-// per tenant) whenever its turns hold none, when a NOTIFY names none (an
-// older release's, a resumed queue's, or one with too many to name), and
-// every findEvery, for what a lost notification missed.
+// per tenant) whenever its turns hold none, when a NOTIFY carries no
+// list (an older release's, a resumed queue's, or one with too many to
+// name), and every findEvery, for what a lost notification missed.
 const (
 	// findEvery is the interval between two looks when nothing asks for
 	// one sooner.

@@ -299,6 +299,9 @@ func TestNotifyNamesTenants(t *testing.T) {
 	if got != `["acme"]` {
 		t.Errorf("payload of acme = %q", got)
 	}
+	if got := notifyPayload(nil); got != "[]" {
+		t.Errorf("payload of no tenant = %q, want an empty list (no look)", got)
+	}
 	many := map[string]struct{}{}
 	for i := range 1000 {
 		many[fmt.Sprintf("tenant-%04d", i)] = struct{}{}
@@ -312,6 +315,14 @@ func TestNotifyNamesTenants(t *testing.T) {
 	b.turns.activate("noisy", 1)
 	b.turns.found = at // looked just now: no look is due (b has no pool)
 	b.heard(`["quiet"]`)
+	b.heard(`["quiet"]`)
+	if len(b.news.tenants) != 1 {
+		t.Errorf("news holds %d entries for one tenant named twice", len(b.news.tenants))
+	}
+	b.heard(`[]`)
+	if b.news.look {
+		t.Error("a NOTIFY naming an empty list asked for a look")
+	}
 	b.heard(`not a list`)
 	if err := b.findTenants(context.Background(), at); err != nil {
 		t.Fatal(err)
