@@ -71,19 +71,11 @@ func (b *DB) readiedLocked(tenant string) {
 // notifyPayload is the JSON array of tenants ("[]" for none: a retry or
 // a rescue, whose jobs the claim that makes them ready names), or "" when
 // it would be longer than notifyPayloadMax.
-func notifyPayload(tenants map[string]struct{}) string {
+func notifyPayload(tenants []string) string {
 	if len(tenants) == 0 {
 		return "[]"
 	}
-	list := make([]string, 0, len(tenants))
-	n := 0
-	for t := range tenants {
-		if n += len(t) + 3; n > notifyPayloadMax {
-			return ""
-		}
-		list = append(list, t)
-	}
-	out, err := json.Marshal(list)
+	out, err := json.Marshal(tenants)
 	if err != nil || len(out) > notifyPayloadMax {
 		return ""
 	}
@@ -219,8 +211,8 @@ func (b *DB) notifyLoop() {
 					b.readiedLocked(t)
 				}
 			}
-			payload := notifyPayload(b.ntf.tenants)
 			named := slices.Collect(maps.Keys(b.ntf.tenants))
+			payload := notifyPayload(named)
 			clear(b.ntf.tenants)
 			b.ntf.mu.Unlock()
 			// This process's fetcher hears them without the round trip,
