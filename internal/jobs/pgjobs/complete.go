@@ -27,10 +27,22 @@ func (b *DB) own(row *jobs.JobRow) error {
 	return nil
 }
 
-func (b *DB) untrack(id jobs.JobID) {
+// untrack forgets a job whose outcome is about to be recorded; freed is
+// dropLocked's. The caller passes it to roomFreed once the outcome is
+// buffered or written.
+func (b *DB) untrack(id jobs.JobID) (freed bool) {
 	b.mu.Lock()
-	b.dropLocked(id)
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	return b.dropLocked(id)
+}
+
+// roomFreed wakes the fetcher when a recorded outcome left room under a
+// cap: a kind's, or, freed, its tenant's. A worker may be idle, or a
+// tenant passed over, because of the cap.
+func (b *DB) roomFreed(row *jobs.JobRow, freed bool) {
+	if freed || b.capped[row.Kind] {
+		signal(b.wake)
+	}
 }
 
 // complete records success. The write is buffered (see the package doc):
@@ -43,7 +55,7 @@ func (b *DB) complete(ctx context.Context, row *jobs.JobRow) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
-	b.untrack(row.ID)
+	freed := b.untrack(row.ID)
 	b.cmu.Lock()
 	if b.doneClosed {
 		// Close has written the buffer for the last time.
@@ -62,10 +74,8 @@ func (b *DB) complete(ctx context.Context, row *jobs.JobRow) error {
 	case n == 1:
 		signal(b.flushKick)
 	}
-	if b.capped[row.Kind] {
-		// The kind has room again: a worker may be idle because of the cap.
-		signal(b.wake)
-	}
+	// The next claim writes the buffer first, so it sees the room.
+	b.roomFreed(row, freed)
 	return nil
 }
 
@@ -84,21 +94,23 @@ func (b *DB) retry(ctx context.Context, row *jobs.JobRow, delay time.Duration, e
 	if err := b.own(row); err != nil {
 		return err
 	}
-	b.untrack(row.ID)
+	freed := b.untrack(row.ID)
 	now := b.now()
 	runAt := now.Add(max(delay, 0))
 	tag, err := b.writeOutcome(ctx, sqlRetry, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now, truncate(errMsg))
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: retry job %d: %w", row.ID, err))
 	}
-	return b.madeAvailable(tag, row, delay, runAt)
+	return b.madeAvailable(tag, row, freed, delay, runAt)
 }
 
 // madeAvailable finishes a retry or snooze whose write tag reports: a job
 // no longer running is errNotRunning; otherwise idle workers learn of it
-// now (delay ≤ 0) or at runAt, and a capped kind's held-back jobs get
-// another look, since this job's running slot is free.
-func (b *DB) madeAvailable(tag pgconn.CommandTag, row *jobs.JobRow, delay time.Duration, runAt time.Time) error {
+// now (delay ≤ 0) or at runAt, and jobs held back by a cap get another
+// look, since this job's running slot is free (freed is untrack's).
+func (b *DB) madeAvailable(tag pgconn.CommandTag, row *jobs.JobRow, freed bool, delay time.Duration, runAt time.Time) error {
+	// Written, or rescued meanwhile: either way the job no longer runs.
+	b.roomFreed(row, freed)
 	if tag.RowsAffected() == 0 {
 		return errNotRunning
 	}
@@ -106,9 +118,6 @@ func (b *DB) madeAvailable(tag pgconn.CommandTag, row *jobs.JobRow, delay time.D
 		b.notifyNow()
 	} else {
 		b.wakeAt(runAt)
-	}
-	if b.capped[row.Kind] {
-		signal(b.wake)
 	}
 	return nil
 }
@@ -119,14 +128,14 @@ func (b *DB) snooze(ctx context.Context, row *jobs.JobRow, delay time.Duration) 
 	if err := b.own(row); err != nil {
 		return err
 	}
-	b.untrack(row.ID)
+	freed := b.untrack(row.ID)
 	now := b.now()
 	runAt := now.Add(max(delay, 0))
 	tag, err := b.writeOutcome(ctx, sqlSnooze, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), runAt, now)
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: snooze job %d: %w", row.ID, err))
 	}
-	return b.madeAvailable(tag, row, delay, runAt)
+	return b.madeAvailable(tag, row, freed, delay, runAt)
 }
 
 // fail records the final failure; the job stays in the table, 'failed',
@@ -135,16 +144,14 @@ func (b *DB) fail(ctx context.Context, row *jobs.JobRow, errMsg string) error {
 	if err := b.own(row); err != nil {
 		return err
 	}
-	b.untrack(row.ID)
+	freed := b.untrack(row.ID)
 	tag, err := b.writeOutcome(ctx, sqlFail, pgx.QueryExecModeExec, int64(row.ID), int32(row.Attempt), b.now(), truncate(errMsg))
 	if err != nil {
 		return b.closedErr(fmt.Errorf("pgjobs: fail job %d: %w", row.ID, err))
 	}
+	b.roomFreed(row, freed)
 	if tag.RowsAffected() == 0 {
 		return errNotRunning
-	}
-	if b.capped[row.Kind] {
-		signal(b.wake)
 	}
 	return nil
 }

@@ -165,13 +165,16 @@ func (b *DB) holdLocked(r *jobs.JobRow) {
 }
 
 // dropLocked forgets a job finished or handed back. b.mu must be held.
-// With fair claims, a job that held its tenant at its cap wakes the
-// fetcher: the turns passed the tenant over, and a claim that found
-// nothing else sleeps until news.
-func (b *DB) dropLocked(id jobs.JobID) {
+// It reports whether, with fair claims, the job held its tenant at its
+// cap: the turns passed the tenant over, and a claim that found nothing
+// else sleeps until news, so the caller wakes the fetcher, once the
+// job's outcome is buffered or written. Before that, a claim would still
+// count the job as running, find the tenant without room and pass it over
+// again.
+func (b *DB) dropLocked(id jobs.JobID) (freed bool) {
 	h, ok := b.running[id]
 	if !ok {
-		return
+		return false
 	}
 	delete(b.running, id)
 	n := b.runningOf[h.tenant] - 1
@@ -180,9 +183,7 @@ func (b *DB) dropLocked(id jobs.JobID) {
 	} else {
 		b.runningOf[h.tenant] = n
 	}
-	if b.fair && n+1 == int(b.limitsOf(h.tenant).maxRunning) {
-		signal(b.wake)
-	}
+	return b.fair && n+1 == int(b.limitsOf(h.tenant).maxRunning)
 }
 
 type doneRec struct {

@@ -152,14 +152,15 @@ func (b *DB) fetchLoop() {
 			// the tenants it named ran dry while the turns hold others.
 			continue
 		}
-		// Nothing more to claim now: wait for news.
+		// Nothing more to claim now: wait for news, or for the end of the
+		// first tenant's rest.
 		if !poll.Stop() {
 			select {
 			case <-poll.C:
 			default:
 			}
 		}
-		poll.Reset(b.cfg.PollInterval)
+		poll.Reset(b.pollWait())
 		select {
 		case <-b.wake:
 		case <-poll.C:
@@ -167,6 +168,22 @@ func (b *DB) fetchLoop() {
 			return
 		}
 	}
+}
+
+// pollWait is how long the fetcher waits for news after a claim that
+// took nothing: the poll interval, or less while a tenant rests.
+func (b *DB) pollWait() time.Duration {
+	wait := b.cfg.PollInterval
+	if !b.fair {
+		return wait
+	}
+	b.mu.Lock()
+	end, ok := b.turns.restEnd(b.roomOfLocked)
+	b.mu.Unlock()
+	if ok {
+		wait = min(wait, max(end.Sub(b.now()), 0))
+	}
+	return wait
 }
 
 // releaseLostNow is releaseLost on the fetcher's own deadline.

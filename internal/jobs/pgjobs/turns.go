@@ -42,9 +42,22 @@ const (
 	// minTurns is the fewest turns a fair claim names (see claimBatch).
 	minTurns = 16
 	// restFor is how long a tenant whose whole room other processes hold
-	// (the database counted less room than this process) is passed over.
+	// (the database counted less room than this process) is first passed
+	// over. Each claim that finds it so again doubles the rest, up to
+	// restMax: the processes holding its room claim its next jobs as
+	// theirs end, and an idle fetcher that wakes when a rest ends (see
+	// fetchLoop) must not poll the database every restFor for a tenant
+	// that stays busy elsewhere.
 	restFor = 10 * time.Millisecond
+	restMax = 640 * time.Millisecond
 )
+
+// rest is how long a tenant is passed over: until, after a rest of
+// length.
+type rest struct {
+	until  time.Time
+	length time.Duration
+}
 
 // turn is one tenant's place in the turns.
 type turn struct {
@@ -96,8 +109,9 @@ type tenantTurns struct {
 	// known holds the active tenants and the inactive ones whose pass is
 	// still ahead of now (anything else starts at now anyway).
 	known map[string]*turn
-	// resting are tenants passed over until the time given.
-	resting map[string]time.Time
+	// resting are tenants the database last counted less room for than
+	// this process did.
+	resting map[string]rest
 	// found is when the fetcher last looked for tenants and took how
 	// long; asked is whether a notification asked for a look since.
 	found time.Time
@@ -112,7 +126,7 @@ type tenantTurns struct {
 func (t *tenantTurns) activate(tenant string, weight int32) {
 	if t.known == nil {
 		t.known = make(map[string]*turn)
-		t.resting = make(map[string]time.Time)
+		t.resting = make(map[string]rest)
 	}
 	e := t.known[tenant]
 	if e == nil {
@@ -147,7 +161,7 @@ func (t *tenantTurns) pick(n int, at time.Time, roomOf func(string) int) []strin
 		if room >= 0 {
 			room -= given[e.tenant]
 		}
-		if until, ok := t.resting[e.tenant]; room == 0 || ok && at.Before(until) {
+		if room == 0 || at.Before(t.resting[e.tenant].until) {
 			aside = append(aside, heap.Pop(&t.active).(*turn))
 			continue
 		}
@@ -184,7 +198,7 @@ func tally(turns []string) (tenants []string, counts []int32) {
 // DB.settleClaim): giveBack turns go back; ranDry says it has no other
 // ready job, so it leaves the turns until it is found again; full says
 // the database counted less room than it asked for (other processes run
-// its jobs), so it rests for restFor.
+// its jobs), so it rests (restFor, doubling while it stays so).
 func (t *tenantTurns) settle(tenant string, giveBack int, ranDry, full bool, at time.Time) {
 	e := t.known[tenant]
 	if e == nil {
@@ -198,10 +212,33 @@ func (t *tenantTurns) settle(tenant string, giveBack int, ranDry, full bool, at 
 		heap.Fix(&t.active, e.index)
 	}
 	if full {
-		t.resting[tenant] = at.Add(restFor)
+		r := t.resting[tenant]
+		r.length = min(max(2*r.length, restFor), restMax)
+		r.until = at.Add(r.length)
+		t.resting[tenant] = r
 	} else {
 		delete(t.resting, tenant)
 	}
+}
+
+// restEnd is when the first rest of an active tenant with room in this
+// process ends, if one rests: a fetcher that claimed nothing claims again
+// then, for no news comes when other processes' jobs of the tenant end.
+// A rest that ended before the claim named the tenant ends at once. A
+// tenant without room here needs no rest to end: its own jobs' ends wake
+// the fetcher.
+func (t *tenantTurns) restEnd(roomOf func(string) int) (time.Time, bool) {
+	var end time.Time
+	for tenant, r := range t.resting {
+		e := t.known[tenant]
+		if e == nil || e.index < 0 || roomOf(tenant) == 0 {
+			continue
+		}
+		if end.IsZero() || r.until.Before(end) {
+			end = r.until
+		}
+	}
+	return end, !end.IsZero()
 }
 
 // again reports whether the claim just settled took tenants out of the

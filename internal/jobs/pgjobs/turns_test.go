@@ -106,6 +106,9 @@ func TestTurnsSettle(t *testing.T) {
 	if _, ok := tt.resting["b"]; ok {
 		t.Error("b still rests after a claim found it room for what it asked")
 	}
+	if end, ok := tt.restEnd(noCaps); ok {
+		t.Errorf("no tenant rests, but restEnd = %v", end)
+	}
 	// x and y alternate; a claim takes none of y's 3 turns: they go back,
 	// and y gets the next 3 turns before x gets another.
 	var ty tenantTurns
@@ -247,6 +250,146 @@ func mustExec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
 	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
+}
+
+// TestRestsDouble: a tenant found without room claim after claim rests
+// twice as long each time, up to restMax, and from the start again once
+// a claim finds it room; restEnd is the end of the first rest of an
+// active tenant with room in this process.
+func TestRestsDouble(t *testing.T) {
+	var tt tenantTurns
+	at := time.Unix(1000, 0)
+	tt.activate("a", 1)
+	tt.activate("b", 1)
+	var lengths []time.Duration
+	for range 8 {
+		tt.settle("a", 0, false, true, at)
+		lengths = append(lengths, tt.resting["a"].length)
+	}
+	want := []time.Duration{restFor, 2 * restFor, 4 * restFor, 8 * restFor, 16 * restFor, 32 * restFor, restMax, restMax}
+	if !slices.Equal(lengths, want) {
+		t.Fatalf("rests of a tenant full claim after claim: %v, want %v", lengths, want)
+	}
+	if end, ok := tt.restEnd(noCaps); !ok || !end.Equal(at.Add(restMax)) {
+		t.Errorf("restEnd = %v, %v, want a's rest to end at %v", end, ok, at.Add(restMax))
+	}
+	tt.settle("b", 0, false, true, at.Add(time.Millisecond))
+	if end, _ := tt.restEnd(noCaps); !end.Equal(at.Add(time.Millisecond + restFor)) {
+		t.Errorf("restEnd = %v, want b's, the first to end, %v", end, at.Add(time.Millisecond+restFor))
+	}
+	noRoomForB := func(s string) int {
+		if s == "b" {
+			return 0
+		}
+		return -1
+	}
+	if end, _ := tt.restEnd(noRoomForB); !end.Equal(at.Add(restMax)) {
+		t.Errorf("restEnd = %v, want a's: b has no room here, its own jobs' ends wake the fetcher", end)
+	}
+	tt.settle("b", 0, true, true, at)
+	if end, _ := tt.restEnd(noCaps); !end.Equal(at.Add(restMax)) {
+		t.Errorf("restEnd = %v, want a's: b left the turns", end)
+	}
+	tt.settle("a", 0, false, false, at)
+	tt.settle("a", 0, false, true, at)
+	if got := tt.resting["a"].length; got != restFor {
+		t.Errorf("rest after a claim found room: %v, want restFor again", got)
+	}
+}
+
+// TestFreedRoomWakesAfterOutcome: a completion that frees its tenant's
+// room wakes the fetcher only once the completion is buffered, so the
+// claim the wake-up starts writes it first and counts the room. Woken
+// before, the claim would find the job still running and pass the tenant
+// over.
+func TestFreedRoomWakesAfterOutcome(t *testing.T) {
+	b := &DB{
+		fair:      true,
+		limits:    staticLimits{"capped": {1, 1}},
+		running:   map[jobs.JobID]heldJob{},
+		runningOf: map[string]int{},
+		wake:      make(chan struct{}, 1),
+		flushKick: make(chan struct{}, 1),
+		flushFull: make(chan struct{}, 1),
+	}
+	b.cfg.CompleteBatch = 100
+	row := &jobs.JobRow{ID: 7, Attempt: 1, Kind: "plain", Tenant: "capped", Handle: b}
+	b.holdLocked(row)
+	b.cmu.Lock() // the buffer cannot take the completion yet
+	done := make(chan error, 1)
+	go func() { done <- b.complete(context.Background(), row) }()
+	select {
+	case <-b.wake:
+		t.Fatal("the fetcher was woken before the completion was buffered")
+	case <-time.After(100 * time.Millisecond):
+	}
+	b.cmu.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.wake:
+	default:
+		t.Fatal("completing the job that held its tenant at its cap did not wake the fetcher")
+	}
+	if len(b.done) != 1 {
+		t.Fatalf("buffered completions: %d, want 1", len(b.done))
+	}
+}
+
+// TestRestingTenantClaimedWhenRoomFrees: a tenant whose room another
+// process holds rests in this one; once the other process's job ends,
+// this process claims the tenant's next job when the rest ends, with no
+// news and a poll interval of a minute, and its claims while the tenant
+// stays busy elsewhere grow rare as the rests double.
+func TestRestingTenantClaimedWhenRoomFrees(t *testing.T) {
+	pool := newSchema(t, newDB(t), 4)
+	be, err := NewPool(pool, Config{Claim: ClaimFair, PollInterval: time.Minute},
+		Options{Logger: quietLogger(), Limits: staticLimits{"capped": {1, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+		ran.Add(1)
+		return nil
+	})
+	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: 2}, be, w, jobs.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = c.Stop(context.Background()) }()
+	ps := make([]jobs.InsertParams, 2)
+	for i := range ps {
+		ps[i] = jobs.InsertParams{Kind: "plain", Queue: jobs.DefaultQueue, Tenant: "capped", EncodedArgs: []byte(`{"n":1}`), MaxAttempts: 1}
+	}
+	ids, err := be.Control().insertManyNow(context.Background(), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process runs the first job.
+	mustExec(t, pool, `UPDATE cellgate_jobs SET state = 'running', attempt = 1, attempted_at = now(), heartbeat_at = now(), claimed_by = 'other/1' WHERE id = $1`, int64(ids[0].ID))
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b := be.Control()
+	claims := func() uint64 {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.claims
+	}
+	time.Sleep(300 * time.Millisecond) // the fetcher finds the tenant and rests it
+	before := claims()
+	time.Sleep(1500 * time.Millisecond)
+	if n := claims() - before; n > 20 {
+		t.Errorf("%d claims in 1.5 s for a tenant whose room another process holds, want rests doubling to %v", n, restMax)
+	}
+	if ran.Load() != 0 {
+		t.Fatal("the second job ran while the first held the tenant's cap of 1")
+	}
+	mustExec(t, pool, `UPDATE cellgate_jobs SET state = 'completed', finished_at = now() WHERE id = $1`, int64(ids[0].ID))
+	eventually(t, 5*time.Second, "the second job ran once the other process's job ended", func() bool { return ran.Load() == 1 })
 }
 
 // TestCappedTenantRunsBackToBack: with fair claims, a tenant at its cap
