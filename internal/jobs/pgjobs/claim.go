@@ -277,7 +277,10 @@ func (b *DB) settleClaim(turns []string, rooms []int32, found, readied []string,
 		if dry {
 			paid++
 		}
-		b.turns.settle(s, asked-paid, dry, full, now)
+		b.mu.Lock()
+		room := b.roomOfLocked(s) // the claim's jobs are not held yet
+		b.mu.Unlock()
+		b.turns.settle(s, asked-paid, dry, full, room-got, now)
 	}
 	for _, s := range readied {
 		b.turns.activate(s, b.limitsOf(s).weight)

@@ -165,12 +165,12 @@ func (b *DB) holdLocked(r *jobs.JobRow) {
 }
 
 // dropLocked forgets a job finished or handed back. b.mu must be held.
-// It reports whether, with fair claims, the job held its tenant at its
-// cap: the turns passed the tenant over, and a claim that found nothing
-// else sleeps until news, so the caller wakes the fetcher, once the
-// job's outcome is buffered or written. Before that, a claim would still
-// count the job as running, find the tenant without room and pass it over
-// again.
+// It reports whether, with fair claims, the job's tenant has a cap: the
+// turns may pass the tenant over (at its cap here, or resting), and a
+// claim that found nothing else sleeps until news, so the caller wakes
+// the fetcher, once the job's outcome is buffered or written. Before
+// that, a claim would still count the job as running, find the tenant
+// without room and pass it over again.
 func (b *DB) dropLocked(id jobs.JobID) (freed bool) {
 	h, ok := b.running[id]
 	if !ok {
@@ -183,7 +183,7 @@ func (b *DB) dropLocked(id jobs.JobID) (freed bool) {
 	} else {
 		b.runningOf[h.tenant] = n
 	}
-	return b.fair && n+1 == int(b.limitsOf(h.tenant).maxRunning)
+	return b.fair && b.limitsOf(h.tenant).maxRunning > 0
 }
 
 type doneRec struct {

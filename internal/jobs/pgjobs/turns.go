@@ -53,10 +53,19 @@ const (
 )
 
 // rest is how long a tenant is passed over: until, after a rest of
-// length.
+// length, or until its room as this process counts it grows past room,
+// what it was when the rest began: one of its jobs here ended, and the
+// database has that room too.
 type rest struct {
 	until  time.Time
 	length time.Duration
+	room   int
+}
+
+// passes reports whether the rest still holds at at, for a tenant with
+// room as this process counts it.
+func (r rest) passes(at time.Time, room int) bool {
+	return at.Before(r.until) && room <= r.room
 }
 
 // turn is one tenant's place in the turns.
@@ -161,7 +170,7 @@ func (t *tenantTurns) pick(n int, at time.Time, roomOf func(string) int) []strin
 		if room >= 0 {
 			room -= given[e.tenant]
 		}
-		if room == 0 || at.Before(t.resting[e.tenant].until) {
+		if room == 0 || t.resting[e.tenant].passes(at, room) {
 			aside = append(aside, heap.Pop(&t.active).(*turn))
 			continue
 		}
@@ -198,8 +207,9 @@ func tally(turns []string) (tenants []string, counts []int32) {
 // DB.settleClaim): giveBack turns go back; ranDry says it has no other
 // ready job, so it leaves the turns until it is found again; full says
 // the database counted less room than it asked for (other processes run
-// its jobs), so it rests (restFor, doubling while it stays so).
-func (t *tenantTurns) settle(tenant string, giveBack int, ranDry, full bool, at time.Time) {
+// its jobs), so it rests (restFor, doubling while it stays so) while its
+// room here, as the claim leaves it, does not grow.
+func (t *tenantTurns) settle(tenant string, giveBack int, ranDry, full bool, room int, at time.Time) {
 	e := t.known[tenant]
 	if e == nil {
 		return
@@ -214,7 +224,7 @@ func (t *tenantTurns) settle(tenant string, giveBack int, ranDry, full bool, at 
 	if full {
 		r := t.resting[tenant]
 		r.length = min(max(2*r.length, restFor), restMax)
-		r.until = at.Add(r.length)
+		r.until, r.room = at.Add(r.length), room
 		t.resting[tenant] = r
 	} else {
 		delete(t.resting, tenant)
@@ -226,7 +236,7 @@ func (t *tenantTurns) settle(tenant string, giveBack int, ranDry, full bool, at 
 // then, for no news comes when other processes' jobs of the tenant end.
 // A rest that ended before the claim named the tenant ends at once. A
 // tenant without room here needs no rest to end: its own jobs' ends wake
-// the fetcher.
+// the fetcher (see DB.dropLocked).
 func (t *tenantTurns) restEnd(roomOf func(string) int) (time.Time, bool) {
 	var end time.Time
 	for tenant, r := range t.resting {

@@ -90,19 +90,19 @@ func TestTurnsSettle(t *testing.T) {
 	at := time.Unix(1000, 0)
 	tt.activate("a", 1)
 	tt.activate("b", 1)
-	tt.settle("a", 0, true, false, at)
+	tt.settle("a", 0, true, false, -1, at)
 	if turns := tt.pick(4, at, noCaps); !slices.Equal(turns, []string{"b", "b", "b", "b"}) {
 		t.Fatalf("after a ran dry: %v, want only b", turns)
 	}
 	tt.activate("a", 1)
-	tt.settle("b", 0, false, true, at)
+	tt.settle("b", 0, false, true, -1, at)
 	if turns := tt.pick(4, at, noCaps); !slices.Equal(turns, []string{"a", "a", "a", "a"}) {
 		t.Fatalf("with b resting: %v, want only a", turns)
 	}
 	if turns := tt.pick(4, at.Add(restFor), noCaps); !slices.Contains(turns, "b") {
 		t.Fatalf("after b's rest: %v, want b back", turns)
 	}
-	tt.settle("b", 0, false, false, at)
+	tt.settle("b", 0, false, false, -1, at)
 	if _, ok := tt.resting["b"]; ok {
 		t.Error("b still rests after a claim found it room for what it asked")
 	}
@@ -117,7 +117,7 @@ func TestTurnsSettle(t *testing.T) {
 	if turns := ty.pick(6, at, noCaps); !slices.Equal(turns, []string{"x", "y", "x", "y", "x", "y"}) {
 		t.Fatalf("pick(6) of x and y = %v", turns)
 	}
-	ty.settle("y", 3, false, false, at)
+	ty.settle("y", 3, false, false, -1, at)
 	ty.settled()
 	if turns := ty.pick(3, at, noCaps); !slices.Equal(turns, []string{"y", "y", "y"}) {
 		t.Errorf("after y's 3 turns went back, pick(3) = %v, want y's 3", turns)
@@ -263,7 +263,7 @@ func TestRestsDouble(t *testing.T) {
 	tt.activate("b", 1)
 	var lengths []time.Duration
 	for range 8 {
-		tt.settle("a", 0, false, true, at)
+		tt.settle("a", 0, false, true, -1, at)
 		lengths = append(lengths, tt.resting["a"].length)
 	}
 	want := []time.Duration{restFor, 2 * restFor, 4 * restFor, 8 * restFor, 16 * restFor, 32 * restFor, restMax, restMax}
@@ -273,7 +273,7 @@ func TestRestsDouble(t *testing.T) {
 	if end, ok := tt.restEnd(noCaps); !ok || !end.Equal(at.Add(restMax)) {
 		t.Errorf("restEnd = %v, %v, want a's rest to end at %v", end, ok, at.Add(restMax))
 	}
-	tt.settle("b", 0, false, true, at.Add(time.Millisecond))
+	tt.settle("b", 0, false, true, -1, at.Add(time.Millisecond))
 	if end, _ := tt.restEnd(noCaps); !end.Equal(at.Add(time.Millisecond + restFor)) {
 		t.Errorf("restEnd = %v, want b's, the first to end, %v", end, at.Add(time.Millisecond+restFor))
 	}
@@ -286,14 +286,30 @@ func TestRestsDouble(t *testing.T) {
 	if end, _ := tt.restEnd(noRoomForB); !end.Equal(at.Add(restMax)) {
 		t.Errorf("restEnd = %v, want a's: b has no room here, its own jobs' ends wake the fetcher", end)
 	}
-	tt.settle("b", 0, true, true, at)
+	tt.settle("b", 0, true, true, -1, at)
 	if end, _ := tt.restEnd(noCaps); !end.Equal(at.Add(restMax)) {
 		t.Errorf("restEnd = %v, want a's: b left the turns", end)
 	}
-	tt.settle("a", 0, false, false, at)
-	tt.settle("a", 0, false, true, at)
+	tt.settle("a", 0, false, false, -1, at)
+	tt.settle("a", 0, false, true, -1, at)
 	if got := tt.resting["a"].length; got != restFor {
 		t.Errorf("rest after a claim found room: %v, want restFor again", got)
+	}
+
+	// A rest ends early when the tenant's room here grows: one of its
+	// jobs in this process ended.
+	var tc tenantTurns
+	tc.activate("c", 1)
+	room := 0
+	roomOfC := func(string) int { return room }
+	tc.settle("c", 0, false, true, 0, at)
+	room = 1
+	if turns := tc.pick(1, at, roomOfC); !slices.Equal(turns, []string{"c"}) {
+		t.Errorf("pick after one of c's jobs here ended = %v, want c: its rest is over", turns)
+	}
+	tc.settle("c", 0, false, true, 1, at)
+	if turns := tc.pick(1, at, roomOfC); len(turns) != 0 {
+		t.Errorf("pick while c rests with the room it had = %v, want none", turns)
 	}
 }
 
