@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/cellgate/cellgate/internal/jobs"
 )
 
@@ -104,18 +106,27 @@ func (b *DB) ensureTenant(ctx context.Context, tenant string) error {
 
 // writeLimits upserts the limits of tenants (vals in the same order),
 // re-places the waiting jobs of each tenant whose weight changed, and
-// places the held jobs a raised or removed cap leaves room for.
+// places the held jobs a raised or removed cap leaves room for. Only a
+// tenant whose cap it raised or removed can have such jobs: a job is held
+// only under a cap its tenant's row had when it was enqueued.
 func (b *DB) writeLimits(ctx context.Context, tenants []string, vals []tenantLimits) error {
 	caps, weights := make([]int32, len(vals)), make([]int32, len(vals))
 	for i, v := range vals {
 		caps[i], weights[i] = v.maxRunning, v.weight
 	}
 	now := b.now()
-	if _, err := b.pool.Exec(ctx, sqlWriteLimits, tenants, caps, weights, now); err != nil {
+	rows, err := b.pool.Query(ctx, sqlWriteLimits, tenants, caps, weights, now)
+	if err != nil {
 		return err
 	}
-	if _, err := b.pool.Exec(ctx, sqlRefill, tenants, now); err != nil {
+	raised, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return err
+	}
+	if len(raised) > 0 {
+		if _, err := b.pool.Exec(ctx, sqlRefill, raised, now); err != nil {
+			return err
+		}
 	}
 	for i, t := range tenants {
 		b.lcache.put(t, vals[i])
@@ -130,13 +141,14 @@ func (b *DB) writeLimits(ctx context.Context, tenants []string, vals []tenantLim
 // placed, not only to the jobs enqueued after it. A row that another
 // process already brought up to date is not updated again (the conflict
 // re-checks the newest row), so the backlog is re-placed once per change.
+// It returns the tenants whose cap it raised or removed.
 const sqlWriteLimits = `
 WITH input AS (
     SELECT t.tenant, t.max_running, t.weight
     FROM unnest($1::text[], $2::int[], $3::int[]) AS t(tenant, max_running, weight)
     ORDER BY t.tenant COLLATE "C"),
 old AS (
-    SELECT l.tenant, l.weight FROM cellgate_jobs_tenant_limits l
+    SELECT l.tenant, l.max_running, l.weight FROM cellgate_jobs_tenant_limits l
     WHERE l.tenant = ANY ($1::text[])),
 up AS (
     INSERT INTO cellgate_jobs_tenant_limits AS l (tenant, max_running, weight, updated_at)
@@ -144,17 +156,20 @@ up AS (
     ON CONFLICT (tenant) DO UPDATE
         SET max_running = excluded.max_running, weight = excluded.weight, updated_at = excluded.updated_at
         WHERE (l.max_running, l.weight) IS DISTINCT FROM (excluded.max_running, excluded.weight)
-    RETURNING l.tenant, l.weight),
+    RETURNING l.tenant, l.max_running, l.weight),
 moved AS (
     SELECT r.id, r.first + (r.rn - 1) * greatest(720720 / up.weight, 1)::bigint AS vtime
     FROM up JOIN old ON old.tenant = up.tenant AND old.weight <> up.weight
     CROSS JOIN LATERAL (
         SELECT x.id, row_number() OVER (ORDER BY x.vtime, x.id) AS rn, min(x.vtime) OVER () AS first
         FROM cellgate_jobs x
-        WHERE x.state = 'available' AND x.vtime IS NOT NULL AND x.tenant = up.tenant) r)
-UPDATE cellgate_jobs j SET vtime = moved.vtime
-FROM moved
-WHERE j.id = moved.id AND j.state = 'available' AND j.vtime IS NOT NULL`
+        WHERE x.state = 'available' AND x.vtime IS NOT NULL AND x.tenant = up.tenant) r),
+replaced AS (
+    UPDATE cellgate_jobs j SET vtime = moved.vtime
+    FROM moved
+    WHERE j.id = moved.id AND j.state = 'available' AND j.vtime IS NOT NULL)
+SELECT up.tenant::text FROM up JOIN old ON old.tenant = up.tenant
+WHERE old.max_running > 0 AND (up.max_running = 0 OR up.max_running > old.max_running)`
 
 // sqlRefill places held jobs of the tenants $1 up to their caps (all of a
 // tenant without a cap): see cellgate_jobs_refill in migration 000008.

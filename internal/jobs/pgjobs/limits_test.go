@@ -21,7 +21,8 @@ func (m staticLimits) JobLimits(t string) (int, int) {
 // row and places its jobs one weight-step apart, up to the 32 places a
 // capped tenant holds (the other 8 of its 40 are held); a change to weight
 // 4 without a cap written by SyncLimits re-places its waiting backlog with
-// the new step and places the held jobs after it.
+// the new step and places the held jobs after it; a raised cap places the
+// held jobs it leaves room for.
 func TestLimitsRowsAndReplacing(t *testing.T) {
 	pool := newSchema(t, newDB(t), 4)
 	lim := staticLimits{"A": {3, 2}}
@@ -92,5 +93,30 @@ func TestLimitsRowsAndReplacing(t *testing.T) {
 		if d != 720720/4 {
 			t.Fatalf("after the weight change to 4, places %v apart, want %d", steps(), 720720/4)
 		}
+	}
+
+	// A raised cap places the held jobs it leaves room for.
+	lim["B"] = [2]int{3, 1}
+	for i := range ps {
+		ps[i].Tenant = "B"
+	}
+	if _, err := db.insertManyNow(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	placedHeldB := func() (placed, held int) {
+		if err := pool.QueryRow(ctx, `SELECT count(vtime), count(*) FILTER (WHERE held) FROM cellgate_jobs WHERE tenant = 'B'`).Scan(&placed, &held); err != nil {
+			t.Fatal(err)
+		}
+		return placed, held
+	}
+	if p, h := placedHeldB(); p != 32 || h != 8 {
+		t.Fatalf("with a cap of 3, %d of B's 40 jobs placed and %d held, want 32 and 8", p, h)
+	}
+	lim["B"] = [2]int{40, 1}
+	if err := db.SyncLimits(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, h := placedHeldB(); p != 40 || h != 0 {
+		t.Fatalf("with the cap raised to 40, %d of B's 40 jobs placed and %d held, want 40 and 0", p, h)
 	}
 }
