@@ -277,10 +277,13 @@ func (b *DB) settleClaim(turns []string, rooms []int32, found, readied []string,
 		if dry {
 			paid++
 		}
-		b.mu.Lock()
-		room := b.roomOfLocked(s) // the claim's jobs are not held yet
-		b.mu.Unlock()
-		b.turns.settle(s, asked-paid, dry, full, room-got, now)
+		var room int // as this process counts it once the claim's jobs are held
+		if full {
+			b.mu.Lock()
+			room = b.roomOfLocked(s) - got // they are not held yet
+			b.mu.Unlock()
+		}
+		b.turns.settle(s, asked-paid, dry, full, room, now)
 	}
 	for _, s := range readied {
 		b.turns.activate(s, b.limitsOf(s).weight)

@@ -108,7 +108,10 @@ func (b *DB) ensureTenant(ctx context.Context, tenant string) error {
 // re-places the waiting jobs of each tenant whose weight changed, and
 // places the held jobs a raised or removed cap leaves room for. Only a
 // tenant whose cap it raised or removed can have such jobs: a job is held
-// only under a cap its tenant's row had when it was enqueued.
+// only under a cap its tenant's row had when it was enqueued. (A row
+// another process wrote while this write ran is compared as it was
+// before; held jobs its change leaves room for wait for the maintenance
+// leader's pass, which places those of every tenant with room.)
 func (b *DB) writeLimits(ctx context.Context, tenants []string, vals []tenantLimits) error {
 	caps, weights := make([]int32, len(vals)), make([]int32, len(vals))
 	for i, v := range vals {
