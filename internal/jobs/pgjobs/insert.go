@@ -324,7 +324,7 @@ func (b *DB) insertBatch(batch []*insertReq) {
 	n := len(batch)
 	kinds, queues, tenants, args := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	maxAttempts, runAts, prios := make([]int32, n), make([]time.Time, n), make([]int16, n)
-	ready := false
+	var ready []string // the tenants of the ready jobs
 	var earliest time.Time
 	for i, r := range batch {
 		kinds[i], queues[i], tenants[i], args[i] = r.p.Kind, r.p.Queue, r.p.Tenant, string(r.p.EncodedArgs)
@@ -336,7 +336,7 @@ func (b *DB) insertBatch(batch []*insertReq) {
 				earliest = runAts[i]
 			}
 		} else {
-			ready = true
+			ready = append(ready, tenants[i])
 		}
 	}
 	rows, err := b.pool.Query(ctx, sqlInsertMany, kinds, queues, tenants, args, maxAttempts, runAts, now, prios)
@@ -355,14 +355,10 @@ func (b *DB) insertBatch(batch []*insertReq) {
 	for i, r := range batch {
 		r.res <- insertRes{id: jobs.JobID(ids[i])}
 	}
-	if ready {
+	if len(ready) > 0 {
 		// Named once committed: a NOTIFY sent meanwhile must not name a
 		// tenant whose job a claim cannot see yet.
-		for i := range batch {
-			if !runAts[i].After(now) {
-				b.readied(tenants[i])
-			}
-		}
+		b.readied(ready...)
 		b.notifyNow()
 	}
 	if !earliest.IsZero() {

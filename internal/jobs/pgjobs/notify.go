@@ -204,8 +204,9 @@ func (b *DB) notifyLoop() {
 			// The tenants named by the requests this NOTIFY answers,
 			// those made during the gap too.
 			b.ntf.mu.Lock()
+			at := time.Now()
 			for t, until := range b.ntf.txTenants {
-				if time.Now().After(until) {
+				if at.After(until) {
 					delete(b.ntf.txTenants, t)
 				} else {
 					b.readiedLocked(t)

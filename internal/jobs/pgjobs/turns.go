@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The fair order between tenants (docs/jobs-postgres.md, "Claims"):
@@ -308,16 +310,8 @@ func (b *DB) findTenants(ctx context.Context, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	var found []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			rows.Close()
-			return err
-		}
-		found = append(found, s)
-	}
-	if err := rows.Err(); err != nil {
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return err
 	}
 	t.forget()

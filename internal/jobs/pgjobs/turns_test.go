@@ -360,36 +360,13 @@ func TestFreedRoomWakesAfterOutcome(t *testing.T) {
 // stays busy elsewhere grow rare as the rests double.
 func TestRestingTenantClaimedWhenRoomFrees(t *testing.T) {
 	pool := newSchema(t, newDB(t), 4)
-	be, err := NewPool(pool, Config{Claim: ClaimFair, PollInterval: time.Minute},
-		Options{Logger: quietLogger(), Limits: staticLimits{"capped": {1, 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ran atomic.Int32
-	w := jobs.NewWorkers()
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
-		ran.Add(1)
-		return nil
-	})
-	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: 2}, be, w, jobs.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = c.Stop(context.Background()) }()
-	ps := make([]jobs.InsertParams, 2)
-	for i := range ps {
-		ps[i] = jobs.InsertParams{Kind: "plain", Queue: jobs.DefaultQueue, Tenant: "capped", EncodedArgs: []byte(`{"n":1}`), MaxAttempts: 1}
-	}
-	ids, err := be.Control().insertManyNow(context.Background(), ps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, b, ids := newCappedClient(t, pool, 2, 2, func() { ran.Add(1) })
 	// Another process runs the first job.
 	mustExec(t, pool, `UPDATE cellgate_jobs SET state = 'running', attempt = 1, attempted_at = now(), heartbeat_at = now(), claimed_by = 'other/1' WHERE id = $1`, int64(ids[0].ID))
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	b := be.Control()
 	claims := func() uint64 {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -413,30 +390,11 @@ func TestRestingTenantClaimedWhenRoomFrees(t *testing.T) {
 // the job that frees its room wakes the fetcher.
 func TestCappedTenantRunsBackToBack(t *testing.T) {
 	pool := newSchema(t, newDB(t), 4)
-	be, err := NewPool(pool, Config{Claim: ClaimFair, PollInterval: time.Minute},
-		Options{Logger: quietLogger(), Limits: staticLimits{"capped": {1, 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ran atomic.Int32
-	w := jobs.NewWorkers()
-	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+	c, _, _ := newCappedClient(t, pool, 4, 5, func() {
 		time.Sleep(20 * time.Millisecond)
 		ran.Add(1)
-		return nil
 	})
-	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: 4}, be, w, jobs.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _, _ = c.Stop(context.Background()) }()
-	ps := make([]jobs.InsertParams, 5)
-	for i := range ps {
-		ps[i] = jobs.InsertParams{Kind: "plain", Queue: jobs.DefaultQueue, Tenant: "capped", EncodedArgs: []byte(`{"n":1}`), MaxAttempts: 1}
-	}
-	if _, err := be.Control().insertManyNow(context.Background(), ps); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -447,6 +405,38 @@ func TestCappedTenantRunsBackToBack(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// newCappedClient is a client, not started, of a fair backend on pool
+// with the given workers, a poll interval of a minute and one tenant,
+// "capped", capped at 1, whose n ready jobs it enqueues: each runs run.
+// It is stopped when the test ends.
+func newCappedClient(t *testing.T, pool *pgxpool.Pool, workers, n int, run func()) (*jobs.Client, *DB, []jobs.EnqueueResult) {
+	t.Helper()
+	be, err := NewPool(pool, Config{Claim: ClaimFair, PollInterval: time.Minute},
+		Options{Logger: quietLogger(), Limits: staticLimits{"capped": {1, 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := jobs.NewWorkers()
+	jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+		run()
+		return nil
+	})
+	c, err := jobs.NewClient(context.Background(), jobs.Config{Workers: workers}, be, w, jobs.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = c.Stop(context.Background()) })
+	ps := make([]jobs.InsertParams, n)
+	for i := range ps {
+		ps[i] = jobs.InsertParams{Kind: "plain", Queue: jobs.DefaultQueue, Tenant: "capped", EncodedArgs: []byte(`{"n":1}`), MaxAttempts: 1}
+	}
+	ids, err := be.Control().insertManyNow(context.Background(), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, be.Control(), ids
 }
 
 // TestNotifyNamesTenants: a NOTIFY names the tenants whose jobs were
