@@ -98,7 +98,7 @@ func (b *DB) heard(payload string) {
 		return
 	}
 	var list []string
-	if !strings.HasPrefix(payload, "[") || json.Unmarshal([]byte(payload), &list) != nil || len(list) > notifyPayloadMax {
+	if !strings.HasPrefix(payload, "[") || json.Unmarshal([]byte(payload), &list) != nil {
 		b.news.mu.Lock()
 		b.news.look = true
 		b.news.mu.Unlock()
