@@ -19,7 +19,9 @@ import (
 // The tenant-plans figures (docs/jobs-postgres.md, "Tenant caps, weights
 // and priorities"), each printed as a line "plans: NAME=VALUE" for make
 // bench-plans. Run them with -run '^$' -bench BenchmarkPlans -benchtime 1x;
-// PLANS_SECONDS (default 10) sets the measured window of each.
+// PLANS_SECONDS (default 10) sets the measured window of each figure
+// except fair-caps-over-fifo, whose rounds last PGJOBS_BENCH_SECONDS
+// (default 3); make bench-plans sets that from PLANS_SECONDS when given.
 
 // benchPlanLimits gives the continuous benchmark's tenants plans: weights
 // 1 to 4 and a cap of 2 running jobs each (none with PLANS_NOCAP set). A
