@@ -135,8 +135,11 @@ func (b *DB) claimBatch(n int, mark flightMark) (int, error) {
 		}
 		// More turns than jobs wanted: a tenant may have fewer ready jobs
 		// than turns, and the claim gives the turns whose job it did not
-		// take back. At least minTurns, so that a claim for one job still
-		// looks past a few tenants that ran dry.
+		// take back. Half as many again: fewer leave claims short while
+		// tenants sit at their caps, more lock jobs only to give their
+		// turns back (both measured slower, docs/jobs-postgres.md, "Where
+		// fair-caps-over-fifo goes"). At least minTurns, so that a claim
+		// for one job still looks past a few tenants that ran dry.
 		b.mu.Lock()
 		turns = b.turns.pick(max(n+n/2+1, minTurns), b.now(), b.roomOfLocked)
 		b.mu.Unlock()
@@ -292,8 +295,8 @@ func (b *DB) settleClaim(turns []string, rooms []int32, found, readied []string,
 }
 
 // sqlClaimTurns is the fair claim: at most $2 jobs on the turns $3, the
-// tenant of each in turn order (migration 000013). The jobs come in the
-// order of their tenants' first turns.
+// tenant of each in turn order (migrations 000013 and 000014). The jobs
+// come in the order of their tenants' first turns.
 const sqlClaimTurns = `
 SELECT job_id, job_kind, job_queue, job_tenant, job_args, job_attempt, job_max_attempts, job_created_at, job_ord,
        turn_rooms, turn_found, turn_readied

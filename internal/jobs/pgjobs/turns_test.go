@@ -150,7 +150,7 @@ func claimTurnsSQL(t *testing.T, capKinds []string) {
 	ctx := context.Background()
 	now := time.Now()
 	mustExec(t, pool, `INSERT INTO cellgate_jobs_tenant_limits (tenant, max_running, weight, updated_at)
-VALUES ('capped', 2, 1, now()), ('full', 1, 1, now())`)
+VALUES ('capped', 2, 1, now()), ('full', 1, 1, now()), ('locked', 3, 1, now())`)
 	mustExec(t, pool, `INSERT INTO cellgate_jobs_paused (queue, paused_at) VALUES ('stopped', now())`)
 	insert := func(tenant, queue string, prio int16, runAt time.Time) int64 {
 		t.Helper()
@@ -171,6 +171,7 @@ VALUES ('capped', 2, 1, now()), ('full', 1, 1, now())`)
 	running := insert("full", "default", 1, now)
 	insert("full", "default", 1, now)
 	b1, b2 := insert("b", "default", 1, now), insert("b", "default", 1, now)
+	l1 := insert("locked", "default", 1, now)
 	mustExec(t, pool, `UPDATE cellgate_jobs SET state = 'running', attempt = 1 WHERE id = $1`, running)
 	mustExec(t, pool, `UPDATE cellgate_jobs SET state = 'running', attempt = 1 WHERE id = $1`, c1)
 	// A job scheduled for later that has come due: it has no place yet.
@@ -241,6 +242,38 @@ VALUES ('capped', 2, 1, now()), ('full', 1, 1, now())`)
 	}
 	if want := []string{"b", "b", "a"}; !slices.Equal(found, want) {
 		t.Errorf("found jobs of %v with a limit of 2, want %v", found, want)
+	}
+
+	// A capped tenant whose lock another claim holds gets no room in this
+	// one, however much room its cap leaves, and the others' jobs are
+	// claimed as ever; once the lock is free its room is its cap less its
+	// running jobs again.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(1667723884, hashtext('locked'))`); err != nil {
+		t.Fatal(err)
+	}
+	ids, rooms, found, _ = claim(8, []string{"locked", "a"})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{aLast}; !slices.Equal(ids, want) {
+		t.Errorf("claimed %v while locked's lock was held, want a's %v", ids, want)
+	}
+	if want := []int32{0, -1}; !slices.Equal(rooms, want) {
+		t.Errorf("rooms %v while locked's lock was held, want %v", rooms, want)
+	}
+	if want := []string{"a"}; !slices.Equal(found, want) {
+		t.Errorf("found jobs of %v while locked's lock was held, want %v", found, want)
+	}
+	ids, rooms, _, _ = claim(8, []string{"locked"})
+	if want := []int64{l1}; !slices.Equal(ids, want) {
+		t.Errorf("claimed %v once locked's lock was free, want %v", ids, want)
+	}
+	if want := []int32{3}; !slices.Equal(rooms, want) {
+		t.Errorf("rooms %v once locked's lock was free, want %v", rooms, want)
 	}
 }
 
