@@ -132,10 +132,11 @@ func TestTurnsSettle(t *testing.T) {
 }
 
 // TestClaimTurnsSQL: the fair claim takes each named tenant's best ready
-// jobs by priority, then id, within its room under its cap and the
-// claim's limit, never a paused queue's, a job not due, or another
-// tenant's; it reports the named tenants' rooms, the tenant of each ready
-// job found, and the tenants of the due jobs it made ready.
+// jobs by priority, then id, within its room under its cap (none while
+// another claim holds the tenant's lock) and the claim's limit, never a
+// paused queue's, a job not due, or another tenant's; it reports the
+// named tenants' rooms, the tenant of each ready job found, and the
+// tenants of the due jobs it made ready.
 func TestClaimTurnsSQL(t *testing.T) {
 	// Without kinds' caps, and with one (of a kind at its cap, with no job
 	// here).
