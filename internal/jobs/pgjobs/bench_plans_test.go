@@ -82,15 +82,8 @@ func BenchmarkPlansFairCapsOverFIFO(b *testing.B) {
 	b.ReportMetric(plans.rate/float64(b.N*pairs), "plans-jobs/s")
 	b.ReportMetric(fifo.rate/float64(b.N*pairs), "fifo-jobs/s")
 	b.ReportMetric(ratio, "plans/fifo")
-	// PostgreSQL CPU per job is steadier than jobs/s on a shared machine.
-	if plans.pgCPU > 0 && fifo.pgCPU > 0 {
-		b.ReportMetric(float64(plans.pgCPU.Microseconds())/float64(plans.jobs), "plans-pg-µs/job")
-		b.ReportMetric(float64(fifo.pgCPU.Microseconds())/float64(fifo.jobs), "fifo-pg-µs/job")
-	}
-	if plans.goCPU > 0 && fifo.goCPU > 0 {
-		b.ReportMetric(float64(plans.goCPU.Microseconds())/float64(plans.jobs), "plans-go-µs/job")
-		b.ReportMetric(float64(fifo.goCPU.Microseconds())/float64(fifo.jobs), "fifo-go-µs/job")
-	}
+	plans.reportPerJob(b, "plans")
+	fifo.reportPerJob(b, "fifo")
 	fmt.Printf("plans: fair-caps-over-fifo=%.3f\n", ratio)
 }
 

@@ -79,25 +79,8 @@ func BenchmarkPostgresJobs(b *testing.B) {
 			b.ReportMetric(fair.rate/float64(b.N), "fair-jobs/s")
 			b.ReportMetric(fifo.rate/float64(b.N), "fifo-jobs/s")
 			b.ReportMetric(fair.rate/fifo.rate, "fair/fifo")
-			// CPU per job is steadier than jobs/s on a shared machine:
-			// PostgreSQL's (this database's backends, from /proc) and this
-			// process's.
-			for _, m := range []struct {
-				name string
-				r    benchResult
-			}{{"fair", fair}, {"fifo", fifo}} {
-				if m.r.pgCPU > 0 {
-					b.ReportMetric(float64(m.r.pgCPU.Microseconds())/float64(m.r.jobs), m.name+"-pg-µs/job")
-				}
-				b.ReportMetric(float64(m.r.goCPU.Microseconds())/float64(m.r.jobs), m.name+"-go-µs/job")
-				b.ReportMetric(float64(m.r.allocs)/float64(m.r.jobs), m.name+"-allocs/job")
-				if m.r.claims > 0 {
-					b.ReportMetric(float64(m.r.claimed)/float64(m.r.claims), m.name+"-jobs/claim")
-				}
-				if m.r.inserts > 0 {
-					b.ReportMetric(float64(m.r.inserted)/float64(m.r.inserts), m.name+"-jobs/insert")
-				}
-			}
+			fair.reportPerJob(b, "fair")
+			fifo.reportPerJob(b, "fifo")
 		})
 	}
 }
@@ -148,6 +131,27 @@ type benchResult struct {
 	claimed      uint64 // jobs they returned
 	inserts      uint64 // plain-enqueue statements
 	inserted     uint64 // jobs they wrote
+}
+
+// reportPerJob reports r's costs per job run, each metric named after
+// name: CPU per job is steadier than jobs/s on a shared machine,
+// PostgreSQL's (this database's backends, from /proc) and this
+// process's; and the jobs per claim and per enqueue statement.
+func (r benchResult) reportPerJob(b *testing.B, name string) {
+	if r.jobs == 0 {
+		return
+	}
+	if r.pgCPU > 0 {
+		b.ReportMetric(float64(r.pgCPU.Microseconds())/float64(r.jobs), name+"-pg-µs/job")
+	}
+	b.ReportMetric(float64(r.goCPU.Microseconds())/float64(r.jobs), name+"-go-µs/job")
+	b.ReportMetric(float64(r.allocs)/float64(r.jobs), name+"-allocs/job")
+	if r.claims > 0 {
+		b.ReportMetric(float64(r.claimed)/float64(r.claims), name+"-jobs/claim")
+	}
+	if r.inserts > 0 {
+		b.ReportMetric(float64(r.inserted)/float64(r.inserts), name+"-jobs/insert")
+	}
 }
 
 func (r *benchResult) add(o benchResult) {

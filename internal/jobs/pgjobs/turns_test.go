@@ -248,7 +248,8 @@ VALUES ('capped', 2, 1, now()), ('full', 1, 1, now()), ('locked', 3, 1, now())`)
 	// A capped tenant whose lock another claim holds gets no room in this
 	// one, however much room its cap leaves, and the others' jobs are
 	// claimed as ever; once the lock is free its room is its cap less its
-	// running jobs again.
+	// running jobs again. (1667723884 is the class of the tenants' claim
+	// locks, whose second key is hashtext(tenant).)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
