@@ -202,7 +202,7 @@ func (r *routeObs) observe(span trace.Span, start time.Time, d time.Duration) {
 func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status int, start time.Time, d time.Duration, err error) {
 	rej, refused := rejectionOf(err)
 	if span != nil {
-		o.endSpan(c, span, r.spanAttrs(status), status, rej, start.Add(d))
+		o.endSpan(c, span, r.spanAttrs(status), status, rej, start, d)
 	}
 	if !refused && (o.access.Off || !o.access.Writes(status) || !o.log.Enabled(context.Background(), o.access.Level)) {
 		return
@@ -232,14 +232,14 @@ func (o *observer) finish(c echo.Context, span trace.Span, r *routeObs, status i
 		slog.String("tenant", ten), slog.String("cell", o.cell))
 }
 
-// endSpan sets the span's attributes (the route's, built once per
-// status), the opt-in tenant, the refusal event and the error status, and
-// ends it at end (the observation's clock reading, not a second one).
-// The span's attributes are all set here, none at its start: start
-// attributes would cost a copy into a start configuration per request,
-// and no sampler FromEnv builds reads them.
-func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.KeyValue, status int, rej *bulkhead.Rejection, end time.Time) {
-	telemetry.SetSharedAttributes(span, attrs)
+// endSpan sets the opt-in tenant, the refusal event and the error
+// status, and ends the span with the route's attributes (built once per
+// status), d after start: the span and the duration metric cover the
+// same time, and no clock is read for the span. The span's attributes
+// are all set here, none at its start: start attributes would cost a
+// copy into a start configuration per request, and no sampler FromEnv
+// builds reads them.
+func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.KeyValue, status int, rej *bulkhead.Rejection, start time.Time, d time.Duration) {
 	if o.traceTenant {
 		if ten, _ := tenant.From(c.Request().Context()); ten != "" {
 			span.SetAttributes(attribute.String("cellgate.tenant", ten))
@@ -259,7 +259,7 @@ func (o *observer) endSpan(c echo.Context, span trace.Span, attrs []attribute.Ke
 		}
 		span.SetStatus(codes.Error, msg)
 	}
-	telemetry.EndAt(span, end)
+	telemetry.EndWithSharedAttributes(span, attrs, start, d)
 }
 
 // Logger is the request-scoped logger of a route's handler: the server's

@@ -59,8 +59,9 @@ type SpanRecord struct {
 	// span's trace id and trace state.
 	parentFlags  trace.TraceFlags
 	parentRemote bool
-	// shared is true while attrs is a caller's read-only slice
-	// (SetSharedAttributes): a change copies it first.
+	// shared is true when attrs is a caller's read-only slice
+	// (EndWithSharedAttributes), set as the span ended: nothing writes
+	// to it, and reset leaves the record's own room alone.
 	shared bool
 }
 
@@ -192,10 +193,7 @@ func (r *SpanRecord) extension() *recordExt {
 
 // setAttributes adds attrs, replacing the value of a key already set.
 func (r *SpanRecord) setAttributes(attrs []attribute.KeyValue) {
-	if r.shared {
-		// The caller's slice is read-only: the record's own copy first.
-		r.attrs, r.shared = append(r.extension().inline[:0:inlineAttributes], r.attrs...), false
-	} else if r.attrs == nil {
+	if r.attrs == nil {
 		r.attrs = r.extension().inline[:0:inlineAttributes]
 	}
 next:
@@ -390,30 +388,6 @@ func (s *span) SetAttributes(kv ...attribute.KeyValue) {
 	s.mu.Unlock()
 }
 
-// SetSharedAttributes sets attrs on sp as sp.SetAttributes does, for a
-// slice whose keys are valid and unique and that its caller never
-// changes (built once and shared by many spans, as a route's span
-// attributes are). A span of the recorder with no attribute yet refers to
-// attrs instead of copying them: the copy, with the collector's write
-// barriers while it marks, was the most of a server span's attribute
-// cost.
-func SetSharedAttributes(sp trace.Span, attrs []attribute.KeyValue) {
-	s, ok := sp.(*span)
-	if !ok {
-		sp.SetAttributes(attrs...)
-		return
-	}
-	s.mu.Lock()
-	if r := s.rec; r != nil {
-		if len(r.attrs) == 0 && len(attrs) <= maxAttributes {
-			r.attrs, r.shared = attrs[:len(attrs):len(attrs)], true
-		} else {
-			r.setAttributes(attrs)
-		}
-	}
-	s.mu.Unlock()
-}
-
 // SetStatus sets the status: Ok is final, Error replaces Unset or Error,
 // Unset is ignored (the API's rules).
 func (s *span) SetStatus(code codes.Code, description string) {
@@ -503,34 +477,51 @@ func (s *span) End(opts ...trace.SpanEndOption) {
 		c := trace.NewSpanEndConfig(opts...)
 		end = c.Timestamp()
 	}
-	s.end(end)
-}
-
-// EndAt ends span at end (now when zero), as span.End with
-// trace.WithTimestamp would, without building the end options: for a
-// caller that read the clock at the span's end already (the HTTP
-// observation, for its duration metric).
-func EndAt(sp trace.Span, end time.Time) {
-	if s, ok := sp.(*span); ok {
-		s.end(end)
-		return
-	}
-	sp.End(trace.WithTimestamp(end)) // zero: no timestamp, the span reads its clock
-}
-
-// end stamps end (now when zero) and hands the record to the batcher;
-// later calls do nothing.
-func (s *span) end(end time.Time) {
 	if end.IsZero() {
 		end = time.Now()
 	}
+	if r := s.take(); r != nil {
+		r.end = end.UnixNano()
+		s.tracer.p.batch.enqueue(r)
+	}
+}
+
+// EndWithSharedAttributes sets attrs on sp and ends it d after start, as
+// sp.SetAttributes(attrs...) and sp.End(trace.WithTimestamp(start.Add(d)))
+// would, for a caller that measured the span's duration already and whose
+// attributes are one slice built once and shared by many spans (the HTTP
+// observation: a route's, per status). attrs must hold valid, unique keys
+// and never change. A span of the recorder takes its lock once, builds no
+// end options, and refers to attrs instead of copying them when it has no
+// attribute of its own: the copy, with the collector's write barriers
+// while it marks, was the most of a server span's attribute cost.
+func EndWithSharedAttributes(sp trace.Span, attrs []attribute.KeyValue, start time.Time, d time.Duration) {
+	s, ok := sp.(*span)
+	if !ok {
+		sp.SetAttributes(attrs...)
+		sp.End(trace.WithTimestamp(start.Add(d)))
+		return
+	}
+	r := s.take()
+	if r == nil {
+		return // ended already, or a span the sampler dropped
+	}
+	if len(r.attrs) == 0 && len(attrs) <= maxAttributes {
+		r.attrs, r.shared = attrs[:len(attrs):len(attrs)], true
+	} else {
+		r.setAttributes(attrs)
+	}
+	r.end = start.UnixNano() + int64(d)
+	s.tracer.p.batch.enqueue(r)
+}
+
+// take ends the span's recording, returning its record (nil when it
+// ended already or records nothing): the record is the caller's alone
+// after it, and later calls on the span change nothing.
+func (s *span) take() *SpanRecord {
 	s.mu.Lock()
 	r := s.rec
 	s.rec = nil
 	s.mu.Unlock()
-	if r == nil {
-		return
-	}
-	r.end = end.UnixNano()
-	s.tracer.p.batch.enqueue(r)
+	return r
 }

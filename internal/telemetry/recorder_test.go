@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -356,7 +357,7 @@ func (f exporterFunc) Shutdown(context.Context) error                       { re
 // TestSpanSlot: a span started in a slot is what the API finds in the
 // slot and in contexts derived from it, its parent is the trace
 // extracted into the slot, and it keeps the start and end times its
-// caller read (Start's start, EndAt's end).
+// caller read (Start's start, End's timestamp).
 func TestSpanSlot(t *testing.T) {
 	if spanKey == nil {
 		t.Fatal("the trace API's span key was not learnt")
@@ -378,8 +379,8 @@ func TestSpanSlot(t *testing.T) {
 		t.Errorf("trace %v: the extracted parent was not used", s.SpanContext().TraceID())
 	}
 	end := start.Add(1500 * time.Microsecond)
-	EndAt(s, end)
-	EndAt(s, end.Add(time.Hour)) // ended already: no second record
+	s.End(trace.WithTimestamp(end))
+	s.End(trace.WithTimestamp(end.Add(time.Hour))) // ended already: no second record
 	_ = tr.Shutdown(context.Background())
 	r := exp.byName(t, "server")
 	if r.SpanKind != trace.SpanKindServer || !r.Parent.IsRemote() {
@@ -406,7 +407,7 @@ func TestSpanSlotUnsampled(t *testing.T) {
 		t.Fatalf("unsampled slot span: recording %v, %v", s.IsRecording(), s.SpanContext())
 	}
 	s.SetAttributes(attribute.Int("n", 1))
-	EndAt(s, time.Time{})
+	EndWithSharedAttributes(s, []attribute.KeyValue{attribute.Int("m", 2)}, time.Now(), time.Millisecond)
 	_ = tr.Shutdown(context.Background())
 	if len(exp.spans) != 0 {
 		t.Errorf("an unsampled span was exported: %d spans", len(exp.spans))
@@ -433,32 +434,41 @@ func (c propagationCarrier) Keys() []string {
 // derivedKey is a context key of TestSpanSlot's derived context.
 type derivedKey struct{}
 
-// TestSharedAttributes: a span given a shared slice exports it; a later
-// SetAttributes (a new key, a replaced value) changes the span's own copy,
-// never the caller's slice; and the record, reused once exported, starts
-// the next spans with only their own attributes.
-func TestSharedAttributes(t *testing.T) {
+// TestEndWithSharedAttributes: a span ended with a shared slice exports
+// it and ends d after start, once; attributes the span set before are
+// kept, the slice's values winning, and the caller's slice never
+// changes; a change after the end changes nothing; and the record, reused
+// once exported, starts the next spans with only their own attributes.
+func TestEndWithSharedAttributes(t *testing.T) {
 	ctx := context.Background()
 	exp := &memExporter{}
 	tr := New(Config{Batch: BatchConfig{MaxQueueSize: 1, MaxExportBatchSize: 1, Blocking: true}}, exp)
 	tracer := tr.Tracer("t")
 	shared := []attribute.KeyValue{attribute.String("a", "1"), attribute.Int("b", 2)}
 	before := append([]attribute.KeyValue(nil), shared...)
+	start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	const d = 1500 * time.Microsecond
 	span := func(name string, f func(trace.Span)) {
-		_, s := tracer.Start(ctx, name)
+		_, s := tracer.Start(ctx, name, trace.WithTimestamp(start))
 		f(s)
-		s.End()
 		if err := tr.ForceFlush(ctx); err != nil { // the record goes back to the free list
 			t.Fatal(err)
 		}
 	}
-	span("changed", func(s trace.Span) {
-		SetSharedAttributes(s, shared)
-		s.SetAttributes(attribute.Int("b", 3), attribute.Bool("c", true))
+	span("shared", func(s trace.Span) {
+		EndWithSharedAttributes(s, shared, start, d)
+		s.SetAttributes(attribute.Int("b", 3)) // ended: changes nothing
+		EndWithSharedAttributes(s, shared, start, time.Hour)
 	})
-	span("shared", func(s trace.Span) { SetSharedAttributes(s, shared) })
-	span("bare", func(trace.Span) {})
-	span("own", func(s trace.Span) { s.SetAttributes(attribute.String("d", "4")) })
+	span("merged", func(s trace.Span) {
+		s.SetAttributes(attribute.Int("b", 3), attribute.Bool("c", true))
+		EndWithSharedAttributes(s, shared, start, d)
+	})
+	span("bare", func(s trace.Span) { s.End(trace.WithTimestamp(start.Add(d))) })
+	span("own", func(s trace.Span) {
+		s.SetAttributes(attribute.String("d", "4"))
+		s.End(trace.WithTimestamp(start.Add(d)))
+	})
 	_ = tr.Shutdown(ctx)
 
 	for i := range shared {
@@ -466,22 +476,43 @@ func TestSharedAttributes(t *testing.T) {
 			t.Fatalf("the caller's slice changed: %v, was %v", shared, before)
 		}
 	}
+	if len(exp.spans) != 4 {
+		t.Fatalf("%d spans exported, want 4 (one per span)", len(exp.spans))
+	}
 	for name, want := range map[string][]attribute.KeyValue{
-		"changed": {attribute.String("a", "1"), attribute.Int("b", 3), attribute.Bool("c", true)},
-		"shared":  before,
-		"bare":    nil,
-		"own":     {attribute.String("d", "4")},
+		"shared": before,
+		"merged": {attribute.Int("b", 2), attribute.Bool("c", true), attribute.String("a", "1")},
+		"bare":   nil,
+		"own":    {attribute.String("d", "4")},
 	} {
-		got := exp.byName(t, name).Attributes
-		if len(got) != len(want) {
-			t.Errorf("span %s: attributes %v, want %v", name, got, want)
+		got := exp.byName(t, name)
+		if !got.StartTime.Equal(start) || !got.EndTime.Equal(start.Add(d)) {
+			t.Errorf("span %s from %v to %v, want %v to %v", name, got.StartTime, got.EndTime, start, start.Add(d))
+		}
+		if len(got.Attributes) != len(want) {
+			t.Errorf("span %s: attributes %v, want %v", name, got.Attributes, want)
 			continue
 		}
 		for i := range want {
-			if got[i] != want[i] {
-				t.Errorf("span %s: attributes %v, want %v", name, got, want)
+			if got.Attributes[i] != want[i] {
+				t.Errorf("span %s: attributes %v, want %v", name, got.Attributes, want)
 				break
 			}
 		}
+	}
+}
+
+// TestEndWithSharedAttributesOtherTracer: a span of another tracer (the
+// SDK's) gets the attributes and the end time all the same.
+func TestEndWithSharedAttributesOtherTracer(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	_, s := tp.Tracer("t").Start(context.Background(), "sdk", trace.WithTimestamp(start))
+	EndWithSharedAttributes(s, []attribute.KeyValue{attribute.String("a", "1")}, start, time.Second)
+	got := exp.GetSpans()
+	if len(got) != 1 || len(got[0].Attributes) != 1 || got[0].Attributes[0] != attribute.String("a", "1") ||
+		!got[0].EndTime.Equal(start.Add(time.Second)) {
+		t.Fatalf("SDK span %+v", got)
 	}
 }
