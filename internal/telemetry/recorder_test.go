@@ -507,6 +507,7 @@ func TestEndWithSharedAttributes(t *testing.T) {
 func TestEndWithSharedAttributesOtherTracer(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	_, s := tp.Tracer("t").Start(context.Background(), "sdk", trace.WithTimestamp(start))
 	EndWithSharedAttributes(s, []attribute.KeyValue{attribute.String("a", "1")}, start, time.Second)
