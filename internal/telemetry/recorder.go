@@ -493,8 +493,8 @@ func (s *span) End(opts ...trace.SpanEndOption) {
 // observation: a route's, per status). attrs must hold valid, unique keys
 // and never change. A span of the recorder takes its lock once, builds no
 // end options, and refers to attrs instead of copying them when it has no
-// attribute of its own: the copy, with the collector's write barriers
-// while it marks, was the most of a server span's attribute cost.
+// attribute of its own: a copy, with the collector's write barriers while
+// it marks, would be most of what a server span's attributes cost.
 func EndWithSharedAttributes(sp trace.Span, attrs []attribute.KeyValue, start time.Time, d time.Duration) {
 	s, ok := sp.(*span)
 	if !ok {
