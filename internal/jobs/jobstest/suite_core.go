@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,6 +214,22 @@ func (a *attempts) add(key string, r attemptRec) {
 	a.log[key] = append(a.log[key], r)
 }
 
+// describe lists each key's attempts: number, start and end in ms
+// after t0.
+func (a *attempts) describe(t0 time.Time) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b strings.Builder
+	for _, key := range slices.Sorted(maps.Keys(a.log)) {
+		fmt.Fprintf(&b, "%s:", key)
+		for _, r := range a.log[key] {
+			fmt.Fprintf(&b, " #%d %d–%d", r.n, r.start.Sub(t0).Milliseconds(), r.end.Sub(t0).Milliseconds())
+		}
+		b.WriteString("; ")
+	}
+	return b.String()
+}
+
 func (a *attempts) get(key string) []attemptRec {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -220,6 +239,12 @@ func (a *attempts) get(key string) []attemptRec {
 func testRetry(t *testing.T, h Harness) {
 	const base = 20 * time.Millisecond
 	at := &attempts{log: map[string][]attemptRec{}}
+	start := time.Now()
+	t.Cleanup(func() {
+		if t.Failed() { // where the attempts stalled, for a failure seen only under load
+			t.Logf("attempts by key (ms since the start): %s", at.describe(start))
+		}
+	})
 	w := jobs.NewWorkers()
 	jobs.Register(w, func(ctx context.Context, j *jobs.Job[retryArgs]) error {
 		rec := attemptRec{n: j.Attempt, start: time.Now()}
