@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cellgate/cellgate/internal/reqctx"
 	"github.com/cellgate/cellgate/internal/requestid"
 	"github.com/cellgate/cellgate/internal/runtime/bulkhead"
 	"github.com/cellgate/cellgate/internal/telemetry"
@@ -51,8 +52,8 @@ const (
 // span attributes are bound at registration, so without tracing and
 // access log a request pays two clock reads, one counter increment and one
 // histogram observation, with no label lookup; with tracing it adds the
-// recorder's span, put in the request's span slot, and nothing built per
-// request of its own.
+// recorder's span, put in the request's own context (reqctx), and nothing
+// built per request of its own.
 func (o *observer) route(method, path string) echo.MiddlewareFunc {
 	r := o.newRoute(method, path)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -151,18 +152,18 @@ func (r *routeObs) spanAttrs(status int) []attribute.KeyValue {
 // startSpan starts the route's server span at start (the observation's
 // clock reading: the span and the duration metric cover the same time),
 // continuing a caller's trace (the router's), and puts it in the
-// request's context: in its span slot when the request scope made one,
-// else in a copy of the request.
+// request's context: in the request's own context when the request scope
+// made one, else in a copy of the request.
 func (r *routeObs) startSpan(c echo.Context, tracer trace.Tracer, prop propagation.TextMapPropagator, start time.Time) trace.Span {
 	req := c.Request()
 	ctx := req.Context()
-	if slot := telemetry.SlotOf(ctx); slot != nil {
+	if own := reqctx.Of(ctx); own != nil {
 		// The request scope's context has room for the span: no copy of
 		// the request.
 		if len(req.Header["Traceparent"]) > 0 {
-			slot.Extract(prop, propagation.HeaderCarrier(req.Header))
+			own.Extract(prop, propagation.HeaderCarrier(req.Header))
 		}
-		return slot.Start(tracer, r.name, trace.SpanKindServer, start)
+		return own.StartSpan(tracer, r.name, trace.SpanKindServer, start)
 	}
 	if len(req.Header["Traceparent"]) > 0 {
 		ctx = prop.Extract(ctx, propagation.HeaderCarrier(req.Header))

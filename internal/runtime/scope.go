@@ -9,8 +9,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/cellgate/cellgate/internal/httpguard"
+	"github.com/cellgate/cellgate/internal/reqctx"
 	"github.com/cellgate/cellgate/internal/requestid"
-	"github.com/cellgate/cellgate/internal/telemetry"
 )
 
 // requestScope is the server's one global middleware. It does, in this
@@ -18,7 +18,8 @@ import (
 // new one, echoed on the response), panic recovery (a logged JSON 500), the
 // body limit (413 before reading when Content-Length says so, and
 // http.MaxBytesReader otherwise) and the request deadline
-// (server.request_timeout on the request's context).
+// (server.request_timeout), under which it makes the request's own
+// context (reqctx).
 //
 // Before any of that is spent on it, it refuses what the guarded
 // connection found in the head and what no handler should see
@@ -31,11 +32,7 @@ type requestScope struct {
 	log     *slog.Logger
 	limit   int64
 	timeout time.Duration // 0: no deadline
-	// spanSlot (tracing on) makes the request's context a
-	// telemetry.SpanSlot, where the route's observation puts its server
-	// span without a second copy of the request.
-	spanSlot bool
-	body     httpguard.BodyLimits
+	body    httpguard.BodyLimits
 	// rules are the edge's refusals, the router's too.
 	rules httpguard.Rules
 }
@@ -76,18 +73,17 @@ func (rs *requestScope) serve(c echo.Context, next echo.HandlerFunc) (err error)
 		req.Body = g
 	}
 
-	if rs.timeout > 0 || rs.spanSlot {
-		ctx := req.Context()
-		if rs.timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, rs.timeout)
-			defer cancel()
-		}
-		if rs.spanSlot {
-			ctx = telemetry.NewSpanSlot(ctx)
-		}
-		c.SetRequest(req.WithContext(ctx))
+	// The request's own context, under its deadline: the tenancy
+	// middleware and the route's observation put the request's tenant
+	// and server span in it, so neither copies the request again to carry
+	// them.
+	ctx := req.Context()
+	if rs.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rs.timeout)
+		defer cancel()
 	}
+	c.SetRequest(req.WithContext(reqctx.New(ctx)))
 	return next(c)
 }
 

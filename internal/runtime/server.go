@@ -209,8 +209,7 @@ func New(cfg config.Config, opts Options) (*Server, error) {
 			Rate:    cfg.Server.BodyMinBytesPerSecond,
 			Grace:   cfg.Server.BodyRateGrace.D(),
 		},
-		rules:    httpguard.NewRules(cfg.Tenancy.Header.Name, true),
-		spanSlot: s.obs.tracer != nil,
+		rules: httpguard.NewRules(cfg.Tenancy.Header.Name, true),
 	}
 	e.Use(rs.middleware)
 	e.GET(probe.Health, func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })

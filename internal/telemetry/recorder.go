@@ -268,10 +268,10 @@ func (t *recTracer) start(ctx context.Context, name string, opts []trace.SpanSta
 }
 
 // begin starts a span from its start configuration, kind and start time
-// (kind and start win: SpanSlot.Start passes an empty configuration;
-// a zero start is now), in into when not nil (a SpanSlot's room for its
-// span, which holds a span the sampler drops as well: not recording,
-// with no record), else in a new span.
+// (kind and start win: SpanRoom.Start passes an empty configuration;
+// a zero start is now), in into when not nil (a SpanRoom's span, which
+// holds a span the sampler drops as well: not recording, with no
+// record), else in a new span.
 func (t *recTracer) begin(ctx context.Context, name string, cfg *trace.SpanConfig, kind trace.SpanKind, start time.Time, into *span) trace.Span {
 	var parent trace.SpanContext
 	if !cfg.NewRoot() {

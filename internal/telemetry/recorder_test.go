@@ -354,26 +354,53 @@ type exporterFunc func([]*SpanRecord)
 func (f exporterFunc) ExportSpans(_ context.Context, s []*SpanRecord) error { f(s); return nil }
 func (f exporterFunc) Shutdown(context.Context) error                       { return nil }
 
-// TestSpanSlot: a span started in a slot is what the API finds in the
-// slot and in contexts derived from it, its parent is the trace
-// extracted into the slot, and it keeps the start and end times its
-// caller read (Start's start, End's timestamp).
-func TestSpanSlot(t *testing.T) {
+// roomContext is a context with a SpanRoom, as a request's own context
+// (reqctx) has one: Value asks the room first.
+type roomContext struct {
+	context.Context
+	room SpanRoom
+}
+
+func (c *roomContext) Value(key any) any {
+	if v, ok := c.room.Value(key); ok {
+		return v
+	}
+	return c.Context.Value(key)
+}
+
+// start starts a span in the context's room, the context adopting what
+// the tracer derived (another tracer's span).
+func (c *roomContext) start(tracer trace.Tracer, name string, start time.Time) trace.Span {
+	var s trace.Span
+	c.Context, s = c.room.Start(c.Context, tracer, name, trace.SpanKindServer, start)
+	return s
+}
+
+// TestSpanRoom: a span started in a room is what the API finds in the
+// room's context and in contexts derived from it, its parent is the trace
+// extracted under the room, and it keeps the start and end times its
+// caller read (Start's start, End's timestamp). An empty room answers no
+// key.
+func TestSpanRoom(t *testing.T) {
 	if spanKey == nil {
 		t.Fatal("the trace API's span key was not learnt")
 	}
 	exp := &memExporter{}
 	tr := New(Config{}, exp)
-	slot := NewSpanSlot(context.Background())
-	if SlotOf(slot) != slot || SlotOf(context.Background()) != nil {
-		t.Fatal("SlotOf")
+	c := &roomContext{Context: context.Background()}
+	if v, ok := c.room.Value(spanKey); ok || v != nil || trace.SpanFromContext(c).SpanContext().IsValid() {
+		t.Fatalf("an empty room answers %v, %v", v, ok)
 	}
-	slot.Extract(tr.Propagator, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+	c.Context = tr.Propagator.Extract(c.Context, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+	under := c.Context
 	start := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	s := slot.Start(tr.Tracer("t"), "server", trace.SpanKindServer, start)
-	derived := context.WithValue(slot, derivedKey{}, 1)
-	if trace.SpanFromContext(slot) != s || trace.SpanFromContext(derived) != s {
-		t.Fatal("the API does not find the slot's span")
+	s := c.start(tr.Tracer("t"), "server", start)
+	if c.Context != under {
+		t.Error("the recorder's span derived a context")
+	}
+	derived := context.WithValue(c, derivedKey{}, 1)
+	if trace.SpanFromContext(c) != s || trace.SpanFromContext(derived) != s {
+		t.Fatal("the API does not find the room's span")
 	}
 	if s.SpanContext().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
 		t.Errorf("trace %v: the extracted parent was not used", s.SpanContext().TraceID())
@@ -384,27 +411,44 @@ func TestSpanSlot(t *testing.T) {
 	_ = tr.Shutdown(context.Background())
 	r := exp.byName(t, "server")
 	if r.SpanKind != trace.SpanKindServer || !r.Parent.IsRemote() {
-		t.Errorf("slot span %+v", r)
+		t.Errorf("room span %+v", r)
 	}
 	if !r.StartTime.Equal(start) || !r.EndTime.Equal(end) {
-		t.Errorf("slot span from %v to %v, want %v to %v", r.StartTime, r.EndTime, start, end)
+		t.Errorf("room span from %v to %v, want %v to %v", r.StartTime, r.EndTime, start, end)
 	}
 }
 
-// TestSpanSlotUnsampled: a span the sampler drops, started in a slot,
-// is the slot's span all the same: the API finds it, it carries the
+// TestSpanRoomOtherTracer: another tracer's span is not in the room: the
+// context the tracer derived carries it, and the caller's context becomes
+// that one.
+func TestSpanRoomOtherTracer(t *testing.T) {
+	sdk := sdktrace.NewTracerProvider()
+	defer func() { _ = sdk.Shutdown(context.Background()) }()
+	c := &roomContext{Context: context.Background()}
+	s := c.start(sdk.Tracer("t"), "server", time.Time{})
+	defer s.End()
+	if _, ok := c.room.Value(spanKey); ok {
+		t.Error("the room holds another tracer's span")
+	}
+	if trace.SpanFromContext(c) != s || !s.SpanContext().IsValid() {
+		t.Error("the derived context does not carry the span")
+	}
+}
+
+// TestSpanRoomUnsampled: a span the sampler drops, started in a room,
+// is the room's span all the same: the API finds it, it carries the
 // extracted trace on unsampled, records nothing, and its start
 // allocates nothing.
-func TestSpanSlotUnsampled(t *testing.T) {
+func TestSpanRoomUnsampled(t *testing.T) {
 	exp := &memExporter{}
 	tr := New(Config{Sampler: ptr(ParentBased(AlwaysOn()))}, exp)
 	tracer := tr.Tracer("t")
-	slot := NewSpanSlot(context.Background())
-	slot.Extract(tr.Propagator, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"})
-	s := slot.Start(tracer, "server", trace.SpanKindServer, time.Time{})
-	if trace.SpanFromContext(slot) != s || s.IsRecording() || s.SpanContext().IsSampled() ||
+	c := &roomContext{Context: context.Background()}
+	c.Context = tr.Propagator.Extract(c.Context, propagationCarrier{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"})
+	s := c.start(tracer, "server", time.Time{})
+	if trace.SpanFromContext(c) != s || s.IsRecording() || s.SpanContext().IsSampled() ||
 		s.SpanContext().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
-		t.Fatalf("unsampled slot span: recording %v, %v", s.IsRecording(), s.SpanContext())
+		t.Fatalf("unsampled room span: recording %v, %v", s.IsRecording(), s.SpanContext())
 	}
 	s.SetAttributes(attribute.Int("n", 1))
 	EndWithSharedAttributes(s, []attribute.KeyValue{attribute.Int("m", 2)}, time.Now(), time.Millisecond)
@@ -413,9 +457,9 @@ func TestSpanSlotUnsampled(t *testing.T) {
 		t.Errorf("an unsampled span was exported: %d spans", len(exp.spans))
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		slot.Start(tracer, "server", trace.SpanKindServer, time.Time{})
+		c.start(tracer, "server", time.Time{})
 	}); n != 0 {
-		t.Errorf("an unsampled slot span allocates %v times", n)
+		t.Errorf("an unsampled room span allocates %v times", n)
 	}
 }
 
@@ -431,7 +475,7 @@ func (c propagationCarrier) Keys() []string {
 	return ks
 }
 
-// derivedKey is a context key of TestSpanSlot's derived context.
+// derivedKey is a context key of TestSpanRoom's derived context.
 type derivedKey struct{}
 
 // TestEndWithSharedAttributes: a span ended with a shared slice exports

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/cellgate/cellgate/internal/reqctx"
 	"github.com/cellgate/cellgate/internal/tenancy"
 	"github.com/cellgate/cellgate/internal/tenant"
 )
@@ -135,7 +136,13 @@ func (m *tenancyMW) serve(c echo.Context, next echo.HandlerFunc) error {
 	if plan != "" {
 		m.onPlan(id, plan)
 	}
-	c.SetRequest(r.WithContext(tenant.With(r.Context(), id)))
+	if own := reqctx.Of(r.Context()); own != nil {
+		// The server's request scope made the request's own context,
+		// with room for its tenant: no copy of the request.
+		own.SetTenant(id)
+	} else {
+		c.SetRequest(r.WithContext(tenant.With(r.Context(), id)))
+	}
 	return next(c)
 }
 

@@ -1,6 +1,7 @@
 package tenantmw
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellgate/cellgate/internal/probe"
+	"github.com/cellgate/cellgate/internal/reqctx"
 	"github.com/cellgate/cellgate/internal/tenancy"
 	"github.com/cellgate/cellgate/internal/tenant"
 	"github.com/golang-jwt/jwt/v5"
@@ -283,5 +285,48 @@ func TestWithConfigNamesTheBadField(t *testing.T) {
 	var ce *tenancy.ConfigError
 	if !errors.As(err, &ce) || ce.Field != "JWT.Key" {
 		t.Fatalf("WithConfig: %v, want a *tenancy.ConfigError for JWT.Key", err)
+	}
+}
+
+// TestMiddlewareFillsRequestContext: behind the server's request scope,
+// which makes each request's own context (reqctx), the middleware puts
+// the tenant in that context instead of copying the request: the handler
+// gets the very request and context the scope made, and finds the tenant
+// there and in contexts derived from it.
+func TestMiddlewareFillsRequestContext(t *testing.T) {
+	mw, err := WithConfig(Config{Tenancy: tenancy.Config{Now: fixedClock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scoped *http.Request
+	scope := func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			scoped = c.Request().WithContext(reqctx.New(c.Request().Context()))
+			c.SetRequest(scoped)
+			return next(c)
+		}
+	}
+	var got *http.Request
+	var id, derivedID string
+	e := echo.New()
+	e.Use(scope, mw)
+	e.GET("/*", func(c echo.Context) error {
+		got = c.Request()
+		id, _ = FromEcho(c)
+		derived, cancel := context.WithCancel(got.Context())
+		defer cancel()
+		derivedID, _ = tenant.From(derived)
+		return c.NoContent(http.StatusNoContent)
+	})
+	r := httptest.NewRequest(http.MethodGet, "/orders", nil)
+	r.Header.Set("X-Tenant-ID", "acme")
+	if w := serve(e, r); w.Code != http.StatusNoContent {
+		t.Fatalf("status %d", w.Code)
+	}
+	if got != scoped || reqctx.Of(got.Context()) == nil {
+		t.Error("the middleware copied the request instead of filling its own context")
+	}
+	if id != "acme" || derivedID != "acme" {
+		t.Errorf("tenant %q, in a derived context %q; want acme", id, derivedID)
 	}
 }
