@@ -7,9 +7,10 @@
 // putting a derived context on the request copies the *http.Request (256
 // bytes): a tenant request would pay a context node and a request copy
 // for its tenant, and a traced one a span and another copy for its span.
-// With it, they fill the room in place, and every context derived from the
-// request's answers their values as it would answer With's
-// (tenant.From, trace.SpanFromContext).
+// With it, they fill the room in place: tenant.From and
+// trace.SpanFromContext find the tenant and the span in the request's
+// context and in every context derived from it, as they would find what
+// tenant.With or a tracer's Start had derived.
 //
 // Concurrency: a Context's room is filled only by the request's own
 // goroutine, before the handler runs or starts goroutines of its own; it
