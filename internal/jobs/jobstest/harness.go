@@ -221,9 +221,20 @@ func (e *env) enqueue(ctx context.Context, args jobs.Args, opts ...jobs.EnqueueO
 // eventually polls cond until it holds or h.Wait passes.
 func (e *env) eventually(what string, cond func() bool) {
 	e.t.Helper()
+	e.eventuallySaying(what, cond, nil)
+}
+
+// eventuallySaying is eventually whose failure also says what state
+// returns after the last poll (a metric's value): enough to tell a stall
+// from an overshoot. state may be nil.
+func (e *env) eventuallySaying(what string, cond func() bool, state func() string) {
+	e.t.Helper()
 	deadline := time.Now().Add(e.h.Wait)
 	for !cond() {
 		if time.Now().After(deadline) {
+			if state != nil {
+				e.t.Fatalf("timed out after %s waiting for %s; last %s", e.h.Wait, what, state())
+			}
 			e.t.Fatalf("timed out after %s waiting for %s", e.h.Wait, what)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -287,9 +298,16 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 // metricIs waits until the series has value v.
 func (e *env) metricIs(v float64, name string, labels ...string) {
 	e.t.Helper()
-	e.eventually(fmt.Sprintf("%s%v == %v", name, labels, v), func() bool {
-		got, ok := e.metric(name, labels...)
+	var got float64
+	var ok bool
+	e.eventuallySaying(fmt.Sprintf("%s%v == %v", name, labels, v), func() bool {
+		got, ok = e.metric(name, labels...)
 		return ok && got == v
+	}, func() string {
+		if !ok {
+			return "no such series"
+		}
+		return fmt.Sprint(got)
 	})
 }
 
