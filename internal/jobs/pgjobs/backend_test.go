@@ -832,3 +832,99 @@ FROM cellgate_jobs WHERE state = 'running'`).Scan(&running, &others); err != nil
 		t.Errorf("a fair claim touches %d buffers beside a 20,000-job capped backlog, %d beside 1,000: it reads the backlog", big, small)
 	}
 }
+
+// TestCancelNamesItsTable: the jobs tables of two schemas in one database
+// share the cancellation channel, and their ids overlap. Cancelling the
+// running job of one table cancels that job only, not the job of the
+// same id running from the other table.
+func TestCancelNamesItsTable(t *testing.T) {
+	dsn := newDB(t)
+	ctx := context.Background()
+	type table struct {
+		c      *jobs.Client
+		id     jobs.JobID
+		causes chan error
+	}
+	release := make(chan struct{})
+	open := func() *table {
+		tb := &table{causes: make(chan error, 1)}
+		started := make(chan struct{})
+		w := jobs.NewWorkers()
+		jobs.Register(w, func(ctx context.Context, j *jobs.Job[plainArgs]) error {
+			close(started)
+			select {
+			case <-ctx.Done():
+				tb.causes <- context.Cause(ctx)
+			case <-release:
+			}
+			return ctx.Err()
+		})
+		tb.c, _ = newClient(t, newSchema(t, dsn, 4), Config{PollInterval: 50 * time.Millisecond}, 1, w)
+		r, err := tb.c.Enqueue(ctx, plainArgs{N: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb.id = r.ID
+		if err := tb.c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the job did not start")
+		}
+		return tb
+	}
+	a, b := open(), open()
+	t.Cleanup(func() { close(release) }) // before the clients stop
+	if a.id != b.id {
+		t.Fatalf("the tables' first jobs are %d and %d: the test needs one id in both", a.id, b.id)
+	}
+	cancelled := func(tb *table, within time.Duration) error {
+		select {
+		case cause := <-tb.causes:
+			return cause
+		case <-time.After(within):
+			return nil
+		}
+	}
+	if err := a.c.Cancel(ctx, a.id); err != nil {
+		t.Fatal(err)
+	}
+	if cause := cancelled(a, 10*time.Second); !errors.Is(cause, jobs.ErrJobCancelled) {
+		t.Fatalf("the cancelled job's cause = %v, want ErrJobCancelled", cause)
+	}
+	if cause := cancelled(b, 500*time.Millisecond); cause != nil {
+		t.Fatalf("the other table's job %d was cancelled too: %v", b.id, cause)
+	}
+	if err := b.c.Cancel(ctx, b.id); err != nil {
+		t.Fatal(err)
+	}
+	if cause := cancelled(b, 10*time.Second); !errors.Is(cause, jobs.ErrJobCancelled) {
+		t.Fatalf("the other table's cancelled job's cause = %v, want ErrJobCancelled", cause)
+	}
+}
+
+// TestParseCancel: a cancellation naming this table is ours, one naming
+// another table is not, a bare id (a process of an earlier version) is
+// taken as ours, and anything else is ignored.
+func TestParseCancel(t *testing.T) {
+	for _, tc := range []struct {
+		payload string
+		id      jobs.JobID
+		ours    bool
+	}{
+		{"16384:42", 42, true},
+		{"16385:42", 0, false},
+		{"42", 42, true},
+		{"16384:", 0, false},
+		{"x:42", 0, false},
+		{"99999999999:42", 0, false},
+		{"", 0, false},
+	} {
+		id, ours := parseCancel(tc.payload, 16384)
+		if id != tc.id || ours != tc.ours {
+			t.Errorf("parseCancel(%q) = %d, %v; want %d, %v", tc.payload, id, ours, tc.id, tc.ours)
+		}
+	}
+}

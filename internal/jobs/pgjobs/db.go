@@ -139,6 +139,10 @@ type DB struct {
 	mreqs        []chan MaintenanceReport
 	periodicKick bool // a periodic entry came due (kickPeriodic), under mmu
 	waitCancel   context.CancelFunc
+	// tableOID is the oid of this backend's jobs table, read by the
+	// maintenance connection before it listens: the cancellations it
+	// hears name their table (parseCancel).
+	tableOID atomic.Uint32
 
 	logs logLimiter
 }

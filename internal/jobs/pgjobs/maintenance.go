@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -107,8 +106,8 @@ func (b *DB) connect() (*pgx.Conn, error) {
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cc.OnNotification = func(_ *pgconn.PgConn, n *pgconn.Notification) {
 		if n.Channel == cancelChannel {
-			if id, err := strconv.ParseInt(n.Payload, 10, 64); err == nil {
-				b.noteCancel(jobs.JobID(id))
+			if id, ours := parseCancel(n.Payload, b.tableOID.Load()); ours {
+				b.noteCancel(id)
 			}
 			return
 		}
@@ -122,7 +121,13 @@ func (b *DB) connect() (*pgx.Conn, error) {
 
 func (b *DB) serveConn(conn *pgx.Conn) error {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
-	_, err := conn.Exec(ctx, "LISTEN cellgate_jobs")
+	// The table's oid before the first cancellation can be heard.
+	var oid uint32
+	err := conn.QueryRow(ctx, sqlTableOID).Scan(&oid)
+	if err == nil {
+		b.tableOID.Store(oid)
+		_, err = conn.Exec(ctx, "LISTEN cellgate_jobs")
+	}
 	if err == nil {
 		_, err = conn.Exec(ctx, "LISTEN "+cancelChannel)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,9 +142,29 @@ INSERT INTO cellgate_jobs_periodic (name, last_period, updated_at)
 SELECT n, l, $3 FROM unnest($1::text[], $2::timestamptz[]) AS u(n, l)
 ON CONFLICT (name) DO UPDATE SET last_period = EXCLUDED.last_period, updated_at = EXCLUDED.updated_at`
 
-// cancelChannel is the NOTIFY channel of running jobs' cancellations; the
-// payload is the job's id.
+// cancelChannel is the NOTIFY channel of running jobs' cancellations.
+// A channel is the database's, shared by the jobs tables of all its
+// schemas, whose ids are each table's own: the payload names the table by
+// its oid as well as the job, "oid:id" (parseCancel), so that a process
+// cancels a job of its own table only.
 const cancelChannel = "cellgate_jobs_cancel"
+
+// parseCancel reads a cancellation's payload: the job's id and whether
+// the job is of the table whose oid is table. A bare id, as a process of
+// an earlier version sends, names no table and is taken as this one's.
+func parseCancel(payload string, table uint32) (jobs.JobID, bool) {
+	oid, idText, qualified := strings.Cut(payload, ":")
+	if !qualified {
+		idText = oid
+	} else if n, err := strconv.ParseUint(oid, 10, 32); err != nil || uint32(n) != table {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(idText, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return jobs.JobID(id), true
+}
 
 // noteCancel passes the cancellation of job id to the Client if this
 // process holds the job (running, or claimed ahead of its workers).
@@ -175,10 +196,15 @@ i AS (
     ON CONFLICT (job_id) DO NOTHING)
 SELECT EXISTS (SELECT FROM w) OR EXISTS (SELECT FROM r), EXISTS (SELECT FROM r)`
 
-// sqlCancelNotify tells the process running job $1 of its cancellation.
-// A statement of its own outside a transaction that writes (notify.go);
-// in CancelTx it joins the caller's transaction, which is rare enough.
-const sqlCancelNotify = `SELECT pg_notify('` + cancelChannel + `', $1::text)`
+// sqlCancelNotify tells the process running job $1 of its cancellation,
+// naming the job's table by its oid (the table the statement's search
+// path finds, as every statement of the backend does). A statement of
+// its own outside a transaction that writes (notify.go); in CancelTx it
+// joins the caller's transaction, which is rare enough.
+const sqlCancelNotify = `SELECT pg_notify('` + cancelChannel + `', 'cellgate_jobs'::regclass::oid::text || ':' || $1::text)`
+
+// sqlTableOID is the oid of the jobs table the search path finds.
+const sqlTableOID = `SELECT 'cellgate_jobs'::regclass::oid`
 
 // cancelOn runs the cancellation of id with q (a pool or the caller's
 // transaction).
