@@ -435,7 +435,13 @@ const (
 	maxRetentionChunks = 20
 )
 
-const sqlTryLead = `SELECT pg_try_advisory_lock($1, (('cellgate_jobs'::regclass)::oid::bigint & 2147483647)::int)`
+const sqlTryLead = `SELECT pg_try_advisory_lock($1, (` + sqlJobsTableOID + `::bigint & 2147483647)::int)`
+
+// sqlJobsTableOID is, in SQL, the oid of the jobs table a statement's
+// search path finds, which every statement of the backend reads and
+// writes: the advisory locks and the cancellations name the table by it,
+// so that the jobs tables of a database's schemas keep apart.
+const sqlJobsTableOID = `('cellgate_jobs'::regclass)::oid`
 
 const sqlHeartbeat = `
 WITH h AS (

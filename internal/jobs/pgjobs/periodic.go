@@ -129,7 +129,7 @@ func (b *DB) schedulePeriodic() (next time.Time, enqueued, skipped int, err erro
 // maintenance lock.
 const periodicLockClass = 1667723884
 
-const sqlPeriodicTryLock = `SELECT pg_try_advisory_xact_lock($1, (('cellgate_jobs'::regclass)::oid::bigint & 2147483647)::int)`
+const sqlPeriodicTryLock = `SELECT pg_try_advisory_xact_lock($1, (` + sqlJobsTableOID + `::bigint & 2147483647)::int)`
 
 const sqlPeriodicLock = `
 SELECT name, last_period FROM cellgate_jobs_periodic
@@ -201,10 +201,10 @@ SELECT EXISTS (SELECT FROM w) OR EXISTS (SELECT FROM r), EXISTS (SELECT FROM r)`
 // path finds, as every statement of the backend does). A statement of
 // its own outside a transaction that writes (notify.go); in CancelTx it
 // joins the caller's transaction, which is rare enough.
-const sqlCancelNotify = `SELECT pg_notify('` + cancelChannel + `', 'cellgate_jobs'::regclass::oid::text || ':' || $1::text)`
+const sqlCancelNotify = `SELECT pg_notify('` + cancelChannel + `', ` + sqlJobsTableOID + `::text || ':' || $1::text)`
 
-// sqlTableOID is the oid of the jobs table the search path finds.
-const sqlTableOID = `SELECT 'cellgate_jobs'::regclass::oid`
+// sqlTableOID reads the oid the cancellations name the table by.
+const sqlTableOID = `SELECT ` + sqlJobsTableOID
 
 // cancelOn runs the cancellation of id with q (a pool or the caller's
 // transaction).
